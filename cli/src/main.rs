@@ -1,0 +1,395 @@
+//! `hk`: the operator CLI. It parses arguments and calls the same `shared` handlers
+//! as the Lambda functions, through the in-process queue with virtual time. It holds
+//! no SQL of its own.
+
+mod pg;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, SubsecRound, Utc};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use shared::config::Config;
+use shared::db::Connector;
+use shared::local::{Run, Runner};
+use shared::Function;
+
+#[derive(Parser)]
+#[command(
+    name = "hk",
+    version,
+    about = "Operator CLI for the GitLab housekeeping functions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// A throwaway local PostgreSQL cluster.
+    Db {
+        #[command(subcommand)]
+        action: DbAction,
+    },
+    /// Apply the schema subset to $DATABASE_URL (local and test databases only).
+    Migrate,
+    /// Load a data set into $DATABASE_URL.
+    Seed {
+        /// The data set: `demo`.
+        set: String,
+        /// The date the data is relative to (RFC 3339; default: now).
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Run a function as its trigger would, with the in-process queue.
+    Run(RunArgs),
+    /// Throwaway database, demo data, every batch until idle, and a summary.
+    Demo {
+        /// Fix the clock (RFC 3339; default: now).
+        #[arg(long)]
+        now: Option<String>,
+        /// Leave the throwaway cluster running and print its URL.
+        #[arg(long)]
+        keep_db: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum DbAction {
+    /// initdb + start; prints DATABASE_URL.
+    Up,
+    /// Stop the cluster.
+    Down,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The function name, e.g. remove-expired-members.
+    function: String,
+    /// Fix the clock (RFC 3339).
+    #[arg(long)]
+    now: Option<String>,
+    /// The message body (JSON).
+    #[arg(long, conflicts_with = "message_file")]
+    message: Option<String>,
+    /// A file holding the message body.
+    #[arg(long)]
+    message_file: Option<PathBuf>,
+    /// Keep delivering continuations and children until no message is left.
+    #[arg(long, conflicts_with = "dry_run")]
+    until_idle: bool,
+    /// One invocation in a rolled-back transaction; report what would change.
+    #[arg(long)]
+    dry_run: bool,
+    /// One JSON object per function run on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Also write every sent message to this directory.
+    #[arg(long)]
+    outbox: Option<PathBuf>,
+}
+
+fn parse_now(s: Option<&str>) -> Result<DateTime<Utc>> {
+    match s {
+        None => Ok(Utc::now().trunc_subsecs(6)),
+        Some(s) => Ok(DateTime::parse_from_rfc3339(s)
+            .with_context(|| format!("--now `{s}` is not an RFC 3339 time"))?
+            .with_timezone(&Utc)),
+    }
+}
+
+fn database_url() -> Result<String> {
+    std::env::var("DATABASE_URL")
+        .map_err(|_| anyhow!("DATABASE_URL is not set (start a local database with `hk db up`)"))
+}
+
+/// The configuration of local mode: the environment, with `TRANSPORT=local`.
+fn local_config() -> Result<Config> {
+    Ok(Config::from_lookup(|k| {
+        if k == "TRANSPORT" {
+            Some("local".into())
+        } else {
+            std::env::var(k).ok()
+        }
+    })?)
+}
+
+async fn connector(config: &Config) -> Result<Connector> {
+    let pg = config.database.source.resolve(None).await?;
+    Ok(Connector::new(pg, &config.database)?)
+}
+
+async fn migrate(url: &str) -> Result<Vec<i32>> {
+    let mut c = Connector::from_url(url)?.connect("hk").await?;
+    Ok(shared::migrate::run(&mut c).await?)
+}
+
+fn print_run(r: &Run) {
+    let status = r
+        .report
+        .as_ref()
+        .and_then(|v| v.get("status"))
+        .and_then(Value::as_str)
+        .unwrap_or("-");
+    let fields = r
+        .report
+        .as_ref()
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| *k != "status")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    println!(
+        "{:<24} hop={:<3} {:<9} status={:<13} {}{}",
+        r.function.name(),
+        r.hop.map(|h| h.to_string()).unwrap_or("-".into()),
+        r.outcome,
+        status,
+        fields,
+        r.error
+            .as_ref()
+            .map(|e| format!(" error={e}"))
+            .unwrap_or_default()
+    );
+    for s in &r.sent {
+        println!(
+            "  -> {} delay={}s key={}{}",
+            s.message.receiver.name(),
+            s.message.delay_s,
+            s.message.envelope.message_key,
+            s.schedule_name
+                .as_ref()
+                .map(|n| format!(" schedule={n}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Per-function totals: runs, outcomes, and the sum of every numeric report field.
+fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, i64>> {
+    let mut t: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for r in runs {
+        let e = t.entry(r.function.name().to_string()).or_default();
+        *e.entry("runs".into()).or_default() += 1;
+        *e.entry(r.outcome.into()).or_default() += 1;
+        if let Some(Value::Object(m)) = &r.report {
+            for (k, v) in m {
+                if let Some(n) = v.as_i64() {
+                    *e.entry(k.clone()).or_default() += n;
+                }
+            }
+            if let Some(s) = m.get("status").and_then(Value::as_str) {
+                *e.entry(format!("status:{s}")).or_default() += 1;
+            }
+        }
+        *e.entry("messages_sent".into()).or_default() += r.sent.len() as i64;
+    }
+    t
+}
+
+fn print_summary(runs: &[Run], dead: usize) {
+    println!("\nSummary");
+    println!("{:<26} {}", "function", "totals");
+    for (f, m) in summarize(runs) {
+        let cols: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("{f:<26} {}", cols.join("  "));
+    }
+    println!("dead-lettered messages: {dead}");
+}
+
+async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    let function = Function::from_name(&a.function).ok_or_else(|| {
+        anyhow!(
+            "unknown function `{}` (known: {})",
+            a.function,
+            Function::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let now = parse_now(a.now.as_deref())?;
+    let config = local_config()?;
+    let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now);
+    if let Some(dir) = a.outbox.clone() {
+        runner = runner.with_outbox(dir)?;
+    }
+    let body = match (&a.message, &a.message_file) {
+        (Some(m), _) => m.clone(),
+        (None, Some(p)) => {
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
+        }
+        (None, None) => {
+            if function.cron().is_none() {
+                bail!("{function} is not a cron function: give --message or --message-file");
+            }
+            runner.cron_message(function).to_body()
+        }
+    };
+    if a.dry_run {
+        let r = runner.dry_run(function, &body).await?;
+        if a.json {
+            println!("{}", r.to_json());
+        } else {
+            println!("dry run (rolled back, nothing delivered):");
+            print_run(&r);
+        }
+        return Ok(ExitCode::from(runner.exit_code(true) as u8));
+    }
+    if a.until_idle {
+        runner.run_until_idle(function, &body).await?;
+    } else {
+        runner.invoke(function, &body, 1).await?;
+    }
+    for r in &runner.runs {
+        if a.json {
+            println!("{}", r.to_json());
+        } else {
+            print_run(r);
+        }
+    }
+    if !a.json && a.until_idle {
+        print_summary(&runner.runs, runner.dead_letters().len());
+    }
+    Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
+}
+
+async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitCode> {
+    let now = parse_now(now.as_deref())?;
+    let mut cluster = None;
+    let url = match std::env::var("DATABASE_URL") {
+        Ok(u) => u,
+        Err(_) => {
+            let c = pg::Cluster {
+                base: std::env::temp_dir().join(format!("hk-demo-{}", std::process::id())),
+                port: pg::free_port()?,
+            };
+            eprintln!(
+                "starting a throwaway PostgreSQL in {} on port {}",
+                c.base.display(),
+                c.port
+            );
+            c.up()?;
+            let url = c.url();
+            cluster = Some(c);
+            url
+        }
+    };
+    let result = demo(&url, now).await;
+    if let Some(c) = cluster {
+        if keep_db {
+            println!("\nthe demo database is still running: DATABASE_URL={url}  (stop it with HK_PG_BASE={} hk db down)", c.base.display());
+        } else {
+            c.down()?;
+            let _ = std::fs::remove_dir_all(&c.base);
+        }
+    }
+    result
+}
+
+async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
+    migrate(url).await?;
+    let connector = Connector::from_url(url)?;
+    {
+        let mut c = connector.connect("hk").await?;
+        shared::demo::seed(&mut c, now.date_naive()).await?;
+    }
+    let before = shared::demo::table_counts(&connector.connect("hk").await?).await?;
+    let mut all: Vec<Run> = Vec::new();
+    let mut code = 0;
+    for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+        let mut runner = Runner::new(connector.clone(), Default::default(), now);
+        let body = runner.cron_message(*f).to_body();
+        runner.run_until_idle(*f, &body).await?;
+        code = code.max(runner.exit_code(false));
+        all.extend(runner.runs);
+    }
+    let after = shared::demo::table_counts(&connector.connect("hk").await?).await?;
+    println!(
+        "hk demo at {} (virtual time; every batch run until idle)\n",
+        shared::clock::rfc3339(now)
+    );
+    println!(
+        "{:<26} {:>6} {:>9} {:>9} {:>9}  results",
+        "function", "runs", "success", "retryable", "permanent"
+    );
+    for (f, m) in summarize(&all) {
+        let g = |k: &str| m.get(k).copied().unwrap_or(0);
+        let results: Vec<String> = m
+            .iter()
+            .filter(|(k, _)| {
+                !["runs", "success", "retryable", "permanent", "hop"].contains(&k.as_str())
+            })
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!(
+            "{f:<26} {:>6} {:>9} {:>9} {:>9}  {}",
+            g("runs"),
+            g("success"),
+            g("retryable"),
+            g("permanent"),
+            results.join(" ")
+        );
+    }
+    println!("\n{:<26} {:>8} {:>8}", "table", "before", "after");
+    for ((t, b), (_, a)) in before.iter().zip(after.iter()) {
+        println!("{t:<26} {b:>8} {a:>8}");
+    }
+    Ok(ExitCode::from(code as u8))
+}
+
+async fn real_main() -> Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Db { action } => {
+            let c = pg::Cluster::default_location();
+            match action {
+                DbAction::Up => {
+                    c.up()?;
+                    println!("DATABASE_URL={}", c.url());
+                }
+                DbAction::Down => c.down()?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Migrate => {
+            let applied = migrate(&database_url()?).await?;
+            println!("migrations applied: {applied:?}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Seed { set, now } => {
+            if set != "demo" {
+                bail!("unknown data set `{set}` (known: demo)");
+            }
+            let now = parse_now(now.as_deref())?;
+            let mut c = Connector::from_url(&database_url()?)?.connect("hk").await?;
+            shared::demo::seed(&mut c, now.date_naive()).await?;
+            println!("demo data loaded (dates relative to {})", now.date_naive());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run(a) => cmd_run(a).await,
+        Cmd::Demo { now, keep_db } => cmd_demo(now, keep_db).await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    shared::telemetry::init(shared::telemetry::Sink::Stderr);
+    match real_main().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hk: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `hk db up` / `hk db down`: a throwaway PostgreSQL cluster from the installed server
+//! binaries. As root, initdb and pg_ctl run as the `postgres` system user (initdb
+//! refuses root), with the data in a directory that user can traverse: the system
+//! temp dir by default, because a checkout may sit under a mode-700 home.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Default port of the shared throwaway cluster.
+pub const DEFAULT_PORT: u16 = 54329;
+
+/// A throwaway cluster: its data directory and port.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Base directory (data, socket, log).
+    pub base: PathBuf,
+    /// TCP port on 127.0.0.1.
+    pub port: u16,
+}
+
+/// The directory of the PostgreSQL server binaries: `PG_BIN`, or the newest
+/// `/usr/lib/postgresql/<version>/bin` that has `initdb`.
+pub fn pg_bin() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("PG_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v: u32 = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((v, bin))
+        })
+        .collect();
+    found.sort();
+    match found.pop() {
+        Some((_, bin)) => Ok(bin),
+        None => bail!(
+            "no PostgreSQL server binaries found under /usr/lib/postgresql (install postgresql-15, or set PG_BIN)"
+        ),
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY-free check: the effective uid is 0 when /proc/self is owned by root.
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+/// Run a server binary, as `postgres` when we are root.
+fn pg_cmd(bin: &Path, args: &[&str]) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin).args(args);
+        c
+    } else {
+        let mut c = Command::new(bin);
+        c.args(args);
+        c
+    }
+}
+
+fn run(mut c: Command, what: &str) -> Result<()> {
+    let out = c.output().with_context(|| format!("cannot start {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Cluster {
+    /// The default cluster: `HK_PG_BASE` or `<tmp>/hk-pg`, `HK_PG_PORT` or 54329.
+    pub fn default_location() -> Cluster {
+        let base = std::env::var("HK_PG_BASE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| std::env::temp_dir().join("hk-pg"));
+        let port = std::env::var("HK_PG_PORT")
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(DEFAULT_PORT);
+        Cluster { base, port }
+    }
+
+    /// The connection URL of the `postgres` database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// initdb a fresh cluster and start it (any previous one at `base` is stopped and wiped).
+    pub fn up(&self) -> Result<()> {
+        let bin = pg_bin()?;
+        if self.base.join("data/postmaster.pid").exists() {
+            let _ = self.down();
+        }
+        if is_root() {
+            let exists = Command::new("id")
+                .arg("postgres")
+                .output()?
+                .status
+                .success();
+            if !exists {
+                run(
+                    {
+                        let mut c = Command::new("useradd");
+                        c.args([
+                            "--system",
+                            "--no-create-home",
+                            "--shell",
+                            "/usr/sbin/nologin",
+                            "postgres",
+                        ]);
+                        c
+                    },
+                    "useradd postgres",
+                )?;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+        std::fs::create_dir_all(self.base.join("sock"))
+            .with_context(|| format!("cannot create {}", self.base.display()))?;
+        if is_root() {
+            run(
+                {
+                    let mut c = Command::new("chown");
+                    c.args(["-R", "postgres"]).arg(&self.base);
+                    c
+                },
+                "chown",
+            )?;
+        }
+        let data = self.base.join("data");
+        let data_s = data.to_string_lossy().to_string();
+        run(
+            pg_cmd(
+                &bin.join("initdb"),
+                &["-D", &data_s, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"],
+            ),
+            "initdb (is every directory above the data directory traversable by `postgres`? set HK_PG_BASE)",
+        )?;
+        let opts = format!(
+            "-k {} -p {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=200",
+            self.base.join("sock").display(),
+            self.port
+        );
+        let log = self.base.join("server.log").to_string_lossy().to_string();
+        run(
+            pg_cmd(
+                &bin.join("pg_ctl"),
+                &[
+                    "-D", &data_s, "-l", &log, "-w", "-t", "30", "-o", &opts, "start",
+                ],
+            ),
+            "pg_ctl start",
+        )
+        .with_context(|| format!("see {log}"))?;
+        Ok(())
+    }
+
+    /// Stop the cluster.
+    pub fn down(&self) -> Result<()> {
+        let bin = pg_bin()?;
+        let data = self.base.join("data").to_string_lossy().to_string();
+        if !Path::new(&data).join("postmaster.pid").exists() {
+            return Ok(());
+        }
+        run(
+            pg_cmd(
+                &bin.join("pg_ctl"),
+                &["-D", &data, "-m", "fast", "-w", "stop"],
+            ),
+            "pg_ctl stop",
+        )
+    }
+}

@@ -1,0 +1,355 @@
+//! Typed configuration, read once at cold start (common.md §10).
+//!
+//! Owns: parsing every environment variable the functions use into [`Config`], with
+//! a clear error naming the variable when one is missing or invalid. It performs no
+//! I/O except [`DatabaseSource::resolve`], which may read a Secrets Manager secret.
+//! Tests build a `Config` with [`Config::from_lookup`] instead of mutating process env.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::queue::sqs::{QueueTarget, SchedulerTarget};
+
+/// Where the database connection comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DatabaseSource {
+    /// `DATABASE_URL`: a libpq-style URL or key=value string.
+    Url(String),
+    /// `DATABASE_SECRET_ARN`: a Secrets Manager secret in the RDS JSON shape
+    /// (`username`, `password`, `host`, `port`, `dbname`).
+    SecretArn(String),
+}
+
+impl std::fmt::Debug for DatabaseSource {
+    // Never print the URL: it may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseSource::Url(_) => f.write_str("Url(<redacted>)"),
+            DatabaseSource::SecretArn(a) => write!(f, "SecretArn({a})"),
+        }
+    }
+}
+
+/// Which transport the functions use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// SQS and EventBridge Scheduler (Lambda).
+    Sqs,
+    /// The in-process queue of `hk`.
+    Local,
+}
+
+/// Database settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseConfig {
+    /// URL or secret.
+    pub source: DatabaseSource,
+    /// `DATABASE_CA_BUNDLE`: PEM bundle of trusted CAs; the system roots when absent.
+    pub ca_bundle: Option<PathBuf>,
+    /// `DB_STATEMENT_TIMEOUT_MS` (default 30000).
+    pub statement_timeout_ms: u64,
+    /// `DB_LOCK_TIMEOUT_MS` (default 5000).
+    pub lock_timeout_ms: u64,
+    /// Whether TLS must be used (always outside local mode, unless the host is loopback).
+    pub require_tls: bool,
+}
+
+/// Time limits of the handlers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `DEADLINE_MARGIN_S` (default 60).
+    pub deadline_margin: Duration,
+    /// `DELETE_USER_BUDGET_S` (default 600).
+    pub delete_user_budget: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            deadline_margin: Duration::from_secs(60),
+            delete_user_budget: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Everything a function needs from its environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Database.
+    pub database: DatabaseConfig,
+    /// Transport kind.
+    pub transport: TransportKind,
+    /// Queue of each function that this function may send to.
+    pub queues: HashMap<Function, QueueTarget>,
+    /// Scheduler settings for long delays.
+    pub scheduler: Option<SchedulerTarget>,
+    /// Budgets and the deadline margin.
+    pub settings: Settings,
+}
+
+impl Config {
+    /// Read the process environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read configuration through `get` (tests pass a map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let transport = match get("TRANSPORT").as_deref() {
+            None | Some("sqs") => TransportKind::Sqs,
+            Some("local") => TransportKind::Local,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "TRANSPORT must be `sqs` or `local`, not `{other}`"
+                )))
+            }
+        };
+        let source = match (get("DATABASE_URL"), get("DATABASE_SECRET_ARN")) {
+            (Some(url), _) => DatabaseSource::Url(url),
+            (None, Some(arn)) => DatabaseSource::SecretArn(arn),
+            (None, None) => {
+                return Err(Error::Config(
+                    "set DATABASE_URL or DATABASE_SECRET_ARN (the PostgreSQL connection)".into(),
+                ))
+            }
+        };
+        let database = DatabaseConfig {
+            source,
+            ca_bundle: get("DATABASE_CA_BUNDLE").map(PathBuf::from),
+            statement_timeout_ms: num(&get, "DB_STATEMENT_TIMEOUT_MS", 30_000)?,
+            lock_timeout_ms: num(&get, "DB_LOCK_TIMEOUT_MS", 5_000)?,
+            require_tls: transport == TransportKind::Sqs,
+        };
+        if let Some(ca) = &database.ca_bundle {
+            if !ca.is_file() {
+                return Err(Error::Config(format!(
+                    "DATABASE_CA_BUNDLE points to `{}`, which is not a readable file",
+                    ca.display()
+                )));
+            }
+        }
+        let mut queues = HashMap::new();
+        for f in Function::ALL {
+            let sfx = f.env_suffix();
+            if let Some(url) = get(&format!("QUEUE_URL_{sfx}")) {
+                queues.insert(
+                    *f,
+                    QueueTarget {
+                        url,
+                        arn: get(&format!("QUEUE_ARN_{sfx}")),
+                        dlq_arn: get(&format!("DLQ_ARN_{sfx}")),
+                    },
+                );
+            }
+        }
+        let scheduler = match (get("SCHEDULER_GROUP_NAME"), get("SCHEDULER_ROLE_ARN")) {
+            (Some(group_name), Some(role_arn)) => Some(SchedulerTarget {
+                group_name,
+                role_arn,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "SCHEDULER_GROUP_NAME and SCHEDULER_ROLE_ARN must be set together".into(),
+                ))
+            }
+        };
+        let settings = Settings {
+            deadline_margin: secs(&get, "DEADLINE_MARGIN_S", 60)?,
+            delete_user_budget: secs(&get, "DELETE_USER_BUDGET_S", 600)?,
+        };
+        Ok(Config {
+            database,
+            transport,
+            queues,
+            scheduler,
+            settings,
+        })
+    }
+
+    /// Check that the queues this function sends to are configured (SQS mode only).
+    pub fn require_queues(&self, targets: &[Function]) -> Result<()> {
+        if self.transport == TransportKind::Local {
+            return Ok(());
+        }
+        for f in targets {
+            if !self.queues.contains_key(f) {
+                return Err(Error::Config(format!(
+                    "QUEUE_URL_{} is required: this function sends to {f}",
+                    f.env_suffix()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn num(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64) -> Result<u64> {
+    match get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| Error::Config(format!("{key} must be a non-negative integer, not `{v}`"))),
+    }
+}
+
+fn secs(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64) -> Result<Duration> {
+    num(get, key, default).map(Duration::from_secs)
+}
+
+impl DatabaseSource {
+    /// Turn the source into a connection configuration, reading the secret if needed.
+    pub async fn resolve(
+        &self,
+        aws: Option<&aws_config::SdkConfig>,
+    ) -> Result<tokio_postgres::Config> {
+        match self {
+            DatabaseSource::Url(url) => url.parse().map_err(|e| {
+                Error::Config(format!(
+                    "DATABASE_URL is not a valid connection string: {e}"
+                ))
+            }),
+            DatabaseSource::SecretArn(arn) => {
+                let aws = aws.ok_or_else(|| {
+                    Error::Config("DATABASE_SECRET_ARN needs AWS configuration".into())
+                })?;
+                let client = aws_sdk_secretsmanager::Client::new(aws);
+                let out = client
+                    .get_secret_value()
+                    .secret_id(arn)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        Error::Config(format!("reading DATABASE_SECRET_ARN failed: {e}"))
+                    })?;
+                let text = out.secret_string().ok_or_else(|| {
+                    Error::Config("DATABASE_SECRET_ARN has no SecretString".into())
+                })?;
+                pg_config_from_secret(text)
+            }
+        }
+    }
+}
+
+/// Build a connection configuration from an RDS-shaped secret
+/// (`{"username","password","host","port","dbname"}`). TLS is required.
+pub fn pg_config_from_secret(text: &str) -> Result<tokio_postgres::Config> {
+    #[derive(serde::Deserialize)]
+    struct Secret {
+        username: String,
+        password: String,
+        host: String,
+        #[serde(default)]
+        port: Option<serde_json::Value>,
+        #[serde(default)]
+        dbname: Option<String>,
+    }
+    let s: Secret = serde_json::from_str(text).map_err(|e| {
+        Error::Config(format!(
+            "the database secret must be JSON with username, password, host, port, dbname ({})",
+            crate::error::json_error_kind(&e)
+        ))
+    })?;
+    let port = match s.port {
+        None => 5432,
+        Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(5432) as u16,
+        Some(serde_json::Value::String(p)) => p
+            .parse()
+            .map_err(|_| Error::Config("the database secret's port is not a number".into()))?,
+        Some(_) => {
+            return Err(Error::Config(
+                "the database secret's port is not a number".into(),
+            ))
+        }
+    };
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.user(&s.username)
+        .password(&s.password)
+        .host(&s.host)
+        .port(port)
+        .dbname(s.dbname.as_deref().unwrap_or("postgres"))
+        .ssl_mode(tokio_postgres::config::SslMode::Require);
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn missing_database_is_a_clear_error() {
+        let e = cfg(&[]).unwrap_err().to_string();
+        assert!(e.contains("DATABASE_URL"), "{e}");
+    }
+
+    #[test]
+    fn defaults_and_queues_are_read() {
+        let c = cfg(&[
+            ("DATABASE_URL", "postgres://u@h/db"),
+            ("QUEUE_URL_DELETE_USER", "http://q/delete-user"),
+            ("QUEUE_ARN_DELETE_USER", "arn:q"),
+        ])
+        .unwrap();
+        assert_eq!(c.transport, TransportKind::Sqs);
+        assert!(c.database.require_tls);
+        assert_eq!(c.database.statement_timeout_ms, 30_000);
+        assert_eq!(c.database.lock_timeout_ms, 5_000);
+        assert_eq!(c.settings.deadline_margin, Duration::from_secs(60));
+        assert_eq!(
+            c.queues[&Function::DeleteUser].arn.as_deref(),
+            Some("arn:q")
+        );
+        assert!(c.require_queues(&[Function::DeleteUser]).is_ok());
+        let e = c
+            .require_queues(&[Function::RemoveExpiredMembers])
+            .unwrap_err();
+        assert!(e.to_string().contains("QUEUE_URL_REMOVE_EXPIRED_MEMBERS"));
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let e = cfg(&[("DATABASE_URL", "x"), ("DB_LOCK_TIMEOUT_MS", "soon")]).unwrap_err();
+        assert!(e.to_string().contains("DB_LOCK_TIMEOUT_MS"));
+        let e = cfg(&[("DATABASE_URL", "x"), ("TRANSPORT", "carrier-pigeon")]).unwrap_err();
+        assert!(e.to_string().contains("TRANSPORT"));
+        let e = cfg(&[("DATABASE_URL", "x"), ("SCHEDULER_GROUP_NAME", "g")]).unwrap_err();
+        assert!(e.to_string().contains("SCHEDULER_ROLE_ARN"));
+        let e = cfg(&[
+            ("DATABASE_URL", "x"),
+            ("DATABASE_CA_BUNDLE", "/nonexistent.pem"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("DATABASE_CA_BUNDLE"));
+    }
+
+    #[test]
+    fn debug_output_hides_the_database_url() {
+        let c = cfg(&[("DATABASE_URL", "postgres://u:hunter2@h/db")]).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn rds_secrets_become_tls_configs() {
+        let c = pg_config_from_secret(
+            r#"{"username":"gl","password":"p@ss/word","host":"db.example","port":5433,"dbname":"gitlabhq"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.get_user(), Some("gl"));
+        assert_eq!(c.get_ports(), &[5433]);
+        assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert!(pg_config_from_secret("{}").is_err());
+    }
+}

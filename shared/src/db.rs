@@ -1,0 +1,249 @@
+//! PostgreSQL sessions (common.md §7.1).
+//!
+//! Owns: TLS through native-tls (every certificate of the CA bundle is trusted, chain
+//! and host name verified), connecting with the session settings of §7.1, spawning the
+//! connection task, the [`Session`] holder that keeps one connection across warm
+//! invocations and checks it before use, and the reset after a failed record. It
+//! holds no SQL of the batches.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use native_tls::{Certificate, TlsConnector};
+use postgres_native_tls::MakeTlsConnector;
+use tokio::sync::Mutex;
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::Client;
+
+use crate::config::DatabaseConfig;
+use crate::error::{Error, Result};
+
+/// `idle_in_transaction_session_timeout` of every session (§7.1).
+const IDLE_IN_TRANSACTION_MS: u64 = 60_000;
+
+/// Everything needed to open sessions: the resolved connection config and TLS.
+#[derive(Clone)]
+pub struct Connector {
+    pg: tokio_postgres::Config,
+    tls: MakeTlsConnector,
+    statement_timeout_ms: u64,
+    lock_timeout_ms: u64,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("hosts", &self.pg.get_hosts())
+            .field("dbname", &self.pg.get_dbname())
+            .field("ssl_mode", &self.pg.get_ssl_mode())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Build a TLS connector that trusts the system roots plus every certificate of
+/// `ca_pem` (an RDS `global-bundle.pem` holds many; `Certificate::from_pem` would read
+/// only the first).
+pub fn tls_connector(ca_pem: Option<&[u8]>) -> Result<MakeTlsConnector> {
+    let mut b = TlsConnector::builder();
+    if let Some(pem) = ca_pem {
+        let certs = Certificate::stack_from_pem(pem)
+            .map_err(|e| Error::Config(format!("DATABASE_CA_BUNDLE is not a PEM bundle: {e}")))?;
+        if certs.is_empty() {
+            return Err(Error::Config(
+                "DATABASE_CA_BUNDLE holds no certificate".into(),
+            ));
+        }
+        for c in certs {
+            b.add_root_certificate(c);
+        }
+    }
+    let tls = b
+        .build()
+        .map_err(|e| Error::Config(format!("TLS setup failed: {e}")))?;
+    Ok(MakeTlsConnector::new(tls))
+}
+
+fn is_loopback(pg: &tokio_postgres::Config) -> bool {
+    pg.get_hosts().iter().all(|h| match h {
+        Host::Tcp(name) => {
+            name == "localhost" || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Host::Unix(_) => true,
+    })
+}
+
+impl Connector {
+    /// Build a connector from a resolved connection config and the database settings.
+    pub fn new(mut pg: tokio_postgres::Config, cfg: &DatabaseConfig) -> Result<Connector> {
+        if cfg.require_tls && pg.get_ssl_mode() != SslMode::Require {
+            if is_loopback(&pg) {
+                // Local development (cargo lambda watch against a throwaway cluster).
+            } else if pg.get_ssl_mode() == SslMode::Disable {
+                return Err(Error::Config(
+                    "TLS is required for a non-local database: remove sslmode=disable".into(),
+                ));
+            } else {
+                pg.ssl_mode(SslMode::Require);
+            }
+        }
+        pg.connect_timeout(Duration::from_secs(10));
+        pg.keepalives(true);
+        pg.keepalives_idle(Duration::from_secs(30));
+        pg.tcp_user_timeout(Duration::from_secs(30));
+        let pem = match &cfg.ca_bundle {
+            Some(p) => Some(std::fs::read(p).map_err(|e| {
+                Error::Config(format!(
+                    "cannot read DATABASE_CA_BUNDLE `{}`: {e}",
+                    p.display()
+                ))
+            })?),
+            None => None,
+        };
+        Ok(Connector {
+            pg,
+            tls: tls_connector(pem.as_deref())?,
+            statement_timeout_ms: cfg.statement_timeout_ms,
+            lock_timeout_ms: cfg.lock_timeout_ms,
+        })
+    }
+
+    /// A connector for a URL with default settings and no TLS requirement (tests, `hk`).
+    pub fn from_url(url: &str) -> Result<Connector> {
+        let pg = url
+            .parse()
+            .map_err(|e| Error::Config(format!("invalid database URL: {e}")))?;
+        Connector::new(
+            pg,
+            &DatabaseConfig {
+                source: crate::config::DatabaseSource::Url(url.to_string()),
+                ca_bundle: None,
+                statement_timeout_ms: 30_000,
+                lock_timeout_ms: 5_000,
+                require_tls: false,
+            },
+        )
+    }
+
+    /// Override the lock timeout (tests use a short one).
+    pub fn with_lock_timeout_ms(mut self, ms: u64) -> Self {
+        self.lock_timeout_ms = ms;
+        self
+    }
+
+    /// Open a session for `application_name`, with the settings of §7.1.
+    pub async fn connect(&self, application_name: &str) -> Result<Client> {
+        let mut pg = self.pg.clone();
+        pg.application_name(application_name);
+        let (client, conn) = pg.connect(self.tls.clone()).await?;
+        // The connection must run on its own task, or every query hangs.
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "database connection ended");
+            }
+        });
+        client
+            .batch_execute(&format!(
+                "SET TimeZone = 'UTC'; SET statement_timeout = {}; SET lock_timeout = {}; \
+                 SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}; \
+                 SET default_transaction_isolation = 'read committed'",
+                self.statement_timeout_ms, self.lock_timeout_ms
+            ))
+            .await?;
+        Ok(client)
+    }
+}
+
+/// One database session kept across the records and warm invocations of a Lambda
+/// execution environment.
+pub struct Session {
+    connector: Connector,
+    application_name: String,
+    client: Mutex<Option<Client>>,
+}
+
+impl Session {
+    /// A holder that connects lazily.
+    pub fn new(connector: Connector, application_name: &str) -> Session {
+        Session {
+            connector,
+            application_name: application_name.to_string(),
+            client: Mutex::new(None),
+        }
+    }
+
+    /// Borrow a live client: the kept one if it answers a ping, otherwise a new one.
+    /// A frozen environment can thaw with a dead socket, hence the check.
+    pub async fn client(&self) -> Result<tokio::sync::MappedMutexGuard<'_, Client>> {
+        let mut guard = self.client.lock().await;
+        let alive = match guard.as_ref() {
+            Some(c) if !c.is_closed() => {
+                tokio::time::timeout(Duration::from_secs(5), c.simple_query("SELECT 1"))
+                    .await
+                    .is_ok_and(|r| r.is_ok())
+            }
+            _ => false,
+        };
+        if !alive {
+            *guard = None;
+            *guard = Some(self.connector.connect(&self.application_name).await?);
+        }
+        Ok(tokio::sync::MutexGuard::map(guard, |c| {
+            c.as_mut().expect("connected above")
+        }))
+    }
+
+    /// After a record that failed or panicked: roll back, release every session lock,
+    /// or drop the connection when that fails or its state is unknown (§7.1, §9.10).
+    pub async fn reset(&self, discard: bool) {
+        let mut guard = self.client.lock().await;
+        if discard {
+            *guard = None;
+            return;
+        }
+        if let Some(c) = guard.as_ref() {
+            let ok = c
+                .batch_execute("ROLLBACK; SELECT pg_advisory_unlock_all()")
+                .await
+                .is_ok();
+            if !ok {
+                *guard = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_with_several_certificates_loads_them_all() {
+        // Two throwaway self-signed certificates generated for this test.
+        let pem = include_bytes!("../testdata/two-certs.pem");
+        let certs = Certificate::stack_from_pem(pem).unwrap();
+        assert_eq!(certs.len(), 2);
+        assert!(tls_connector(Some(pem)).is_ok());
+        assert!(tls_connector(Some(b"not a pem")).is_err());
+    }
+
+    #[test]
+    fn tls_is_forced_for_remote_hosts_and_refused_when_disabled() {
+        let cfg = |require| DatabaseConfig {
+            source: crate::config::DatabaseSource::Url(String::new()),
+            ca_bundle: None,
+            statement_timeout_ms: 1,
+            lock_timeout_ms: 1,
+            require_tls: require,
+        };
+        let c = Connector::new("postgres://u@db.example/x".parse().unwrap(), &cfg(true)).unwrap();
+        assert_eq!(c.pg.get_ssl_mode(), SslMode::Require);
+        let c = Connector::new("postgres://u@127.0.0.1/x".parse().unwrap(), &cfg(true)).unwrap();
+        assert_eq!(c.pg.get_ssl_mode(), SslMode::Prefer);
+        let e = Connector::new(
+            "postgres://u@db.example/x?sslmode=disable".parse().unwrap(),
+            &cfg(true),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("TLS is required"));
+    }
+}

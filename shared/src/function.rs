@@ -1,0 +1,118 @@
+//! The catalogue of Lambda functions (spec README §3, common.md §9.8, §9.12).
+//!
+//! Owns: [`Function`], its name (= Cargo package, binary and SAM resource stem), the
+//! message types it accepts, its timeout, hop limit and queue environment variable.
+//! Adding a function means adding a variant here and a handler in `runtime::dispatch`.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A function of the bundle. Only implemented functions are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Function {
+    /// B38 cron batch.
+    RemoveExpiredMembers,
+    /// Phase 2 of user removal (common.md §5.2).
+    DeleteUser,
+}
+
+impl Function {
+    /// Every implemented function.
+    pub const ALL: &'static [Function] = &[Function::RemoveExpiredMembers, Function::DeleteUser];
+
+    /// The function name, e.g. `remove-expired-members`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::RemoveExpiredMembers => "remove-expired-members",
+            Function::DeleteUser => "delete-user",
+        }
+    }
+
+    /// Parse a function name.
+    pub fn from_name(name: &str) -> Option<Function> {
+        Function::ALL.iter().copied().find(|f| f.name() == name)
+    }
+
+    /// The message types this function accepts (common.md §9.2).
+    pub fn accepts(self) -> &'static [&'static str] {
+        match self {
+            Function::RemoveExpiredMembers => &["remove-expired-members.run"],
+            Function::DeleteUser => &["delete-user.run"],
+        }
+    }
+
+    /// The function that receives a message type.
+    pub fn receiver_of(message_type: &str) -> Option<Function> {
+        Function::ALL
+            .iter()
+            .copied()
+            .find(|f| f.accepts().contains(&message_type))
+    }
+
+    /// Whether an EventBridge Scheduler cron starts this function (common.md §9.7).
+    pub fn cron(self) -> Option<&'static str> {
+        match self {
+            Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
+            Function::DeleteUser => None,
+        }
+    }
+
+    /// The recommended Lambda timeout (common.md §9.12); `hk` measures the deadline
+    /// guard against it.
+    pub fn timeout(self) -> Duration {
+        match self {
+            Function::RemoveExpiredMembers => Duration::from_secs(600),
+            Function::DeleteUser => Duration::from_secs(900),
+        }
+    }
+
+    /// `MAX_HOPS` (common.md §9.8).
+    pub fn max_hops(self) -> u32 {
+        match self {
+            Function::RemoveExpiredMembers => 10_000,
+            Function::DeleteUser => 1000,
+        }
+    }
+
+    /// Environment-variable suffix, e.g. `DELETE_USER` for `QUEUE_URL_DELETE_USER`.
+    pub fn env_suffix(self) -> String {
+        self.name().to_ascii_uppercase().replace('-', "_")
+    }
+
+    /// The functions whose queues this function sends to (its least-privilege set).
+    pub fn sends_to(self) -> &'static [Function] {
+        match self {
+            Function::RemoveExpiredMembers => {
+                &[Function::RemoveExpiredMembers, Function::DeleteUser]
+            }
+            Function::DeleteUser => &[Function::DeleteUser],
+        }
+    }
+
+    /// The message type of this function's cron or run message (`<name>.run`).
+    pub fn run_type(self) -> &'static str {
+        self.accepts()[0]
+    }
+}
+
+impl fmt::Display for Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_types_route_to_one_receiver() {
+        for f in Function::ALL {
+            assert_eq!(Function::from_name(f.name()), Some(*f));
+            for t in f.accepts() {
+                assert_eq!(Function::receiver_of(t), Some(*f));
+            }
+        }
+        assert_eq!(Function::DeleteUser.env_suffix(), "DELETE_USER");
+    }
+}

@@ -1,0 +1,110 @@
+//! Membership rows and the removal primitive (common.md §1.4, §4).
+//!
+//! Owns: [`Member`] (a loaded `members` row), `affected(m)`, and `remove_membership`:
+//! delete the row, delete the user's notification setting for the source, and refresh
+//! the user's authorizations for the affected projects unless the caller defers it.
+//! No authorization happens here: callers check permissions first.
+
+use tokio_postgres::{GenericClient, Row};
+
+use crate::error::Result;
+use crate::gitlab::{authz, hierarchy};
+
+/// The columns of a `members` row that the rules look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// id.
+    pub id: i64,
+    /// NULL for invites.
+    pub user_id: Option<i64>,
+    /// Group id or project id.
+    pub source_id: i64,
+    /// 'Namespace' or 'Project'.
+    pub source_type: String,
+    /// 'GroupMember' or 'ProjectMember'.
+    pub kind: Option<String>,
+    /// Access level.
+    pub access_level: i32,
+    /// 0 active, 1 awaiting.
+    pub state: i16,
+    /// Whether this is an access request.
+    pub requested: bool,
+}
+
+/// The select list that [`Member::from_row`] reads.
+pub const MEMBER_COLUMNS: &str =
+    "id::bigint, user_id::bigint, source_id::bigint, source_type, type, \
+     access_level::int4, state::int2, requested_at IS NOT NULL";
+
+impl Member {
+    /// Read a row selected with [`MEMBER_COLUMNS`].
+    pub fn from_row(r: &Row) -> Member {
+        Member {
+            id: r.get(0),
+            user_id: r.get(1),
+            source_id: r.get(2),
+            source_type: r.get(3),
+            kind: r.get(4),
+            access_level: r.get(5),
+            state: r.get(6),
+            requested: r.get(7),
+        }
+    }
+
+    /// A group membership: `type = 'GroupMember' AND source_type = 'Namespace'`.
+    pub fn is_group(&self) -> bool {
+        self.source_type == "Namespace" && self.kind.as_deref() == Some("GroupMember")
+    }
+
+    /// A project membership: `type = 'ProjectMember' AND source_type = 'Project'`.
+    pub fn is_project(&self) -> bool {
+        self.source_type == "Project" && self.kind.as_deref() == Some("ProjectMember")
+    }
+
+    /// An active membership: `state = 0 AND requested_at IS NULL AND user_id IS NOT NULL`.
+    pub fn is_active(&self) -> bool {
+        self.state == 0 && !self.requested && self.user_id.is_some()
+    }
+}
+
+/// `affected(m)`: the projects whose authorizations may change when m goes (§3).
+pub async fn affected<C: GenericClient>(c: &C, m: &Member) -> Result<Vec<i64>> {
+    match m.source_type.as_str() {
+        "Project" => Ok(vec![m.source_id]),
+        "Namespace" => hierarchy::projects_under(c, m.source_id).await,
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Whether `remove_membership` refreshes at once or leaves it to the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// Refresh `affected(m)` now (the default of §4).
+    Now,
+    /// The caller refreshes later (B43's batch refresh, B38's bot path).
+    Deferred,
+}
+
+/// `remove_membership(m)` (§4). Returns whether the row was deleted.
+pub async fn remove_membership<C: GenericClient>(
+    c: &C,
+    m: &Member,
+    refresh: Refresh,
+) -> Result<bool> {
+    let n = c
+        .execute("DELETE FROM members WHERE id = $1::bigint", &[&m.id])
+        .await?;
+    if let Some(u) = m.user_id {
+        c.execute(
+            "DELETE FROM notification_settings
+             WHERE user_id = $1::bigint AND source_type = $2 AND source_id = $3::bigint",
+            &[&u, &m.source_type, &m.source_id],
+        )
+        .await?;
+        if refresh == Refresh::Now {
+            let p = affected(c, m).await?;
+            authz::refresh(c, u, &p).await?;
+        }
+    }
+    Ok(n == 1)
+}

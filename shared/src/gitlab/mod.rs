@@ -1,0 +1,35 @@
+//! GitLab's domain rules over the schema subset (common.md §1–§5).
+//!
+//! Owns: the SQL and logic that every batch shares: the namespace hierarchy,
+//! permission predicates, the `project_authorizations` refresh, the membership-removal
+//! primitive and two-phase user removal. Every function here runs inside the caller's
+//! transaction and never commits on its own. Ids are read as `bigint` and bound as
+//! `int8` with explicit casts, so `int4` GitLab columns work too (schema.md §1.3).
+
+pub mod authz;
+pub mod hierarchy;
+pub mod membership;
+pub mod permissions;
+pub mod user_removal;
+
+/// Access levels (common.md §1.1).
+pub mod access {
+    /// GUEST: the lowest level that grants project access.
+    pub const GUEST: i32 = 10;
+    /// MAINTAINER.
+    pub const MAINTAINER: i32 = 40;
+    /// OWNER.
+    pub const OWNER: i32 = 50;
+}
+
+/// User types (common.md §1.2).
+pub mod user_type {
+    /// A human.
+    pub const HUMAN: i16 = 0;
+    /// The ghost user.
+    pub const GHOST: i16 = 5;
+    /// A project or group bot.
+    pub const PROJECT_BOT: i16 = 6;
+    /// An import placeholder.
+    pub const PLACEHOLDER: i16 = 15;
+}

@@ -1,0 +1,177 @@
+//! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
+//! types (common.md §9.6).
+//!
+//! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session),
+//! turning an `SqsEvent` into one [`runtime::process_record`] call per record, in
+//! order, and the results into an `SqsBatchResponse` with partial batch failures. A
+//! malformed or failed record never fails the batch; a missing `messageId` does,
+//! because Lambda would otherwise treat the whole batch as failed anyway. After a
+//! failed record the session is reset before the next one (§7.1).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{service_fn, Diagnostic, LambdaEvent};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, TransportKind};
+use crate::db::{Connector, Session};
+use crate::error::Error;
+use crate::function::Function;
+use crate::queue::sqs::SqsQueue;
+use crate::queue::Queue;
+use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use crate::telemetry;
+
+/// What a function builds once per execution environment.
+pub struct Deps {
+    /// The function.
+    pub function: Function,
+    /// Its configuration.
+    pub config: Config,
+    /// The transport.
+    pub queue: Arc<dyn Queue>,
+    /// The database session kept across warm invocations.
+    pub session: Session,
+    /// The clock (the system clock in Lambda).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// An error that fails the whole invocation (never a single record's failure).
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// A record without `messageId` cannot be reported as an item failure.
+    #[error("SQS record without messageId")]
+    MissingMessageId,
+}
+
+impl From<InvokeError> for Diagnostic {
+    fn from(e: InvokeError) -> Diagnostic {
+        Diagnostic {
+            error_type: "InvokeError".into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+impl Deps {
+    /// Build the dependencies from configuration (cold start).
+    pub async fn new(function: Function, config: Config) -> Result<Deps, Error> {
+        if config.transport != TransportKind::Sqs {
+            return Err(Error::Config(
+                "TRANSPORT=local is for `hk`; a Lambda function needs TRANSPORT=sqs".into(),
+            ));
+        }
+        config.require_queues(function.sends_to())?;
+        let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let pg = config.database.source.resolve(Some(&aws)).await?;
+        let connector = Connector::new(pg, &config.database)?;
+        let queue = SqsQueue::new(
+            aws_sdk_sqs::Client::new(&aws),
+            aws_sdk_scheduler::Client::new(&aws),
+            config.queues.clone(),
+            config.scheduler.clone(),
+            Arc::new(SystemClock),
+        );
+        Ok(Deps {
+            function,
+            session: Session::new(connector, function.name()),
+            config,
+            queue: Arc::new(queue),
+            clock: Arc::new(SystemClock),
+        })
+    }
+}
+
+fn remaining(deadline_ms: u64) -> Duration {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+/// Handle one SQS event: every record in order, failures reported per record.
+pub async fn handle_event(
+    deps: &Deps,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, InvokeError> {
+    let (sqs, ctx) = (event.payload, event.context);
+    if sqs.records.iter().any(|r| r.message_id.is_none()) {
+        tracing::error!("SQS record without messageId: failing the whole invocation");
+        return Err(InvokeError::MissingMessageId);
+    }
+    let mut response = SqsBatchResponse::default();
+    for rec in &sqs.records {
+        let id = rec.message_id.clone().expect("checked above");
+        let meta = RecordMeta {
+            sqs_message_id: Some(id.clone()),
+            receive_count: rec
+                .attributes
+                .get("ApproximateReceiveCount")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(1),
+            aws_request_id: Some(ctx.request_id.clone()),
+        };
+        let inv = Invocation {
+            function: deps.function,
+            now: deps.clock.now(),
+            queue: deps.queue.as_ref(),
+            settings: &deps.config.settings,
+            deadline: Deadline::in_(
+                remaining(ctx.deadline),
+                deps.config.settings.deadline_margin,
+            ),
+        };
+        let body = rec.body.as_deref().unwrap_or("");
+        let outcome = match deps.session.client().await {
+            Ok(mut client) => process_record(&inv, &mut *client, body, &meta).await,
+            Err(e) => {
+                tracing::error!(
+                    function = deps.function.name(),
+                    sqs_message_id = id.as_str(),
+                    receive_count = meta.receive_count,
+                    error = %e,
+                    error_class = e.class(),
+                    "database unavailable"
+                );
+                RecordOutcome::Retryable {
+                    error_class: e.class().into(),
+                    error: e.to_string(),
+                    discard_session: true,
+                    report: None,
+                }
+            }
+        };
+        match outcome {
+            RecordOutcome::Success(_) => {}
+            RecordOutcome::Permanent { .. } => response.add_failure(id),
+            RecordOutcome::Retryable {
+                discard_session, ..
+            } => {
+                response.add_failure(id);
+                deps.session.reset(discard_session).await;
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// The whole `main` of a function binary: logs, config, dependencies, runtime loop.
+pub async fn run(function: Function) -> Result<(), lambda_runtime::Error> {
+    telemetry::init(telemetry::Sink::Stdout);
+    let deps = match Config::from_env() {
+        Ok(config) => Deps::new(function, config).await,
+        Err(e) => Err(e),
+    };
+    let deps = match deps {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(function = function.name(), error = %e, error_class = e.class(), "cold start failed");
+            return Err(e.into());
+        }
+    };
+    let deps = &deps;
+    lambda_runtime::run(service_fn(move |event| handle_event(deps, event))).await
+}

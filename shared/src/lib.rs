@@ -1,0 +1,27 @@
+//! Domain logic, SQL and Lambda glue shared by every housekeeping function.
+//!
+//! Each Lambda binary under `functions/` is a few lines that call [`lambda::run`];
+//! the operator CLI `hk` drives the same handlers through [`local::Runner`]. See
+//! ARCHITECTURE.md for the map and the invariants.
+#![warn(missing_docs)]
+
+pub mod batches;
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod function;
+pub mod gitlab;
+pub mod lambda;
+pub mod local;
+pub mod locks;
+pub mod messages;
+pub mod migrate;
+pub mod queue;
+pub mod runtime;
+pub mod telemetry;
+pub mod workers;
+
+pub use error::{Error, Result};
+pub use function::Function;

@@ -1,0 +1,321 @@
+//! Local mode: the driver behind `hk run` (common.md §11).
+//!
+//! Owns: delivering messages from the in-process [`LocalQueue`] to the same
+//! [`runtime::process_record`] pipeline Lambda uses, one fresh database session per
+//! handler run, virtual time (`now` = `--now` + virtual time elapsed), the 30 s
+//! virtual visibility timeout and 5 receives before the local dead-letter list, the
+//! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
+//! rolled back, nothing delivered). Tests drive batches "until idle" through it.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::config::Settings;
+use crate::db::Connector;
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::messages::Envelope;
+use crate::queue::local::{LocalQueue, SentRecord};
+use crate::queue::OutMessage;
+use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+
+/// Virtual visibility timeout of a failed message.
+pub const VISIBILITY_S: i64 = 30;
+/// Receives before a message is dead-lettered.
+pub const MAX_RECEIVES: u32 = 5;
+
+/// One handler run, as `hk` reports it.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The function.
+    pub function: Function,
+    /// The message key, when the body parsed.
+    pub message_key: Option<String>,
+    /// The hop.
+    pub hop: Option<u64>,
+    /// The injected `now` of the run.
+    pub now: DateTime<Utc>,
+    /// `success`, `retryable` or `permanent`.
+    pub outcome: &'static str,
+    /// The `done` report (status and fields), if the handler produced one.
+    pub report: Option<Value>,
+    /// The error text of a failed run.
+    pub error: Option<String>,
+    /// Messages the run sent.
+    pub sent: Vec<SentRecord>,
+}
+
+impl Run {
+    /// The run as one JSON object (`hk run --json`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "function": self.function.name(),
+            "message_key": self.message_key,
+            "hop": self.hop,
+            "now": crate::clock::rfc3339(self.now),
+            "outcome": self.outcome,
+            "report": self.report,
+            "error": self.error,
+            "sent": self.sent.iter().map(sent_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The outbox form of a sent message (§11).
+pub fn sent_json(s: &SentRecord) -> Value {
+    let mut v = json!({
+        "receiver": s.message.receiver.name(),
+        "delay_seconds": s.message.delay_s,
+        "body": s.message.envelope,
+    });
+    if let Some(n) = &s.schedule_name {
+        v["schedule_name"] = Value::from(n.clone());
+    }
+    v
+}
+
+/// The in-process driver.
+pub struct Runner {
+    connector: Connector,
+    settings: Settings,
+    queue: LocalQueue,
+    outbox: Option<PathBuf>,
+    outbox_seq: u64,
+    /// Every run so far, in order.
+    pub runs: Vec<Run>,
+}
+
+impl Runner {
+    /// A runner whose virtual clock starts at `now`.
+    pub fn new(connector: Connector, settings: Settings, now: DateTime<Utc>) -> Runner {
+        Runner {
+            connector,
+            settings,
+            queue: LocalQueue::new(now),
+            outbox: None,
+            outbox_seq: 0,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Also write every sent message to `dir` (`--outbox`).
+    pub fn with_outbox(mut self, dir: PathBuf) -> Result<Runner> {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Config(format!("cannot create outbox `{}`: {e}", dir.display())))?;
+        self.outbox = Some(dir);
+        Ok(self)
+    }
+
+    /// The queue (tests inject send failures and inspect sent messages through it).
+    pub fn queue(&self) -> &LocalQueue {
+        &self.queue
+    }
+
+    /// The virtual clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.queue.now()
+    }
+
+    /// The cron message of a cron function at the current virtual time (§11): hop 0,
+    /// a new UUID v4 run id, key `<function>:cron:<now>`.
+    pub fn cron_message(&self, function: Function) -> Envelope {
+        Envelope::cron(function, &uuid::Uuid::new_v4().to_string(), self.now())
+    }
+
+    fn write_outbox(&mut self, sent: &[SentRecord]) -> Result<()> {
+        let Some(dir) = &self.outbox else {
+            return Ok(());
+        };
+        for s in sent {
+            self.outbox_seq += 1;
+            let path = dir.join(format!(
+                "{:06}-{}.json",
+                self.outbox_seq,
+                s.message.receiver.name()
+            ));
+            let text = serde_json::to_string_pretty(&sent_json(s)).expect("json");
+            std::fs::write(&path, text)
+                .map_err(|e| Error::Config(format!("cannot write `{}`: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Run `function` once on `body` at the current virtual time, with a fresh session.
+    pub async fn invoke(
+        &mut self,
+        function: Function,
+        body: &str,
+        receive_count: u32,
+    ) -> Result<(Run, RecordOutcome)> {
+        let now = self.queue.now();
+        let mut client = self.connector.connect(function.name()).await?;
+        let inv = Invocation {
+            function,
+            now,
+            queue: &self.queue,
+            settings: &self.settings,
+            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+        };
+        let meta = RecordMeta {
+            sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
+            receive_count,
+            aws_request_id: None,
+        };
+        let before = self.queue.sent().len();
+        let outcome = process_record(&inv, &mut client, body, &meta).await;
+        drop(client);
+        let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
+        self.write_outbox(&sent)?;
+        let env = serde_json::from_str::<Value>(body).ok();
+        let run = run_of(function, now, env.as_ref(), &outcome, sent);
+        self.runs.push(run.clone());
+        Ok((run, outcome))
+    }
+
+    /// Put `body` on `function`'s queue and deliver every message, continuation and
+    /// child until none is left (`--until-idle`).
+    pub async fn run_until_idle(&mut self, function: Function, body: &str) -> Result<()> {
+        let env: Envelope = serde_json::from_str(body).unwrap_or_else(|_| Envelope {
+            version: 0,
+            kind: String::new(),
+            message_key: String::new(),
+            run_id: String::new(),
+            hop: 0,
+            issued_at: String::new(),
+            payload: Value::Null,
+        });
+        if env.version == 0 {
+            // Unparseable: deliver it once as is, so it fails as malformed.
+            let (_, outcome) = self.invoke(function, body, 1).await?;
+            let _ = outcome;
+            return Ok(());
+        }
+        self.queue.push(OutMessage::new(function, 0, env));
+        self.drain().await
+    }
+
+    /// Deliver queued messages until none is left.
+    pub async fn drain(&mut self) -> Result<()> {
+        while let Some(p) = self.queue.pop() {
+            let body = p.message.envelope.to_body();
+            let (_, outcome) = self
+                .invoke(p.message.receiver, &body, p.receive_count)
+                .await?;
+            if !outcome.is_success() {
+                self.queue.nack(p, VISIBILITY_S, MAX_RECEIVES);
+            }
+        }
+        Ok(())
+    }
+
+    /// One invocation inside a transaction that is rolled back (`--dry-run`): the
+    /// function's own transactions become savepoints; nothing is delivered.
+    pub async fn dry_run(&mut self, function: Function, body: &str) -> Result<Run> {
+        let now = self.queue.now();
+        let recorder = LocalQueue::new(now);
+        let mut client = self.connector.connect(function.name()).await?;
+        let mut tx = client.transaction().await?;
+        let inv = Invocation {
+            function,
+            now,
+            queue: &recorder,
+            settings: &self.settings,
+            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+        };
+        let meta = RecordMeta {
+            sqs_message_id: Some("dry-run".into()),
+            receive_count: 1,
+            aws_request_id: None,
+        };
+        let outcome = process_record(&inv, &mut tx, body, &meta).await;
+        tx.rollback().await?;
+        // Session locks taken inside the transaction outlive the rollback.
+        client
+            .batch_execute("SELECT pg_advisory_unlock_all()")
+            .await?;
+        let env = serde_json::from_str::<Value>(body).ok();
+        let run = run_of(function, now, env.as_ref(), &outcome, recorder.sent());
+        self.runs.push(run.clone());
+        Ok(run)
+    }
+
+    /// Dead-lettered messages: `(message, last error)`.
+    pub fn dead_letters(&self) -> Vec<OutMessage> {
+        self.queue.dead().into_iter().map(|p| p.message).collect()
+    }
+
+    /// The exit code of §11: 2 if a permanent failure is left, 1 if a retryable one
+    /// is, else 0. A failure is "left" when its message was dead-lettered, or when the
+    /// last run of a single invocation failed.
+    pub fn exit_code(&self, single: bool) -> i32 {
+        let failed: Vec<&Run> = if single {
+            self.runs.last().into_iter().collect()
+        } else {
+            let dead: Vec<String> = self
+                .queue
+                .dead()
+                .iter()
+                .map(|p| p.message.envelope.message_key.clone())
+                .collect();
+            // The last run of each dead-lettered key tells how it failed.
+            let mut v = Vec::new();
+            for k in &dead {
+                if let Some(r) = self
+                    .runs
+                    .iter()
+                    .rev()
+                    .find(|r| r.message_key.as_deref() == Some(k))
+                {
+                    v.push(r);
+                }
+            }
+            // A malformed initial message never enters the queue.
+            v.extend(
+                self.runs
+                    .iter()
+                    .filter(|r| r.outcome == "permanent" && r.message_key.is_none()),
+            );
+            v
+        };
+        if failed.iter().any(|r| r.outcome == "permanent") {
+            2
+        } else if failed.iter().any(|r| r.outcome == "retryable") {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+fn run_of(
+    function: Function,
+    now: DateTime<Utc>,
+    env: Option<&Value>,
+    outcome: &RecordOutcome,
+    sent: Vec<SentRecord>,
+) -> Run {
+    let (label, report, error) = match outcome {
+        RecordOutcome::Success(r) => ("success", Some(r.to_json()), None),
+        RecordOutcome::Retryable { error, report, .. } => (
+            "retryable",
+            report.as_ref().map(|r| r.to_json()),
+            Some(error.clone()),
+        ),
+        RecordOutcome::Permanent { error } => ("permanent", None, Some(error.clone())),
+    };
+    Run {
+        function,
+        message_key: env
+            .and_then(|e| e.get("message_key"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        hop: env.and_then(|e| e.get("hop")).and_then(Value::as_u64),
+        now,
+        outcome: label,
+        report,
+        error,
+        sent,
+    }
+}

@@ -1,0 +1,84 @@
+//! The advisory-lock catalogue (common.md §7.3, §9.10).
+//!
+//! Owns: `lock_key`, the session-level overlap and group-destroy try-locks, and the
+//! transaction-level group-owner, authorization and ghost-user locks. Callers decide
+//! the order; the functions here take locks in the ascending order they are given.
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+
+/// `lock_key(s)`: the first 8 bytes of SHA-256("gitlab-housekeeping:" || s), as a
+/// big-endian signed 64-bit integer.
+pub fn lock_key(s: &str) -> i64 {
+    let mut h = Sha256::new();
+    h.update(b"gitlab-housekeeping:");
+    h.update(s.as_bytes());
+    let d = h.finalize();
+    i64::from_be_bytes(d[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
+/// Try the session-level lock for `key_str`; true when taken.
+pub async fn try_session_lock<C: GenericClient>(c: &C, key_str: &str) -> Result<bool> {
+    let row = c
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(key_str)])
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Release the session-level lock for `key_str`.
+pub async fn session_unlock<C: GenericClient>(c: &C, key_str: &str) -> Result<()> {
+    c.execute("SELECT pg_advisory_unlock($1)", &[&lock_key(key_str)])
+        .await?;
+    Ok(())
+}
+
+/// Take transaction-level locks for each key string, in the order given.
+pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<()> {
+    if key_strs.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<i64> = key_strs.iter().map(|s| lock_key(s)).collect();
+    // A function scan over unnest keeps the array order, so the locks are taken in
+    // exactly the order given, in one round trip.
+    c.execute(
+        "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k",
+        &[&keys],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The overlap-guard key of a function (§9.10).
+pub fn function_key(function: &str) -> String {
+    format!("function:{function}")
+}
+
+/// Group-owner locks for the given group ids, ascending and deduplicated (§7.3).
+pub async fn group_owner_locks<C: GenericClient>(c: &C, group_ids: &[i64]) -> Result<()> {
+    let mut ids = group_ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let keys: Vec<String> = ids.iter().map(|g| format!("group-owners:{g}")).collect();
+    xact_locks(c, &keys).await
+}
+
+/// The authorization lock of one user (§3, §7.3).
+pub async fn authorization_lock<C: GenericClient>(c: &C, user_id: i64) -> Result<()> {
+    xact_locks(c, &[format!("project-authorizations:{user_id}")]).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_key_is_the_big_endian_prefix_of_the_hash() {
+        // sha256("gitlab-housekeeping:function:remove-expired-members"), first 8 bytes.
+        let d = Sha256::digest(b"gitlab-housekeeping:function:remove-expired-members");
+        let expect = i64::from_be_bytes(d[..8].try_into().unwrap());
+        assert_eq!(lock_key("function:remove-expired-members"), expect);
+        assert_ne!(lock_key("a"), lock_key("b"));
+    }
+}

@@ -1,0 +1,252 @@
+//! The in-process queue with virtual time (common.md §11), used by `hk` and tests.
+//!
+//! Owns: the pending-message heap ordered by (due time, send sequence), the virtual
+//! clock, receive counts, the local dead-letter list and fault injection for sends.
+//! It delivers nothing by itself: `local::Runner` pops messages and runs handlers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Duration, Utc};
+
+use super::{schedule_name, OutMessage, Queue, QueueError};
+
+/// A message waiting in the local queue.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The message as sent.
+    pub message: OutMessage,
+    /// Virtual time at which it becomes deliverable.
+    pub due: DateTime<Utc>,
+    /// Send order, the tie-breaker for equal due times.
+    pub seq: u64,
+    /// How many times it was received so far.
+    pub receive_count: u32,
+}
+
+/// A record of one send, for `--outbox` and reports.
+#[derive(Debug, Clone)]
+pub struct SentRecord {
+    /// The message.
+    pub message: OutMessage,
+    /// Virtual time of sending.
+    pub sent_at: DateTime<Utc>,
+    /// The one-time schedule name, for delays over 900 s.
+    pub schedule_name: Option<String>,
+}
+
+type FailFn = dyn Fn(&OutMessage) -> bool + Send + Sync;
+
+#[derive(Default)]
+struct State {
+    vnow: Option<DateTime<Utc>>,
+    seq: u64,
+    pending: BTreeMap<(DateTime<Utc>, u64), Pending>,
+    sent: Vec<SentRecord>,
+    dead: Vec<Pending>,
+    send_calls: u64,
+}
+
+/// The in-process queue. Cloning shares the queue.
+#[derive(Clone, Default)]
+pub struct LocalQueue {
+    state: Arc<Mutex<State>>,
+    fail: Arc<Mutex<Option<Arc<FailFn>>>>,
+}
+
+impl std::fmt::Debug for LocalQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalQueue").finish_non_exhaustive()
+    }
+}
+
+impl LocalQueue {
+    /// An empty queue whose virtual clock starts at `start`.
+    pub fn new(start: DateTime<Utc>) -> Self {
+        let q = LocalQueue::default();
+        q.state.lock().unwrap().vnow = Some(start);
+        q
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.state.lock().unwrap().vnow.unwrap_or_else(Utc::now)
+    }
+
+    /// Make sends of messages matching `pred` fail (fault injection for tests).
+    pub fn fail_when(&self, pred: impl Fn(&OutMessage) -> bool + Send + Sync + 'static) {
+        *self.fail.lock().unwrap() = Some(Arc::new(pred));
+    }
+
+    /// Stop failing sends.
+    pub fn clear_failures(&self) {
+        *self.fail.lock().unwrap() = None;
+    }
+
+    /// Put a message in the queue as if sent now with its delay.
+    pub fn push(&self, message: OutMessage) {
+        let mut s = self.state.lock().unwrap();
+        let now = s.vnow.unwrap_or_else(Utc::now);
+        let due = now + Duration::seconds(i64::from(message.delay_s));
+        s.seq += 1;
+        let seq = s.seq;
+        let schedule = message
+            .needs_schedule()
+            .then(|| schedule_name(&message.envelope.message_key));
+        s.sent.push(SentRecord {
+            message: message.clone(),
+            sent_at: now,
+            schedule_name: schedule,
+        });
+        s.pending.insert(
+            (due, seq),
+            Pending {
+                message,
+                due,
+                seq,
+                receive_count: 0,
+            },
+        );
+    }
+
+    /// Take the next message: the earliest due, then the earliest sent. The virtual
+    /// clock jumps forward to its due time if it lies in the future.
+    pub fn pop(&self) -> Option<Pending> {
+        let mut s = self.state.lock().unwrap();
+        let key = *s.pending.keys().next()?;
+        let mut p = s.pending.remove(&key)?;
+        if s.vnow.is_none_or(|v| p.due > v) {
+            s.vnow = Some(p.due);
+        }
+        p.receive_count += 1;
+        Some(p)
+    }
+
+    /// Return a failed message: due again after `visibility_s`, or dead-lettered
+    /// once it has been received `max_receives` times. Returns true if dead-lettered.
+    pub fn nack(&self, mut p: Pending, visibility_s: i64, max_receives: u32) -> bool {
+        let mut s = self.state.lock().unwrap();
+        if p.receive_count >= max_receives {
+            s.dead.push(p);
+            return true;
+        }
+        let now = s.vnow.unwrap_or_else(Utc::now);
+        p.due = now + Duration::seconds(visibility_s);
+        s.seq += 1;
+        p.seq = s.seq;
+        s.pending.insert((p.due, p.seq), p);
+        false
+    }
+
+    /// Messages still waiting.
+    pub fn pending_len(&self) -> usize {
+        self.state.lock().unwrap().pending.len()
+    }
+
+    /// Every message sent so far, in send order.
+    pub fn sent(&self) -> Vec<SentRecord> {
+        self.state.lock().unwrap().sent.clone()
+    }
+
+    /// Remove and return the records of messages sent so far.
+    pub fn take_sent(&self) -> Vec<SentRecord> {
+        std::mem::take(&mut self.state.lock().unwrap().sent)
+    }
+
+    /// The dead-letter list.
+    pub fn dead(&self) -> Vec<Pending> {
+        self.state.lock().unwrap().dead.clone()
+    }
+
+    /// How many times `send` was called (each call is one transport round trip).
+    pub fn send_calls(&self) -> u64 {
+        self.state.lock().unwrap().send_calls
+    }
+}
+
+#[async_trait]
+impl Queue for LocalQueue {
+    async fn send(&self, messages: &[OutMessage]) -> Result<(), QueueError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.state.lock().unwrap().send_calls += 1;
+        let fail = self.fail.lock().unwrap().clone();
+        if let Some(f) = fail {
+            if let Some(m) = messages.iter().find(|m| f(m)) {
+                return Err(QueueError(format!(
+                    "injected send failure for {}",
+                    m.envelope.message_key
+                )));
+            }
+        }
+        for m in messages {
+            self.push(m.clone());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::function::Function;
+    use crate::messages::Envelope;
+
+    fn msg(key: &str, delay: u32) -> OutMessage {
+        let t = "2025-03-10T00:00:00Z".parse().unwrap();
+        OutMessage::new(
+            Function::DeleteUser,
+            delay,
+            Envelope::new("delete-user.run", key.into(), "r", t, serde_json::json!({})),
+        )
+    }
+
+    #[tokio::test]
+    async fn delivery_is_fifo_by_due_time_then_send_order_and_time_jumps() {
+        let start: DateTime<Utc> = "2025-03-10T00:00:00Z".parse().unwrap();
+        let q = LocalQueue::new(start);
+        q.send(&[msg("a", 30), msg("b", 0), msg("c", 30), msg("d", 1200)])
+            .await
+            .unwrap();
+        let order: Vec<_> = std::iter::from_fn(|| q.pop())
+            .map(|p| (p.message.envelope.message_key, p.due))
+            .collect();
+        assert_eq!(order[0].0, "b");
+        assert_eq!(order[1].0, "a");
+        assert_eq!(order[2].0, "c");
+        assert_eq!(order[3].0, "d");
+        assert_eq!(q.now(), start + Duration::seconds(1200));
+        let sent = q.sent();
+        assert!(sent[3].schedule_name.as_deref().unwrap().starts_with("hk-"));
+        assert!(sent[0].schedule_name.is_none());
+    }
+
+    #[tokio::test]
+    async fn failed_messages_come_back_after_visibility_then_dead_letter() {
+        let start: DateTime<Utc> = "2025-03-10T00:00:00Z".parse().unwrap();
+        let q = LocalQueue::new(start);
+        q.send(&[msg("a", 0)]).await.unwrap();
+        for i in 1..=5 {
+            let p = q.pop().unwrap();
+            assert_eq!(p.receive_count, i);
+            let dead = q.nack(p, 30, 5);
+            assert_eq!(dead, i == 5);
+        }
+        assert!(q.pop().is_none());
+        assert_eq!(q.dead().len(), 1);
+        assert_eq!(q.now(), start + Duration::seconds(120));
+    }
+
+    #[tokio::test]
+    async fn injected_failures_send_nothing() {
+        let q = LocalQueue::new(Utc::now());
+        q.fail_when(|m| m.envelope.message_key == "b");
+        assert!(q.send(&[msg("a", 0), msg("b", 0)]).await.is_err());
+        assert_eq!(q.pending_len(), 0);
+        q.clear_failures();
+        q.send(&[msg("a", 0)]).await.unwrap();
+        assert_eq!(q.pending_len(), 1);
+    }
+}

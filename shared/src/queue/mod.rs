@@ -1,0 +1,93 @@
+//! The queue port (common.md §9.5).
+//!
+//! Owns: [`Queue`], the one interface through which handlers send messages, the
+//! [`OutMessage`] they send, and the naming rule for long-delay schedules. Two
+//! adapters implement it: [`sqs::SqsQueue`] (SQS + EventBridge Scheduler, Lambda
+//! mode) and [`local::LocalQueue`] (in-process, virtual time, `hk` and tests).
+//! Handlers never know which one they talk to.
+
+pub mod local;
+pub mod sqs;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+use crate::function::Function;
+use crate::messages::Envelope;
+
+/// SQS's largest `DelaySeconds`; longer delays go through one-time schedules.
+pub const MAX_SQS_DELAY_S: u32 = 900;
+
+/// Largest number of entries in one `SendMessageBatch`.
+pub const SQS_BATCH: usize = 10;
+
+/// A message handed to the transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutMessage {
+    /// The function whose queue receives it.
+    pub receiver: Function,
+    /// Delay before it becomes visible, in seconds.
+    pub delay_s: u32,
+    /// The message.
+    pub envelope: Envelope,
+}
+
+impl OutMessage {
+    /// A message for `receiver` after `delay_s` seconds.
+    pub fn new(receiver: Function, delay_s: u32, envelope: Envelope) -> Self {
+        OutMessage {
+            receiver,
+            delay_s,
+            envelope,
+        }
+    }
+
+    /// Whether this message needs a one-time schedule rather than an SQS delay.
+    pub fn needs_schedule(&self) -> bool {
+        self.delay_s > MAX_SQS_DELAY_S
+    }
+}
+
+/// A send that did not happen. Sends are all-or-error: the caller rolls back.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct QueueError(pub String);
+
+/// The transport.
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// Hand every message to the transport, or fail. Batches (≤ 10 per
+    /// `SendMessageBatch`) and schedules are the adapter's business.
+    async fn send(&self, messages: &[OutMessage]) -> Result<(), QueueError>;
+}
+
+/// The name (and client token) of the one-time schedule for a message key:
+/// `hk-` + the first 40 hex characters of SHA-256(key) (common.md §9.5).
+pub fn schedule_name(message_key: &str) -> String {
+    format!("hk-{}", &schedule_token(message_key))
+}
+
+/// The 40-hex-character hash used as the schedule's client token.
+pub fn schedule_token(message_key: &str) -> String {
+    let digest = Sha256::digest(message_key.as_bytes());
+    hex::encode(digest)[..40].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_names_are_stable_hashes_of_the_key() {
+        let n = schedule_name("group-destroy:100:2025-03-03:11");
+        assert_eq!(n.len(), 43);
+        assert!(n.starts_with("hk-"));
+        assert_eq!(n, schedule_name("group-destroy:100:2025-03-03:11"));
+        assert_ne!(n, schedule_name("group-destroy:101:2025-03-03:11"));
+        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
+        assert_eq!(
+            schedule_token("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a3"
+        );
+    }
+}

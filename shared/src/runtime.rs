@@ -1,0 +1,320 @@
+//! The handler contract shared by Lambda and `hk` (common.md §6, §8, §9.6, §9.8).
+//!
+//! Owns: [`Invocation`] (the injected `now`, the queue, the settings, the monotonic
+//! deadline and budgets), [`Report`] (what a handler says it did), [`dispatch`] (which
+//! handler serves which function) and [`process_record`], the one per-record pipeline:
+//! parse and validate, span with the standard fields, `start` line, handler under
+//! `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
+//! the local runner both call it.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use serde_json::{Map, Value};
+use tokio_postgres::GenericClient;
+use tracing::{field::Empty, Instrument};
+
+use crate::clock::rfc3339;
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::messages::Envelope;
+use crate::queue::{OutMessage, Queue};
+
+/// The monotonic deadline of one invocation: Lambda's remaining time, or in `hk` the
+/// function's timeout measured from the handler's start (§6).
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    end: Instant,
+    margin: Duration,
+}
+
+impl Deadline {
+    /// A deadline `remaining` from now, guarded by `margin`.
+    pub fn in_(remaining: Duration, margin: Duration) -> Deadline {
+        Deadline {
+            end: Instant::now() + remaining,
+            margin,
+        }
+    }
+
+    /// True when less than the margin is left: stop starting new items (§9.8).
+    pub fn reached(&self) -> bool {
+        Instant::now() + self.margin >= self.end
+    }
+}
+
+/// A monotonic time budget (never the injected `now`).
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    start: Instant,
+    limit: Duration,
+}
+
+impl Budget {
+    /// Start a budget of `limit` now.
+    pub fn start(limit: Duration) -> Budget {
+        Budget {
+            start: Instant::now(),
+            limit,
+        }
+    }
+
+    /// True once the budget is used up. A budget of 0 is always exhausted.
+    pub fn exhausted(&self) -> bool {
+        self.start.elapsed() >= self.limit
+    }
+}
+
+/// Everything one handler run needs besides the database session.
+pub struct Invocation<'a> {
+    /// The function being run.
+    pub function: Function,
+    /// The injected clock value, read once at the start (§6).
+    pub now: DateTime<Utc>,
+    /// The transport.
+    pub queue: &'a dyn Queue,
+    /// Budgets and margins.
+    pub settings: &'a Settings,
+    /// The deadline guard.
+    pub deadline: Deadline,
+}
+
+impl Invocation<'_> {
+    /// `today`: the UTC date of `now`.
+    pub fn today(&self) -> chrono::NaiveDate {
+        self.now.date_naive()
+    }
+
+    /// Send a continuation or re-send unless the hop limit forbids it (§9.8). Returns
+    /// whether it was sent. A send failure is an error (the record is retryable).
+    pub async fn continue_with(&self, next: OutMessage) -> Result<bool> {
+        let max_hops = u64::from(self.function.max_hops());
+        if next.envelope.hop > max_hops {
+            tracing::error!(
+                hop = next.envelope.hop - 1,
+                max_hops,
+                "continuation not sent: hop limit reached"
+            );
+            return Ok(false);
+        }
+        self.queue.send(std::slice::from_ref(&next)).await?;
+        Ok(true)
+    }
+}
+
+/// What a handler did: its `done` status and batch-specific result fields.
+#[derive(Debug)]
+pub struct Report {
+    /// The `status` field of `done`.
+    pub status: String,
+    /// The other result fields of `done`, exactly as the batch file names them.
+    pub fields: Map<String, Value>,
+    /// Set when the work ended in a way the batch file calls retryable while still
+    /// producing a report (the record is then reported as a failure).
+    pub retry: Option<Error>,
+}
+
+impl Report {
+    /// A report with a status and fields.
+    pub fn new(status: &str, fields: Value) -> Report {
+        Report {
+            status: status.to_string(),
+            fields: match fields {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+            retry: None,
+        }
+    }
+
+    /// The `skipped: already running` report (§9.10).
+    pub fn skipped() -> Report {
+        tracing::info!("skipped: already running");
+        Report::new("skipped", Value::Null)
+    }
+
+    /// The report as one JSON object (status first).
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("status".into(), Value::from(self.status.clone()));
+        m.extend(self.fields.clone());
+        Value::Object(m)
+    }
+}
+
+/// Run the handler of `inv.function` for a parsed message.
+pub async fn dispatch<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    match inv.function {
+        Function::RemoveExpiredMembers => {
+            crate::batches::remove_expired_members::handle(inv, client, env).await
+        }
+        Function::DeleteUser => crate::workers::delete_user::handle(inv, client, env).await,
+    }
+}
+
+/// Facts about a delivered record that the handler does not see.
+#[derive(Debug, Clone, Default)]
+pub struct RecordMeta {
+    /// SQS `messageId` (the batch item identifier).
+    pub sqs_message_id: Option<String>,
+    /// `ApproximateReceiveCount`.
+    pub receive_count: u32,
+    /// Lambda's request id, when under Lambda.
+    pub aws_request_id: Option<String>,
+}
+
+/// How a record ended (§9.6).
+#[derive(Debug)]
+pub enum RecordOutcome {
+    /// Work done, stale, skipped or hop limit reached: acknowledged.
+    Success(Report),
+    /// Reported as a batch-item failure; redelivered after the visibility timeout.
+    Retryable {
+        /// `error_class` of the failure.
+        error_class: String,
+        /// The error text.
+        error: String,
+        /// Whether the database session must be dropped (connection lost, panic).
+        discard_session: bool,
+        /// The report, when the handler produced one.
+        report: Option<Report>,
+    },
+    /// Malformed: reported every time until it reaches the DLQ.
+    Permanent {
+        /// Why it is malformed.
+        error: String,
+    },
+}
+
+impl RecordOutcome {
+    /// Whether the record is acknowledged.
+    pub fn is_success(&self) -> bool {
+        matches!(self, RecordOutcome::Success(_))
+    }
+}
+
+fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
+    tracing::error!(
+        sqs_message_id = meta.sqs_message_id.as_deref().unwrap_or(""),
+        receive_count = meta.receive_count,
+        error,
+        error_class = "malformed",
+        message_key = key,
+        "malformed message"
+    );
+}
+
+/// Process one record end to end: the single pipeline behind every function.
+pub async fn process_record<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    body: &str,
+    meta: &RecordMeta,
+) -> RecordOutcome
+where
+    C: GenericClient + Send + Sync,
+{
+    let span = tracing::info_span!(
+        "record",
+        function = inv.function.name(),
+        run_id = Empty,
+        message_key = Empty,
+        hop = Empty,
+        aws_request_id = meta.aws_request_id.as_deref(),
+    );
+    async move {
+        let started = Instant::now();
+        let env = match Envelope::parse(body, inv.function) {
+            Ok(e) => e,
+            Err(m) => {
+                log_malformed(meta, &m.error, m.message_key.as_deref());
+                return RecordOutcome::Permanent { error: m.error };
+            }
+        };
+        let span = tracing::Span::current();
+        span.record("run_id", env.run_id.as_str());
+        span.record("message_key", env.message_key.as_str());
+        span.record("hop", env.hop);
+        let cursor = env.payload.get("cursor").cloned().unwrap_or(Value::Null);
+        tracing::info!(
+            now = %rfc3339(inv.now),
+            message_type = env.kind.as_str(),
+            _flatten = %serde_json::json!({ "cursor": cursor }),
+            "start"
+        );
+        let result = AssertUnwindSafe(dispatch(inv, client, &env))
+            .catch_unwind()
+            .await;
+        let duration_s = started.elapsed().as_secs_f64();
+        match result {
+            Ok(Ok(report)) => {
+                tracing::info!(_flatten = %report.to_json(), duration_s, "done");
+                match report.retry {
+                    None => RecordOutcome::Success(report),
+                    Some(ref e) => {
+                        let (error_class, error) = (e.class().to_string(), e.to_string());
+                        tracing::error!(
+                            error = error.as_str(),
+                            error_class = error_class.as_str(),
+                            receive_count = meta.receive_count,
+                            "record failed"
+                        );
+                        RecordOutcome::Retryable {
+                            error_class,
+                            error,
+                            discard_session: false,
+                            report: Some(report),
+                        }
+                    }
+                }
+            }
+            Ok(Err(Error::Malformed(e))) => {
+                log_malformed(meta, &e, Some(&env.message_key));
+                tracing::info!(status = "malformed", duration_s, "done");
+                RecordOutcome::Permanent { error: e }
+            }
+            Ok(Err(e)) => {
+                tracing::error!(
+                    error = %e,
+                    error_class = e.class(),
+                    receive_count = meta.receive_count,
+                    "record failed"
+                );
+                tracing::info!(status = "failed", duration_s, "done");
+                RecordOutcome::Retryable {
+                    error_class: e.class().to_string(),
+                    error: e.to_string(),
+                    discard_session: e.is_connection_lost(),
+                    report: None,
+                }
+            }
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!(
+                    error = msg.as_str(),
+                    error_class = "panic",
+                    receive_count = meta.receive_count,
+                    "record failed: handler panicked"
+                );
+                RecordOutcome::Retryable {
+                    error_class: "panic".into(),
+                    error: msg,
+                    discard_session: true,
+                    report: None,
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}

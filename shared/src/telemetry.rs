@@ -1,0 +1,256 @@
+//! Structured JSON logs (common.md §8).
+//!
+//! Owns: the one log format of the bundle: one JSON object per line with `timestamp`,
+//! `level`, `message`, every field of the enclosing spans flattened to the top level
+//! (so `function`, `run_id`, `message_key`, `hop` and `aws_request_id` appear on every
+//! line of a record), and the event's own fields. A field named `_flatten` holding a
+//! JSON object is merged into the line (used for the batch-specific `done` fields).
+//! Also owns [`capture`], which tests use to assert on exact log lines. It must never
+//! be given secrets: callers log ids, never addresses, URLs, tokens or bodies.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
+/// Where log lines go.
+#[derive(Clone)]
+pub enum Sink {
+    /// Standard output (Lambda: CloudWatch reads it).
+    Stdout,
+    /// Standard error (`hk`, whose stdout carries its own report).
+    Stderr,
+    /// An in-memory buffer (tests).
+    Buffer(Arc<Mutex<Vec<Value>>>),
+}
+
+/// The JSON layer.
+pub struct JsonLayer {
+    sink: Sink,
+}
+
+struct SpanFields(Map<String, Value>);
+
+struct Visitor<'a>(&'a mut Map<String, Value>);
+
+impl Visitor<'_> {
+    fn put(&mut self, field: &Field, v: Value) {
+        if field.name() == "_flatten" {
+            let parsed = match &v {
+                Value::String(s) => serde_json::from_str::<Value>(s).ok(),
+                other => Some(other.clone()),
+            };
+            if let Some(Value::Object(m)) = parsed {
+                self.0.extend(m);
+                return;
+            }
+        }
+        self.0.insert(field.name().to_string(), v);
+    }
+}
+
+impl Visit for Visitor<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, serde_json::json!(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, Value::from(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, Value::from(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, Value::from(value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.put(field, Value::from(value));
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.put(field, Value::from(value.to_string()));
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.put(field, Value::from(format!("{value:?}")));
+    }
+}
+
+impl<S> Layer<S> for JsonLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut m = Map::new();
+        attrs.record(&mut Visitor(&mut m));
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(m));
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            let mut ext = span.extensions_mut();
+            if let Some(f) = ext.get_mut::<SpanFields>() {
+                values.record(&mut Visitor(&mut f.0));
+            }
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut line = Map::new();
+        line.insert(
+            "timestamp".into(),
+            Value::from(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        );
+        line.insert(
+            "level".into(),
+            Value::from(event.metadata().level().as_str().to_ascii_lowercase()),
+        );
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(f) = span.extensions().get::<SpanFields>() {
+                    line.extend(f.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        }
+        event.record(&mut Visitor(&mut line));
+        line.entry("target")
+            .or_insert_with(|| Value::from(event.metadata().target()));
+        let value = Value::Object(line);
+        match &self.sink {
+            Sink::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{value}");
+            }
+            Sink::Stderr => {
+                let mut out = std::io::stderr().lock();
+                let _ = writeln!(out, "{value}");
+            }
+            Sink::Buffer(b) => b.lock().unwrap().push(value),
+        }
+    }
+}
+
+/// The level filter: `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then `info`; other
+/// crates are held at `warn` unless named.
+fn filter() -> EnvFilter {
+    let spec = std::env::var("AWS_LAMBDA_LOG_LEVEL")
+        .ok()
+        .map(|l| l.to_ascii_lowercase())
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".into());
+    let spec = if spec.contains('=') || spec.contains(',') {
+        spec
+    } else {
+        format!("warn,shared={spec},hk={spec}")
+    };
+    EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("warn,shared=info,hk=info"))
+}
+
+/// Install the global subscriber writing to `sink`. Idempotent: a second call is a no-op.
+pub fn init(sink: Sink) {
+    let subscriber = Registry::default().with(filter()).with(JsonLayer { sink });
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// Captured log lines of one test.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<Value>>>);
+
+impl Captured {
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<Value> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Lines whose `message` equals `message`.
+    pub fn with_message(&self, message: &str) -> Vec<Value> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l["message"] == message)
+            .collect()
+    }
+
+    /// The one line with `message`; panics with the full log when there is not exactly one.
+    pub fn one(&self, message: &str) -> Value {
+        let found = self.with_message(message);
+        assert_eq!(
+            found.len(),
+            1,
+            "expected exactly one `{message}` line, log was:\n{}",
+            self.dump()
+        );
+        found.into_iter().next().unwrap()
+    }
+
+    /// The last `done` line.
+    pub fn done(&self) -> Value {
+        self.with_message("done")
+            .pop()
+            .unwrap_or_else(|| panic!("no `done` line; log was:\n{}", self.dump()))
+    }
+
+    /// Forget every line so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// The log as text, for assertion messages.
+    pub fn dump(&self) -> String {
+        self.lines()
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Capture every log line of the crate emitted on this thread (debug and up) until
+/// the guard drops. Tests run handlers on a current-thread runtime, so everything a
+/// handler logs is captured.
+pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let c = Captured::default();
+    let subscriber = Registry::default()
+        .with(EnvFilter::new("warn,shared=debug,hk=debug"))
+        .with(JsonLayer {
+            sink: Sink::Buffer(c.0.clone()),
+        });
+    let guard = tracing::subscriber::set_default(subscriber);
+    (c, guard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_fields_are_flattened_onto_every_line() {
+        let (c, _g) = capture();
+        let span = tracing::info_span!(
+            "record",
+            function = "delete-user",
+            run_id = tracing::field::Empty,
+            hop = 3u64
+        );
+        let _e = span.enter();
+        span.record("run_id", "r-1");
+        tracing::info!(member_id = 7i64, "hello");
+        let done = serde_json::json!({"status":"completed","next_cursor":null});
+        tracing::info!(_flatten = %done, duration_s = 0.5f64, "done");
+        let l = c.one("hello");
+        assert_eq!(l["function"], "delete-user");
+        assert_eq!(l["run_id"], "r-1");
+        assert_eq!(l["hop"], 3);
+        assert_eq!(l["member_id"], 7);
+        assert_eq!(l["level"], "info");
+        let d = c.done();
+        assert_eq!(d["status"], "completed");
+        assert!(d["next_cursor"].is_null());
+        assert_eq!(d["duration_s"], 0.5);
+        assert!(d.get("_flatten").is_none());
+    }
+}

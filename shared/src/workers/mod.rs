@@ -1,0 +1,7 @@
+//! Queue-triggered child workers: one module per worker.
+//!
+//! Owns: each worker's re-verification and effects. Every worker re-checks the
+//! database before any destructive step, so duplicates, replays and stale messages
+//! are harmless (common.md §9.9).
+
+pub mod delete_user;
