@@ -198,7 +198,7 @@ fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, i64>> {
 
 fn print_summary(runs: &[Run], dead: usize) {
     println!("\nSummary");
-    println!("{:<26} {}", "function", "totals");
+    println!("{:<26} totals", "function");
     for (f, m) in summarize(runs) {
         let cols: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("{f:<26} {}", cols.join("  "));

@@ -1,1 +1,8 @@
-fn main() {}
+//! Integration tests: one binary, one fresh database per test (see `integration_tests`).
+
+mod b38;
+mod common;
+mod delete_user;
+mod glue;
+mod queue_sqs;
+mod schema;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run). On a fresh machine of this kind it installs what
+# it needs (.venv with moto), starts a throwaway PostgreSQL (unless DATABASE_URL is
+# set) and a moto server on 127.0.0.1, then runs every check: rustfmt, clippy, all
+# unit and integration tests, and the README's demo command. It stops its servers on
+# exit and fails loudly on the first failing step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+step() { printf '\n==> %s\n' "$*"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Runtime state outside the checkout: the postgres user must be able to traverse it.
+STATE=$(mktemp -d "${TMPDIR:-/tmp}/hk-test.XXXXXX")
+chmod 755 "$STATE"
+MOTO_PID=""
+STARTED_PG=""
+cleanup() {
+  status=$?
+  if [ -n "$MOTO_PID" ]; then kill "$MOTO_PID" 2>/dev/null || true; fi
+  if [ -n "$STARTED_PG" ]; then HK_PG_BASE="$STATE/pg" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
+  if [ $status -ne 0 ]; then
+    echo "FAILED (exit $status). Logs kept in $STATE" >&2
+  else
+    rm -rf "$STATE"
+  fi
+}
+trap cleanup EXIT
+
+step "Python test tools (.venv: moto)"
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+.venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+
+step "rustfmt"
+cargo fmt --all -- --check
+
+step "clippy (warnings are errors)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "build"
+cargo build --workspace --all-targets
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  step "throwaway PostgreSQL (hk db up)"
+  PG_PORT=$(free_port)
+  url=$(HK_PG_BASE="$STATE/pg" HK_PG_PORT="$PG_PORT" target/debug/hk db up | sed -n 's/^DATABASE_URL=//p')
+  STARTED_PG=1
+  export DATABASE_URL="$url"
+  echo "DATABASE_URL=$DATABASE_URL"
+fi
+
+step "moto server on 127.0.0.1"
+MOTO_PORT=$(free_port)
+setsid .venv/bin/moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$STATE/moto.log" 2>&1 &
+MOTO_PID=$!
+for _ in $(seq 1 100); do
+  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $MOTO_PORT), 0.2)" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+export MOTO_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
+echo "MOTO_ENDPOINT=$MOTO_ENDPOINT"
+
+step "unit and integration tests"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+else
+  cargo test --workspace --no-fail-fast
+fi
+
+step "README run command: hk demo (its own throwaway database)"
+env -u DATABASE_URL target/debug/hk demo
+
+step "all checks passed"

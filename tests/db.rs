@@ -1,0 +1,175 @@
+//! One fresh database per test, cloned from a migrated template database.
+
+use shared::config::Settings;
+use shared::db::Connector;
+use shared::local::Runner;
+use tokio_postgres::Client;
+
+const TEMPLATE: &str = "hk_template";
+
+/// The maintenance URL from the environment.
+pub fn base_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!("DATABASE_URL is not set: run the tests through scripts/test.sh, which starts a throwaway PostgreSQL")
+    })
+}
+
+fn with_db(url: &str, db: &str) -> String {
+    let (head, _) = url
+        .rsplit_once('/')
+        .expect("DATABASE_URL has a database part");
+    format!("{head}/{db}")
+}
+
+/// A database of its own for one test.
+pub struct TestDb {
+    /// Its URL.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+    /// A client for fixtures and assertions.
+    pub client: Client,
+}
+
+async fn ensure_template(admin: &Client, base: &str) {
+    // Serialize template creation across the test processes that nextest runs.
+    admin
+        .execute("SELECT pg_advisory_lock(4242)", &[])
+        .await
+        .expect("lock");
+    let exists = admin
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&TEMPLATE])
+        .await
+        .expect("query")
+        .is_some();
+    if !exists {
+        admin
+            .batch_execute(&format!("CREATE DATABASE {TEMPLATE}_build"))
+            .await
+            .expect("create template");
+        {
+            let mut c = Connector::from_url(&with_db(base, &format!("{TEMPLATE}_build")))
+                .unwrap()
+                .connect("tests")
+                .await
+                .expect("connect template");
+            shared::migrate::run(&mut c)
+                .await
+                .expect("migrate template");
+        }
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {TEMPLATE}_build RENAME TO {TEMPLATE}"
+            ))
+            .await
+            .expect("rename template");
+    }
+    admin
+        .execute("SELECT pg_advisory_unlock(4242)", &[])
+        .await
+        .expect("unlock");
+}
+
+impl TestDb {
+    /// Create `t_<uuid>` from the migrated template and connect to it.
+    pub async fn new() -> TestDb {
+        let base = base_url();
+        let admin = Connector::from_url(&base)
+            .unwrap()
+            .connect("tests")
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL: {e}"));
+        ensure_template(&admin, &base).await;
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
+            .await
+            .expect("create test database");
+        let url = with_db(&base, &name);
+        let client = Connector::from_url(&url)
+            .unwrap()
+            .connect("tests")
+            .await
+            .expect("connect test database");
+        TestDb { url, name, client }
+    }
+
+    /// A connector to this database.
+    pub fn connector(&self) -> Connector {
+        Connector::from_url(&self.url).unwrap()
+    }
+
+    /// A second session (another actor in the scenario).
+    pub async fn session(&self) -> Client {
+        self.connector().connect("other-session").await.unwrap()
+    }
+
+    /// A local runner whose clock starts at `now`.
+    pub fn runner(&self, now: chrono::DateTime<chrono::Utc>) -> Runner {
+        self.runner_with(now, Settings::default())
+    }
+
+    /// A local runner with explicit settings (budgets, margins).
+    pub fn runner_with(&self, now: chrono::DateTime<chrono::Utc>, settings: Settings) -> Runner {
+        Runner::new(self.connector(), settings, now)
+    }
+
+    /// Execute SQL statements (fixtures).
+    pub async fn exec(&self, sql: &str) {
+        self.client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("fixture SQL failed: {e}\n{sql}"));
+    }
+
+    /// One scalar.
+    pub async fn scalar<T>(&self, sql: &str) -> T
+    where
+        T: for<'a> tokio_postgres::types::FromSql<'a>,
+    {
+        self.client
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("query failed: {e}\n{sql}"))
+            .get(0)
+    }
+
+    /// `SELECT count(*) FROM <from_where>`.
+    pub async fn count(&self, from_where: &str) -> i64 {
+        self.scalar(&format!("SELECT count(*) FROM {from_where}"))
+            .await
+    }
+
+    /// Whether a row matches.
+    pub async fn exists(&self, from_where: &str) -> bool {
+        self.count(from_where).await > 0
+    }
+
+    /// Sorted ids (`SELECT id::bigint FROM <from_where> ORDER BY 1`).
+    pub async fn ids(&self, from_where: &str) -> Vec<i64> {
+        self.client
+            .query(
+                &format!("SELECT id::bigint FROM {from_where} ORDER BY 1"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// All `(user_id, project_id, access_level)` rows of project_authorizations.
+    pub async fn pas(&self) -> Vec<(i64, i64, i32)> {
+        self.client
+            .query(
+                "SELECT user_id::bigint, project_id::bigint, access_level FROM project_authorizations ORDER BY 1, 2, 3",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    }
+}

@@ -1,0 +1,244 @@
+//! The Lambda glue (`shared::lambda::handle_event`) on real SQS event JSON: partial
+//! batch failures, malformed records, per-record panics, receive counts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::SqsEvent;
+use integration_tests::fixtures::{M, U};
+use integration_tests::{t, Fx, TestDb};
+use lambda_runtime::{Context, LambdaEvent};
+use shared::clock::FixedClock;
+use shared::config::Config;
+use shared::db::Session;
+use shared::lambda::{handle_event, Deps};
+use shared::queue::local::LocalQueue;
+use shared::queue::{OutMessage, Queue, QueueError};
+use shared::telemetry::capture;
+use shared::Function;
+
+const NOW: &str = "2025-03-10T00:10:00Z";
+
+fn event(path: &str) -> SqsEvent {
+    let p = format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}")))
+        .unwrap()
+}
+
+fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
+    let env: HashMap<&str, String> = HashMap::from([
+        ("DATABASE_URL", db.url.clone()),
+        ("TRANSPORT", "local".into()),
+    ]);
+    let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
+    Deps {
+        function,
+        session: Session::new(db.connector(), function.name()),
+        config,
+        queue,
+        clock: Arc::new(FixedClock(t(NOW))),
+    }
+}
+
+async fn fixture() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10), U::bot(20)]).await;
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    db
+}
+
+fn failures(r: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cron_tick_event_runs_the_batch_and_reports_no_failure() {
+    let db = fixture().await;
+    let q = LocalQueue::new(t(NOW));
+    let deps = deps(&db, Function::RemoveExpiredMembers, Arc::new(q.clone()));
+    let (log, _g) = capture();
+    let resp = handle_event(
+        &deps,
+        LambdaEvent::new(
+            event("events/remove-expired-members.json"),
+            Context::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(failures(&resp).is_empty());
+    assert!(!db.exists("members WHERE id = 10").await);
+    let start = log.one("start");
+    assert_eq!(start["function"], "remove-expired-members");
+    assert_eq!(
+        start["message_key"],
+        "remove-expired-members:cron:2025-03-10T00:10:00Z"
+    );
+    assert_eq!(start["run_id"], "8f0c2c1e-5a4e-4c53-9a3d-6f1d2b7e9c10");
+    assert_eq!(start["hop"], 0);
+    assert_eq!(start["now"], "2025-03-10T00:10:00.000000Z");
+    assert_eq!(start["message_type"], "remove-expired-members.run");
+    assert!(start["cursor"].is_null());
+    let done = log.done();
+    assert!(done["duration_s"].is_f64());
+    assert_eq!(done["message_key"], start["message_key"]);
+    // The response serializes to Lambda's partial-batch shape.
+    assert_eq!(
+        serde_json::to_value(&resp).unwrap(),
+        serde_json::json!({"batchItemFailures": []})
+    );
+}
+
+#[tokio::test]
+async fn malformed_records_fail_alone_and_the_rest_of_the_batch_proceeds() {
+    let db = fixture().await;
+    let deps = deps(
+        &db,
+        Function::RemoveExpiredMembers,
+        Arc::new(LocalQueue::new(t(NOW))),
+    );
+    let (log, _g) = capture();
+    let resp = handle_event(
+        &deps,
+        LambdaEvent::new(
+            event("tests/fixtures/sqs/mixed-batch.json"),
+            Context::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        failures(&resp),
+        vec![
+            "11111111-0000-4000-8000-000000000002",
+            "11111111-0000-4000-8000-000000000003",
+            "11111111-0000-4000-8000-000000000004"
+        ]
+    );
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "the good record was processed"
+    );
+    let bad = log.with_message("malformed message");
+    assert_eq!(bad.len(), 3, "{}", log.dump());
+    assert_eq!(
+        bad[0]["sqs_message_id"],
+        "11111111-0000-4000-8000-000000000002"
+    );
+    assert_eq!(bad[0]["receive_count"], 3);
+    assert!(bad[0]["error"].as_str().unwrap().contains("message_key"));
+    assert!(bad[1]["error"].as_str().unwrap().contains("not valid JSON"));
+    assert!(bad[2]["error"]
+        .as_str()
+        .unwrap()
+        .contains("not accepted by remove-expired-members"));
+    assert_eq!(bad[2]["message_key"], "delete-user:20");
+    assert!(!log.dump().contains("hunter2"), "bodies are never logged");
+}
+
+#[tokio::test]
+async fn a_record_without_message_id_fails_the_whole_invocation() {
+    let db = fixture().await;
+    let deps = deps(
+        &db,
+        Function::RemoveExpiredMembers,
+        Arc::new(LocalQueue::new(t(NOW))),
+    );
+    let mut ev = event("events/remove-expired-members.json");
+    ev.records[0].message_id = None;
+    let r = handle_event(&deps, LambdaEvent::new(ev, Context::default())).await;
+    assert!(r.is_err());
+    assert!(db.exists("members WHERE id = 10").await);
+}
+
+/// A transport that panics when asked to send one particular message.
+struct PanickingQueue {
+    inner: LocalQueue,
+    key: &'static str,
+}
+
+#[async_trait]
+impl Queue for PanickingQueue {
+    async fn send(&self, messages: &[OutMessage]) -> Result<(), QueueError> {
+        if messages.iter().any(|m| m.envelope.message_key == self.key) {
+            panic!("transport exploded");
+        }
+        self.inner.send(messages).await
+    }
+}
+
+#[tokio::test]
+async fn a_panic_fails_only_its_record_and_releases_the_session_lock() {
+    let db = fixture().await;
+    let fx = Fx(&db);
+    fx.members(&[M::pm(18, 200, 20, 40).expires("2025-03-09")])
+        .await;
+    fx.users(&[U::bot(21).blocked()]).await;
+    fx.ghost_migration(21, None).await;
+    fx.users(&[U::ghost(5)]).await;
+    let q = PanickingQueue {
+        inner: LocalQueue::new(t(NOW)),
+        key: "delete-user:20",
+    };
+    let deps = deps(&db, Function::RemoveExpiredMembers, Arc::new(q));
+    // Record 1: the cron tick; the bot's delete-user send panics mid-transaction.
+    let mut ev = event("events/remove-expired-members.json");
+    // Record 2: the same cron message again, delivered in the same batch.
+    let mut second = ev.records[0].clone();
+    second.message_id = Some("second".into());
+    ev.records.push(second);
+    let (log, _g) = capture();
+    let resp = handle_event(&deps, LambdaEvent::new(ev, Context::default()))
+        .await
+        .unwrap();
+    // The first record panicked; the reset released its overlap lock, so the second
+    // record ran (it panics again on the same bot, which is also just its own failure).
+    assert_eq!(
+        failures(&resp),
+        vec!["0b9e4e1e-6d8f-4c3e-9f0e-1a2b3c4d5e01", "second"]
+    );
+    let panics = log.with_message("record failed: handler panicked");
+    assert_eq!(panics.len(), 2, "{}", log.dump());
+    assert_eq!(panics[0]["error"], "transport exploded");
+    assert!(log.with_message("skipped: already running").is_empty());
+    // The bot's transaction was rolled back with the dropped session.
+    assert!(db.exists("members WHERE id = 18").await);
+    assert_eq!(
+        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
+            .await,
+        "active"
+    );
+    // And no session lock is left behind.
+    let key = shared::locks::lock_key("function:remove-expired-members");
+    assert!(
+        db.scalar::<bool>(&format!("SELECT pg_try_advisory_lock({key})"))
+            .await
+    );
+}
+
+#[tokio::test]
+async fn a_typical_delete_user_event_is_processed() {
+    let db = fixture().await;
+    let fx = Fx(&db);
+    fx.users(&[U::ghost(5)]).await;
+    db.exec("UPDATE users SET state = 'blocked' WHERE id = 20")
+        .await;
+    fx.ghost_migration(20, None).await;
+    let deps = deps(&db, Function::DeleteUser, Arc::new(LocalQueue::new(t(NOW))));
+    let resp = handle_event(
+        &deps,
+        LambdaEvent::new(event("events/delete-user.json"), Context::default()),
+    )
+    .await
+    .unwrap();
+    assert!(failures(&resp).is_empty());
+    assert!(!db.exists("users WHERE id = 20").await);
+}
