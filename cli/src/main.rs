@@ -183,6 +183,10 @@ fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, i64>> {
         *e.entry(r.outcome.into()).or_default() += 1;
         if let Some(Value::Object(m)) = &r.report {
             for (k, v) in m {
+                // Ids are labels, not quantities.
+                if k.ends_with("_id") {
+                    continue;
+                }
                 if let Some(n) = v.as_i64() {
                     *e.entry(k.clone()).or_default() += n;
                 }
@@ -206,6 +210,20 @@ fn print_summary(runs: &[Run], dead: usize) {
     println!("dead-lettered messages: {dead}");
 }
 
+/// An `--outbox` record (`{"receiver", "delay_seconds", "body"}`) replays as its body;
+/// anything else is taken as a message body as is.
+fn unwrap_outbox_record(text: &str, function: Function) -> Result<String> {
+    if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(text) {
+        if let (Some(Value::String(receiver)), Some(body)) = (m.get("receiver"), m.get("body")) {
+            if receiver != function.name() {
+                bail!("this outbox record is for {receiver}, not {function}");
+            }
+            return Ok(body.to_string());
+        }
+    }
+    Ok(text.to_string())
+}
+
 async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let function = Function::from_name(&a.function).ok_or_else(|| {
         anyhow!(
@@ -227,7 +245,9 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let body = match (&a.message, &a.message_file) {
         (Some(m), _) => m.clone(),
         (None, Some(p)) => {
-            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            unwrap_outbox_record(&text, function)?
         }
         (None, None) => {
             if function.cron().is_none() {

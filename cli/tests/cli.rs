@@ -1,0 +1,320 @@
+//! The `hk` contract (common.md §11): exact spellings, exit codes, `--until-idle`,
+//! `--dry-run`, `--json`, `--outbox`, against a real database.
+
+use std::process::{Command, Output};
+
+use integration_tests::fixtures::{M, U};
+use integration_tests::{Fx, TestDb};
+use serde_json::Value;
+
+fn hk(db: &TestDb, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("hk runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// Expired members, a bot, an invite and an access request on 2026-03-01.
+async fn fixture() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.group(101, "web", Some(100)).await;
+    fx.project(200, 101).await;
+    fx.users(&[
+        U::human(10),
+        U::human(11),
+        U::human(12),
+        U::bot(20),
+        U::ghost(5),
+    ])
+    .await;
+    fx.members(&[
+        M::gm(1, 100, 11, 50),
+        M::pm(2, 200, 10, 30).expires("2026-02-28"),
+        M::pm(3, 200, 20, 40).expires("2026-03-01"),
+        M::pm(4, 200, 0, 30)
+            .invite("x@example.org", "tok")
+            .expires("2026-02-01"),
+        M::gm(5, 101, 12, 30)
+            .requested("2026-01-01T00:00:00Z")
+            .expires("2026-02-15"),
+        M::pm(6, 200, 12, 30).expires("2026-03-02"),
+    ])
+    .await;
+    fx.pas(&[(10, 200, 30), (20, 200, 40), (12, 200, 30)]).await;
+    fx.pat(1, 20, None).await;
+    fx.contribution("notes", 1, 200, 20).await;
+    db
+}
+
+#[tokio::test]
+async fn run_until_idle_leaves_the_state_the_spec_describes() {
+    let db = fixture().await;
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+        ],
+    );
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(db.ids("members").await, vec![1, 6]);
+    assert_eq!(db.pas().await, vec![(12, 200, 30)]);
+    assert!(
+        !db.exists("users WHERE id = 20").await,
+        "the delete-user child ran"
+    );
+    assert_eq!(
+        db.scalar::<i64>("SELECT author_id FROM notes WHERE id = 1")
+            .await,
+        5
+    );
+    let out = stdout(&o);
+    assert!(out.contains("Summary"), "{out}");
+    assert!(out.contains("delete-user"), "{out}");
+}
+
+#[tokio::test]
+async fn json_prints_one_object_per_function_run() {
+    let db = fixture().await;
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--json",
+        ],
+    );
+    assert!(o.status.success());
+    let runs: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["function"], "remove-expired-members");
+    assert_eq!(runs[0]["report"]["status"], "completed");
+    assert_eq!(runs[0]["report"]["updated_rows"], 4);
+    assert_eq!(runs[0]["sent"][0]["receiver"], "delete-user");
+    assert_eq!(runs[0]["sent"][0]["delay_seconds"], 30);
+    assert_eq!(runs[1]["function"], "delete-user");
+    assert_eq!(runs[1]["now"], "2026-03-01T00:10:30.000000Z");
+    assert_eq!(runs[1]["report"]["outcome"], "deleted");
+}
+
+#[tokio::test]
+async fn dry_run_reports_what_would_change_and_changes_nothing() {
+    let db = fixture().await;
+    let before = db.count("members").await;
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(run["report"]["updated_rows"], 4);
+    assert_eq!(run["sent"][0]["receiver"], "delete-user");
+    assert_eq!(db.count("members").await, before);
+    assert_eq!(
+        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
+            .await,
+        "active"
+    );
+    assert!(!db.exists("ghost_user_migrations").await);
+    // The dry run left no session lock behind: a real run works right after.
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+        ],
+    );
+    assert!(o.status.success());
+    assert_eq!(db.ids("members").await, vec![1, 6]);
+    // A single run without --until-idle reports the child it sent but does not run it.
+    assert!(db.exists("users WHERE id = 20").await);
+    assert!(
+        stdout(&o).contains("-> delete-user delay=30s key=delete-user:20"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn dry_run_cannot_be_combined_with_until_idle() {
+    let db = fixture().await;
+    let o = hk(
+        &db,
+        &["run", "remove-expired-members", "--dry-run", "--until-idle"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn the_outbox_records_every_sent_message() {
+    let db = fixture().await;
+    let dir = std::env::temp_dir().join(format!("hk-outbox-{}", uuid::Uuid::new_v4().simple()));
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--outbox",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success());
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    assert_eq!(v["receiver"], "delete-user");
+    assert_eq!(v["delay_seconds"], 30);
+    assert_eq!(v["body"]["message_key"], "delete-user:20");
+    assert_eq!(v["body"]["type"], "delete-user.run");
+    // The record replays through --message-file, and is a no-op by now.
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "delete-user",
+            "--message-file",
+            files[0].to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(run["report"]["status"], "stale");
+    // A record for another function is refused with a clear message.
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--message-file",
+            files[0].to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("for delete-user"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn exit_codes_say_success_retryable_or_permanent() {
+    let db = fixture().await;
+    // Permanent: malformed.
+    let o = hk(&db, &["run", "delete-user", "--message", "{\"version\":1}"]);
+    assert_eq!(o.status.code(), Some(2));
+    // Retryable: the user row is held by another session past the lock timeout.
+    db.exec("UPDATE users SET state = 'blocked' WHERE id = 20")
+        .await;
+    Fx(&db).ghost_migration(20, None).await;
+    let mut other = db.session().await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM users WHERE id = 20 FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let body = r#"{"version":1,"type":"delete-user.run","message_key":"delete-user:20","run_id":"r","hop":0,"issued_at":"2026-03-01T00:00:00Z","payload":{"user_id":20,"initiator_user_id":null,"reason":null}}"#;
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(["run", "delete-user", "--message", body])
+        .env("DATABASE_URL", &db.url)
+        .env("DB_LOCK_TIMEOUT_MS", "50")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    tx.rollback().await.unwrap();
+    // Success once the lock is gone.
+    let o = hk(&db, &["run", "delete-user", "--message", body]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!db.exists("users WHERE id = 20").await);
+}
+
+#[tokio::test]
+async fn a_child_function_needs_a_message_and_unknown_functions_are_named() {
+    let db = fixture().await;
+    let o = hk(&db, &["run", "delete-user"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a cron function"));
+    let o = hk(&db, &["run", "no-such-function"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("known: remove-expired-members"));
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_and_seeding_needs_an_empty_database() {
+    let db = fixture().await;
+    let o = hk(&db, &["migrate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains("migrations applied: []"));
+    let o = hk(&db, &["seed", "demo"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("empty database"));
+}
+
+#[tokio::test]
+async fn the_demo_data_runs_to_completion_with_every_batch() {
+    let db = TestDb::new().await;
+    db.exec("TRUNCATE users CASCADE").await;
+    let o = hk(&db, &["seed", "demo", "--now", "2026-03-01T00:10:00Z"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--json",
+        ],
+    );
+    assert!(o.status.success());
+    let runs: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let updated: i64 = runs
+        .iter()
+        .filter_map(|r| r["report"]["updated_rows"].as_i64())
+        .sum();
+    assert_eq!(updated, 1195);
+    // dave stays: the last owner of widgets.
+    assert!(db.exists("members WHERE id = 5").await);
+    assert!(
+        !db.exists("users WHERE id = 10").await,
+        "the expired deploy bot was deleted"
+    );
+}
