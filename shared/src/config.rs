@@ -64,6 +64,12 @@ pub struct Settings {
     pub deadline_margin: Duration,
     /// `DELETE_USER_BUDGET_S` (default 600).
     pub delete_user_budget: Duration,
+    /// `PRUNE_DELETIONS_BUDGET_S` (default 60).
+    pub prune_deletions_budget: Duration,
+    /// `PAT_EXPIRING_BUDGET_S` (default 180).
+    pub pat_expiring_budget: Duration,
+    /// `GROUP_DESTROY_BUDGET_S` (default 600).
+    pub group_destroy_budget: Duration,
 }
 
 impl Default for Settings {
@@ -71,6 +77,9 @@ impl Default for Settings {
         Settings {
             deadline_margin: Duration::from_secs(60),
             delete_user_budget: Duration::from_secs(600),
+            prune_deletions_budget: Duration::from_secs(60),
+            pat_expiring_budget: Duration::from_secs(180),
+            group_destroy_budget: Duration::from_secs(600),
         }
     }
 }
@@ -161,6 +170,9 @@ impl Config {
         let settings = Settings {
             deadline_margin: secs(&get, "DEADLINE_MARGIN_S", 60)?,
             delete_user_budget: secs(&get, "DELETE_USER_BUDGET_S", 600)?,
+            prune_deletions_budget: secs(&get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
+            pat_expiring_budget: secs(&get, "PAT_EXPIRING_BUDGET_S", 180)?,
+            group_destroy_budget: secs(&get, "GROUP_DESTROY_BUDGET_S", 600)?,
         };
         Ok(Config {
             database,
@@ -307,7 +319,7 @@ mod tests {
         assert!(c.database.require_tls);
         assert_eq!(c.database.statement_timeout_ms, 30_000);
         assert_eq!(c.database.lock_timeout_ms, 5_000);
-        assert_eq!(c.settings.deadline_margin, Duration::from_secs(60));
+        assert_eq!(c.settings, Settings::default());
         assert_eq!(
             c.queues[&Function::DeleteUser].arn.as_deref(),
             Some("arn:q")

@@ -9,7 +9,9 @@ use chrono::NaiveDate;
 use crate::error::{Error, Result};
 use crate::gitlab::authz;
 
-const DEMO_SQL: &str = include_str!("../demo/demo.sql");
+/// The demo SQL files, applied in order; each batch adds its own file (fixed id
+/// ranges per file, see the file headers).
+const DEMO_SQL: &[&str] = &[include_str!("../demo/demo.sql")];
 
 /// Seed the demo data into an empty, migrated database.
 pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Result<()> {
@@ -23,8 +25,10 @@ pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Resu
         ));
     }
     let tx = client.transaction().await?;
-    tx.batch_execute(&DEMO_SQL.replace(":today", &today.to_string()))
-        .await?;
+    for sql in DEMO_SQL {
+        tx.batch_execute(&sql.replace(":today", &today.to_string()))
+            .await?;
+    }
     let projects: Vec<i64> = tx
         .query("SELECT id::bigint FROM projects", &[])
         .await?

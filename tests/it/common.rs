@@ -297,3 +297,146 @@ async fn phase_one_is_idempotent() {
         "blocked"
     );
 }
+
+mod permission_rules {
+    use super::*;
+    use shared::gitlab::permissions::{self as p, Denial};
+
+    async fn member(db: &TestDb, id: i64) -> Member {
+        let row = db
+            .client
+            .query_one(
+                &format!("SELECT {MEMBER_COLUMNS} FROM members WHERE id = {id}"),
+                &[],
+            )
+            .await
+            .unwrap();
+        Member::from_row(&row)
+    }
+
+    async fn actor(db: &TestDb, id: i64) -> p::Actor {
+        p::load_actor(&db.client, id).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn access_levels_come_from_active_memberships_of_ancestors_and_the_project() {
+        let db = tree().await;
+        Fx(&db)
+            .members(&[
+                M::gm(1, 100, 10, 30),
+                M::gm(2, 102, 10, 40).state(1),
+                M::pm(3, 201, 10, 50),
+                M::gm(4, 101, 11, 5),
+            ])
+            .await;
+        let c = &db.client;
+        assert_eq!(
+            p::group_access(c, 10, 102).await.unwrap(),
+            30,
+            "inherited; the awaiting row does not count"
+        );
+        assert_eq!(p::group_access(c, 10, 500).await.unwrap(), 0);
+        assert_eq!(
+            p::group_access(c, 11, 101).await.unwrap(),
+            0,
+            "minimal access grants nothing"
+        );
+        assert_eq!(
+            p::group_access(c, 10, 999).await.unwrap(),
+            0,
+            "missing group"
+        );
+        assert_eq!(p::project_access(c, 10, 201).await.unwrap(), 50);
+        assert_eq!(p::project_access(c, 10, 200).await.unwrap(), 30);
+        assert_eq!(p::project_access(c, 10, 600).await.unwrap(), 0);
+        assert_eq!(p::project_access(c, 10, 999).await.unwrap(), 0);
+        assert!(p::load_actor(c, 999).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn permission_rules_need_an_active_user_and_admins_have_them_all() {
+        let db = tree().await;
+        let fx = Fx(&db);
+        fx.users(&[
+            U::human(1).admin(),
+            U::human(2).admin().blocked(),
+            U::human(13).blocked(),
+        ])
+        .await;
+        fx.members(&[
+            M::gm(1, 100, 11, 50),
+            M::gm(2, 100, 13, 50),
+            M::pm(3, 200, 12, 40),
+        ])
+        .await;
+        let c = &db.client;
+        let (admin, blocked_admin, owner, blocked_owner, maint) = (
+            actor(&db, 1).await,
+            actor(&db, 2).await,
+            actor(&db, 11).await,
+            actor(&db, 13).await,
+            actor(&db, 12).await,
+        );
+        assert!(p::remove_group(c, &admin, 500).await.unwrap());
+        assert!(!p::remove_group(c, &blocked_admin, 500).await.unwrap());
+        assert!(
+            p::remove_group(c, &owner, 102).await.unwrap(),
+            "ownership is inherited"
+        );
+        assert!(!p::owner(c, &blocked_owner, 100).await.unwrap());
+        assert!(p::admin_project_member(c, &maint, 200).await.unwrap());
+        assert!(!p::project_owner(c, &maint, 200).await.unwrap());
+        assert!(p::project_owner(c, &owner, 200).await.unwrap());
+        assert!(p::admin_group_member(c, &owner, 101).await.unwrap());
+        assert!(!p::admin_group_member(c, &maint, 101).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn can_remove_member_applies_the_rules_in_order() {
+        let db = tree().await;
+        let fx = Fx(&db);
+        fx.users(&[U::human(1).admin(), U::human(13).blocked(), U::human(14)])
+            .await;
+        fx.members(&[
+            M::gm(1, 100, 11, 50), // the only owner of G100
+            M::gm(2, 101, 20, 30), // a bot's group membership
+            M::gm(3, 101, 10, 30),
+            M::pm(4, 200, 10, 50), // a project owner row
+            M::pm(5, 200, 10, 30),
+            M::pm(6, 200, 12, 40), // U12: maintainer of P200
+        ])
+        .await;
+        let c = &db.client;
+        let admin = actor(&db, 1).await;
+        let owner = actor(&db, 11).await;
+        let maint = actor(&db, 12).await;
+        let inactive = actor(&db, 13).await;
+        let check = |a: p::Actor, m: i64| {
+            let db = &db;
+            async move {
+                p::can_remove_member(&db.client, &a, &member(db, m).await)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(check(inactive, 3).await, Some(Denial::ActorInactive));
+        assert_eq!(
+            check(admin, 2).await,
+            Some(Denial::ProjectBotGroupMember),
+            "even for admins"
+        );
+        assert_eq!(check(maint, 3).await, Some(Denial::NotAuthorized));
+        assert_eq!(check(admin, 1).await, Some(Denial::LastOwner));
+        assert_eq!(check(owner, 3).await, None);
+        assert_eq!(check(maint, 5).await, None);
+        assert_eq!(check(maint, 4).await, Some(Denial::OwnerRequired));
+        assert_eq!(check(owner, 4).await, None);
+        let outsider = actor(&db, 14).await;
+        assert_eq!(check(outsider, 6).await, Some(Denial::NotAuthorized));
+        assert_eq!(
+            Denial::ProjectBotGroupMember.code(),
+            "project_bot_group_member"
+        );
+        let _ = c;
+    }
+}

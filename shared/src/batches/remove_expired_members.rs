@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
-use crate::gitlab::{access, authz, hierarchy, permissions, user_type};
+use crate::gitlab::{authz, permissions};
 use crate::locks;
 use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
 use crate::queue::OutMessage;
@@ -97,30 +97,20 @@ where
         return Ok(MemberOutcome::NoLongerExpired);
     };
     let m = Member::from_row(&row);
-    let user = match m.user_id {
-        Some(u) => tx
-            .query_opt(
-                "SELECT state IS NOT DISTINCT FROM 'active', user_type::int2 FROM users WHERE id = $1::bigint",
-                &[&u],
-            )
-            .await?
-            .map(|r| (r.get::<_, bool>(0), r.get::<_, i16>(1))),
-        None => None,
-    };
-    let is_bot = user.is_some_and(|(_, t)| t == user_type::PROJECT_BOT);
-    // Step 3: the last-owner rule.
-    if m.is_group() && m.access_level == access::OWNER && m.is_active() {
-        let scope = hierarchy::owner_scope(&tx, m.source_id).await?;
-        locks::group_owner_locks(&tx, &scope).await?;
-        let counted_user = user.is_some_and(|(active, t)| active && t != user_type::PROJECT_BOT);
-        if counted_user && !permissions::other_counted_owner_exists(&tx, &scope, m.id).await? {
-            tx.commit().await?;
-            return Ok(MemberOutcome::LastOwner {
-                group_id: m.source_id,
-                user_id: m.user_id.unwrap_or_default(),
-            });
-        }
+    // Step 3: the last-owner rule (takes the group-owner locks when it applies).
+    if permissions::owner_protected(&tx, &m).await? {
+        tx.commit().await?;
+        return Ok(MemberOutcome::LastOwner {
+            group_id: m.source_id,
+            user_id: m.user_id.unwrap_or_default(),
+        });
     }
+    let is_bot = match m.user_id {
+        Some(u) => permissions::load_actor(&tx, u)
+            .await?
+            .is_some_and(|a| a.is_project_bot()),
+        None => false,
+    };
     // Step 4: remove; a bot's refresh is left to phase 1's combined refresh.
     let refresh = if is_bot {
         Refresh::Deferred

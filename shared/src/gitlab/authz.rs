@@ -11,6 +11,27 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::locks;
 
+/// `desired(u, p) = project_access(u, p)` (common.md §2.2) for user `$1` and every
+/// project in `$2::bigint[]`: columns `project_id`, `access_level` (0 = no access).
+/// Memberships count when active (`state = 0`, no request) and at least GUEST;
+/// MINIMAL_ACCESS never grants project access.
+pub(crate) const DESIRED: &str = "
+    SELECT p.id::bigint AS project_id, GREATEST(
+      COALESCE((SELECT max(m.access_level) FROM members m
+                WHERE m.user_id = $1::bigint AND m.source_type = 'Project'
+                  AND m.source_id = p.id AND m.state = 0
+                  AND m.requested_at IS NULL AND m.access_level >= 10), 0),
+      CASE WHEN n.type = 'Group' THEN
+        COALESCE((SELECT max(m.access_level) FROM members m
+                  WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
+                    AND m.source_id = ANY(n.traversal_ids::bigint[]) AND m.state = 0
+                    AND m.requested_at IS NULL AND m.access_level >= 10), 0)
+      ELSE 0 END,
+      CASE WHEN n.type = 'User' AND n.owner_id = $1::bigint THEN 50 ELSE 0 END
+    )::int4 AS access_level
+    FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+    WHERE p.id = ANY($2::bigint[])";
+
 /// Rows removed and rows written by one refresh.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RefreshCounts {
@@ -33,25 +54,8 @@ pub async fn refresh<C: GenericClient>(
     p.sort_unstable();
     p.dedup();
     locks::authorization_lock(c, user_id).await?;
-    let row = c
-        .query_one(
-            "WITH desired AS (
-               SELECT p.id::bigint AS project_id, GREATEST(
-                 COALESCE((SELECT max(m.access_level) FROM members m
-                           WHERE m.user_id = $1::bigint AND m.source_type = 'Project'
-                             AND m.source_id = p.id AND m.state = 0
-                             AND m.requested_at IS NULL AND m.access_level >= 10), 0),
-                 CASE WHEN n.type = 'Group' THEN
-                   COALESCE((SELECT max(m.access_level) FROM members m
-                             WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
-                               AND m.source_id = ANY(n.traversal_ids::bigint[]) AND m.state = 0
-                               AND m.requested_at IS NULL AND m.access_level >= 10), 0)
-                 ELSE 0 END,
-                 CASE WHEN n.type = 'User' AND n.owner_id = $1::bigint THEN 50 ELSE 0 END
-               ) AS access_level
-               FROM projects p JOIN namespaces n ON n.id = p.namespace_id
-               WHERE p.id = ANY($2::bigint[])
-             ),
+    let sql = format!(
+        "WITH desired AS ({DESIRED}),
              del AS (
                DELETE FROM project_authorizations pa
                WHERE pa.user_id = $1::bigint AND pa.project_id = ANY($2::bigint[])
@@ -69,10 +73,9 @@ pub async fn refresh<C: GenericClient>(
                  WHERE project_authorizations.is_unique IS DISTINCT FROM true
                RETURNING 1
              )
-             SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins)",
-            &[&user_id, &p],
-        )
-        .await?;
+             SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins)"
+    );
+    let row = c.query_one(&sql, &[&user_id, &p]).await?;
     Ok(RefreshCounts {
         deleted: row.get(0),
         written: row.get(1),

@@ -1,12 +1,204 @@
 //! Permission predicates (common.md §2).
 //!
-//! Owns: the last-owner rule `owner_protected(m)` (§2.5) and `sole_owned_groups(u)`
-//! (§2.6). Counted owners are active, non-bot users with an active `access_level = 50`
-//! group membership (⚑ D7). Callers take the group-owner locks first.
+//! Owns: access levels from memberships (`group_access`, `project_access`, §2.2), the
+//! permission rules of §2.3 (`owner`, `remove_group`, `admin_group_member`,
+//! `admin_project_member`, `project_owner`), authorized member removal
+//! `can_remove_member` (§2.4), the last-owner rule `owner_protected` (§2.5) and
+//! `sole_owned_groups` (§2.6). Counted owners are active, non-bot users with an active
+//! `access_level = 50` group membership (⚑ D7). A user who is not active has no
+//! permission; an active admin has every permission of §2.3.
 
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
+use crate::gitlab::authz::DESIRED;
+use crate::gitlab::membership::Member;
+use crate::gitlab::{access, hierarchy, user_type};
+use crate::locks;
+
+/// The facts about a user that the permission rules read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Actor {
+    /// users.id
+    pub id: i64,
+    /// `state = 'active'` (NULL or anything else is not active).
+    pub active: bool,
+    /// `users.admin`.
+    pub admin: bool,
+    /// `users.user_type`.
+    pub user_type: i16,
+}
+
+impl Actor {
+    /// `is_admin(u)`: admin and active.
+    pub fn is_admin(&self) -> bool {
+        self.admin && self.active
+    }
+
+    /// `is_project_bot(u)`.
+    pub fn is_project_bot(&self) -> bool {
+        self.user_type == user_type::PROJECT_BOT
+    }
+}
+
+/// Load a user's permission facts; `None` when the user does not exist.
+pub async fn load_actor<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<Actor>> {
+    let row = c
+        .query_opt(
+            "SELECT id::bigint, state IS NOT DISTINCT FROM 'active', admin, user_type::int2
+             FROM users WHERE id = $1::bigint",
+            &[&user_id],
+        )
+        .await?;
+    Ok(row.map(|r| Actor {
+        id: r.get(0),
+        active: r.get(1),
+        admin: r.get(2),
+        user_type: r.get(3),
+    }))
+}
+
+/// `group_access(u, g)` (§2.2): the highest access-granting group membership of u over
+/// g and its ancestors; 0 when none (or when g does not exist).
+pub async fn group_access<C: GenericClient>(c: &C, user_id: i64, group_id: i64) -> Result<i32> {
+    let row = c
+        .query_one(
+            "SELECT COALESCE(max(m.access_level), 0)::int4
+             FROM namespaces g JOIN members m ON m.source_id = ANY(g.traversal_ids::bigint[])
+             WHERE g.id = $2::bigint AND m.user_id = $1::bigint AND m.source_type = 'Namespace'
+               AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10",
+            &[&user_id, &group_id],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// `project_access(u, p)` (§2.2); 0 when none (or when p does not exist).
+pub async fn project_access<C: GenericClient>(c: &C, user_id: i64, project_id: i64) -> Result<i32> {
+    let row = c
+        .query_opt(
+            &format!("SELECT access_level FROM ({DESIRED}) d"),
+            &[&user_id, &vec![project_id]],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)).unwrap_or(0))
+}
+
+/// `owner(u, g)` (§2.3): active and `group_access >= 50`.
+pub async fn owner<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> Result<bool> {
+    Ok(u.active && group_access(c, u.id, group_id).await? >= access::OWNER)
+}
+
+/// `remove_group(u, g)` = `admin_group_member(u, g)` = `is_admin(u) OR owner(u, g)`.
+pub async fn remove_group<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> Result<bool> {
+    Ok(u.is_admin() || owner(c, u, group_id).await?)
+}
+
+/// `admin_group_member(u, g)` (§2.3).
+pub async fn admin_group_member<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> Result<bool> {
+    remove_group(c, u, group_id).await
+}
+
+/// `admin_project_member(u, p)`: admin, or active with `project_access >= 40`.
+pub async fn admin_project_member<C: GenericClient>(
+    c: &C,
+    u: &Actor,
+    project_id: i64,
+) -> Result<bool> {
+    Ok(u.is_admin()
+        || (u.active && project_access(c, u.id, project_id).await? >= access::MAINTAINER))
+}
+
+/// `project_owner(u, p)`: admin, or active with `project_access >= 50`.
+pub async fn project_owner<C: GenericClient>(c: &C, u: &Actor, project_id: i64) -> Result<bool> {
+    Ok(u.is_admin() || (u.active && project_access(c, u.id, project_id).await? >= access::OWNER))
+}
+
+/// Why `can_remove_member` denies (§2.4); [`Denial::code`] is the log's `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// Rule 1.
+    ActorInactive,
+    /// Rule 2 (even for admins).
+    ProjectBotGroupMember,
+    /// Rules 3 and 5.
+    NotAuthorized,
+    /// Rule 4.
+    LastOwner,
+    /// Rule 6.
+    OwnerRequired,
+}
+
+impl Denial {
+    /// The reason code of common.md §2.4.
+    pub fn code(self) -> &'static str {
+        match self {
+            Denial::ActorInactive => "actor_inactive",
+            Denial::ProjectBotGroupMember => "project_bot_group_member",
+            Denial::NotAuthorized => "not_authorized",
+            Denial::LastOwner => "last_owner",
+            Denial::OwnerRequired => "owner_required",
+        }
+    }
+}
+
+/// `owner_protected(m)` (§2.5). Takes the group-owner locks of `owner_scope(g)` first
+/// (ascending) when m is a candidate, so the answer holds until COMMIT.
+pub async fn owner_protected<C: GenericClient>(c: &C, m: &Member) -> Result<bool> {
+    if !(m.is_group() && m.access_level == access::OWNER && m.is_active()) {
+        return Ok(false);
+    }
+    let Some(uid) = m.user_id else {
+        return Ok(false);
+    };
+    let counted = match load_actor(c, uid).await? {
+        Some(u) => u.active && !u.is_project_bot(),
+        None => false,
+    };
+    if !counted {
+        return Ok(false);
+    }
+    let scope = hierarchy::owner_scope(c, m.source_id).await?;
+    locks::group_owner_locks(c, &scope).await?;
+    Ok(!other_counted_owner_exists(c, &scope, m.id).await?)
+}
+
+/// `can_remove_member(a, m)` (§2.4): `None` allows; the first rule that applies decides.
+pub async fn can_remove_member<C: GenericClient>(
+    c: &C,
+    a: &Actor,
+    m: &Member,
+) -> Result<Option<Denial>> {
+    if !a.active {
+        return Ok(Some(Denial::ActorInactive));
+    }
+    if m.is_group() {
+        if let Some(uid) = m.user_id {
+            if load_actor(c, uid)
+                .await?
+                .is_some_and(|u| u.is_project_bot())
+            {
+                return Ok(Some(Denial::ProjectBotGroupMember));
+            }
+        }
+        if !admin_group_member(c, a, m.source_id).await? {
+            return Ok(Some(Denial::NotAuthorized));
+        }
+        if owner_protected(c, m).await? {
+            return Ok(Some(Denial::LastOwner));
+        }
+        return Ok(None);
+    }
+    if m.is_project() {
+        if !admin_project_member(c, a, m.source_id).await? {
+            return Ok(Some(Denial::NotAuthorized));
+        }
+        if m.access_level >= access::OWNER && !project_owner(c, a, m.source_id).await? {
+            return Ok(Some(Denial::OwnerRequired));
+        }
+    }
+    Ok(None)
+}
 
 /// Whether a counted owner row other than `member_id` exists in `scope` (§2.5).
 pub async fn other_counted_owner_exists<C: GenericClient>(
