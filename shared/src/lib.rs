@@ -17,6 +17,7 @@ pub mod lambda;
 pub mod local;
 pub mod locks;
 pub mod messages;
+pub mod metrics;
 pub mod migrate;
 pub mod queue;
 pub mod runtime;

@@ -115,6 +115,8 @@ pub struct Report {
     /// Set when the work ended in a way the batch file calls retryable while still
     /// producing a report (the record is then reported as a failure).
     pub retry: Option<Error>,
+    /// Metrics for this invocation's EMF line (besides `duration_s`).
+    pub metrics: Vec<(String, f64)>,
 }
 
 impl Report {
@@ -127,7 +129,14 @@ impl Report {
                 _ => Map::new(),
             },
             retry: None,
+            metrics: Vec::new(),
         }
+    }
+
+    /// Add a metric to the invocation's EMF line.
+    pub fn metric(mut self, name: &str, value: f64) -> Report {
+        self.metrics.push((name.to_string(), value));
+        self
     }
 
     /// The `skipped: already running` report (§9.10).
@@ -255,6 +264,9 @@ where
         match result {
             Ok(Ok(report)) => {
                 tracing::info!(_flatten = %report.to_json(), duration_s, "done");
+                let mut metrics = vec![("duration_s".to_string(), duration_s)];
+                metrics.extend(report.metrics.iter().cloned());
+                crate::metrics::emit(inv.function, &metrics);
                 match report.retry {
                     None => RecordOutcome::Success(report),
                     Some(ref e) => {

@@ -58,6 +58,35 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
     assert_eq!(done["failed_rows"], 0);
     assert!(done["next_cursor"].is_null());
     assert!(r.runs[0].sent.is_empty());
+    // One EMF line per invocation, for the alarms.
+    let emf = log.one("metrics");
+    assert_eq!(
+        emf["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+        "GitLabHousekeeping"
+    );
+    assert_eq!(
+        emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+        json!([["function"]])
+    );
+    assert_eq!(emf["function"], "remove-expired-members");
+    assert_eq!(emf["processed"], 1.0);
+    assert_eq!(emf["failed"], 0.0);
+    assert!(emf["duration_s"].is_f64());
+    let names: Vec<_> = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["Name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            json!("duration_s"),
+            json!("processed"),
+            json!("skipped"),
+            json!("failed")
+        ]
+    );
 }
 
 #[tokio::test]

@@ -246,5 +246,8 @@ where
             "failed_rows": page.failed,
             "next_cursor": page.next.map(|(c, _)| c),
         }),
-    ))
+    )
+    .metric("processed", page.updated as f64)
+    .metric("skipped", page.skipped as f64)
+    .metric("failed", page.failed as f64))
 }
