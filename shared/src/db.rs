@@ -194,18 +194,21 @@ impl Session {
 
     /// After a record that failed or panicked: roll back, release every session lock,
     /// or drop the connection when that fails or its state is unknown (§7.1, §9.10).
+    ///
+    /// Even a session that will be dropped first gets a best-effort, time-bounded
+    /// unlock: closing a socket does not release the old backend's locks
+    /// synchronously, and the next record must not find its own overlap lock still
+    /// held and end as `skipped: already running`.
     pub async fn reset(&self, discard: bool) {
         let mut guard = self.client.lock().await;
-        if discard {
-            *guard = None;
-            return;
-        }
         if let Some(c) = guard.as_ref() {
-            let ok = c
-                .batch_execute("ROLLBACK; SELECT pg_advisory_unlock_all()")
-                .await
-                .is_ok();
-            if !ok {
+            let ok = tokio::time::timeout(
+                Duration::from_secs(2),
+                c.batch_execute("ROLLBACK; SELECT pg_advisory_unlock_all()"),
+            )
+            .await
+            .is_ok_and(|r| r.is_ok());
+            if !ok || discard {
                 *guard = None;
             }
         }
