@@ -159,6 +159,32 @@ impl TestDb {
             .collect()
     }
 
+    /// Every row of every table in `public`, as canonical JSON text per table: two
+    /// snapshots are equal exactly when the data is.
+    pub async fn snapshot(&self) -> std::collections::BTreeMap<String, String> {
+        let tables: Vec<String> = self
+            .client
+            .query(
+                "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut out = std::collections::BTreeMap::new();
+        for t in tables {
+            let text: String = self
+                .scalar(&format!(
+                    "SELECT coalesce(json_agg(x ORDER BY x::text), '[]')::text FROM {t} x"
+                ))
+                .await;
+            out.insert(t, text);
+        }
+        out
+    }
+
     /// All `(user_id, project_id, access_level)` rows of project_authorizations.
     pub async fn pas(&self) -> Vec<(i64, i64, i32)> {
         self.client

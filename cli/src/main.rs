@@ -2,6 +2,7 @@
 //! as the Lambda functions, through the in-process queue with virtual time. It holds
 //! no SQL of its own.
 
+mod aws_local;
 mod pg;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,16 @@ enum Cmd {
     },
     /// Run a function as its trigger would, with the in-process queue.
     Run(RunArgs),
+    /// Local AWS emulation around `cargo lambda watch` (moto).
+    Local {
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+    /// Recovery: move messages back from a DLQ or a file.
+    Replay {
+        #[command(subcommand)]
+        action: ReplayAction,
+    },
     /// Throwaway database, demo data, every batch until idle, and a summary.
     Demo {
         /// Fix the clock (RFC 3339; default: now).
@@ -65,6 +76,237 @@ enum DbAction {
     Up,
     /// Stop the cluster.
     Down,
+}
+
+#[derive(clap::Args, Clone)]
+struct AwsArgs {
+    /// SQS/Scheduler endpoint (moto), e.g. http://127.0.0.1:5000; default: the AWS
+    /// environment (AWS_ENDPOINT_URL, region, credentials).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Queue-name prefix of the local convention (`<prefix>-<function>`, `…-dlq`) and
+    /// the schedule group name.
+    #[arg(long, default_value = "hk")]
+    prefix: String,
+}
+
+#[derive(Subcommand)]
+enum LocalAction {
+    /// Create every queue, DLQ and the schedule group; write the env file for
+    /// `cargo lambda watch --env-file`.
+    Setup {
+        #[command(flatten)]
+        aws: AwsArgs,
+        /// Visibility timeout of the local queues (seconds before a failure is retried).
+        #[arg(long, default_value_t = 10)]
+        visibility_s: u32,
+        /// Where to write the env file.
+        #[arg(long, default_value = ".dev/lambda.env")]
+        env_file: PathBuf,
+    },
+    /// Poll the queues and deliver SQS events to `cargo lambda watch`; fire due
+    /// one-time schedules.
+    Pump {
+        #[command(flatten)]
+        aws: AwsArgs,
+        /// The address `cargo lambda watch` serves the invoke API on.
+        #[arg(long, default_value = "http://127.0.0.1:9000")]
+        invoke: String,
+        /// Stop when every queue is empty and no schedule is pending.
+        #[arg(long)]
+        until_idle: bool,
+        /// Stop after this many seconds in any case.
+        #[arg(long, default_value_t = 600)]
+        max_seconds: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum ReplayAction {
+    /// Move messages from a function's DLQ back to its queue.
+    Dlq {
+        /// The function whose DLQ is replayed.
+        function: String,
+        #[command(flatten)]
+        aws: AwsArgs,
+        /// Move at most this many messages.
+        #[arg(long, default_value_t = 1000)]
+        max: usize,
+        /// Only messages of this type (e.g. delete-user.run).
+        #[arg(long = "type")]
+        kind: Option<String>,
+        /// Count what would move; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Replay a JSON-lines file of message bodies or --outbox records.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Send to the queues (SQS/moto) instead of running locally.
+        #[arg(long)]
+        queue: bool,
+        /// The receiving function for bare bodies (outbox records name their own).
+        #[arg(long)]
+        to: Option<String>,
+        #[command(flatten)]
+        aws: AwsArgs,
+        /// Local runs: the clock (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        /// Local runs: also deliver what the replayed messages send.
+        #[arg(long)]
+        until_idle: bool,
+        /// Local runs: one JSON object per function run.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn function_arg(name: &str) -> Result<Function> {
+    Function::from_name(name).ok_or_else(|| {
+        anyhow!(
+            "unknown function `{name}` (known: {})",
+            Function::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+fn print_replay(r: &aws_local::ReplayReport, verb: &str) {
+    let total: u64 = r.by_type.values().sum();
+    println!(
+        "{verb} {total} message(s); left in place by the filter: {}",
+        r.skipped
+    );
+    for (k, n) in &r.by_type {
+        println!("  {k}: {n}");
+    }
+}
+
+async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
+    match action {
+        LocalAction::Setup {
+            aws,
+            visibility_s,
+            env_file,
+        } => {
+            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let env =
+                aws_local::setup(&clients, &aws.prefix, visibility_s, aws.endpoint.as_deref())
+                    .await?;
+            if let Some(dir) = env_file.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let text: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(&env_file, text)
+                .with_context(|| format!("cannot write {}", env_file.display()))?;
+            println!(
+                "{} queues with DLQs and schedule group `{}` ready; env file: {}",
+                Function::ALL.len(),
+                aws.prefix,
+                env_file.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        LocalAction::Pump {
+            aws,
+            invoke,
+            until_idle,
+            max_seconds,
+        } => {
+            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let stats = aws_local::pump(
+                &clients,
+                &aws.prefix,
+                &invoke,
+                until_idle,
+                std::time::Duration::from_secs(max_seconds),
+            )
+            .await?;
+            let failed: u64 = stats.failed.values().sum();
+            println!(
+                "pump done: delivered {:?}, failed {:?}, schedules fired {}",
+                stats.delivered, stats.failed, stats.schedules_fired
+            );
+            Ok(if failed > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}
+
+async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
+    match action {
+        ReplayAction::Dlq {
+            function,
+            aws,
+            max,
+            kind,
+            dry_run,
+        } => {
+            let f = function_arg(&function)?;
+            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let dlq = clients.url(&aws_local::dlq_name(&aws.prefix, f)).await?;
+            let queue = clients.url(&aws_local::queue_name(&aws.prefix, f)).await?;
+            let r = aws_local::replay_dlq(&clients, &dlq, &queue, max, kind.as_deref(), dry_run)
+                .await?;
+            print_replay(&r, if dry_run { "would move" } else { "moved" });
+            Ok(ExitCode::SUCCESS)
+        }
+        ReplayAction::File {
+            path,
+            queue,
+            to,
+            aws,
+            now,
+            until_idle,
+            json,
+        } => {
+            let lines = aws_local::read_lines(&path)?;
+            let to = to.as_deref().map(function_arg).transpose()?;
+            if queue {
+                let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
+                let r = aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await?;
+                print_replay(&r, "sent");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let config = local_config()?;
+            let mut runner = Runner::new(
+                connector(&config).await?,
+                config.settings.clone(),
+                parse_now(now.as_deref())?,
+            );
+            for (recv, body) in &lines {
+                let f = to
+                    .or(*recv)
+                    .ok_or_else(|| anyhow!("a bare message body needs --to <function>"))?;
+                if until_idle {
+                    runner.run_until_idle(f, body).await?;
+                } else {
+                    runner.invoke(f, body, 1).await?;
+                }
+            }
+            for r in &runner.runs {
+                if json {
+                    println!("{}", r.to_json());
+                } else {
+                    print_run(r);
+                }
+            }
+            let code = if until_idle {
+                runner.exit_code(false)
+            } else {
+                runner.worst_exit_code()
+            };
+            Ok(ExitCode::from(code as u8))
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -398,6 +640,8 @@ async fn real_main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(a) => cmd_run(a).await,
+        Cmd::Local { action } => cmd_local(action).await,
+        Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Demo { now, keep_db } => cmd_demo(now, keep_db).await,
     }
 }

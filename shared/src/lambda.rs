@@ -84,11 +84,21 @@ impl Deps {
     }
 }
 
-fn remaining(deadline_ms: u64) -> Duration {
+/// Time left before Lambda's deadline. A deadline more than a day in the past is not
+/// a real one (emulators such as `cargo lambda watch` send a fixed 600000 ms, i.e.
+/// 1970): then the function's configured timeout is used, as in `hk`.
+fn remaining(deadline_ms: u64, function: Function) -> Duration {
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    if deadline_ms.saturating_add(86_400_000) < now_ms {
+        tracing::debug!(
+            deadline_ms,
+            "implausible Lambda deadline; using the function timeout"
+        );
+        return function.timeout();
+    }
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
@@ -120,7 +130,7 @@ pub async fn handle_event(
             queue: deps.queue.as_ref(),
             settings: &deps.config.settings,
             deadline: Deadline::in_(
-                remaining(ctx.deadline),
+                remaining(ctx.deadline, deps.function),
                 deps.config.settings.deadline_margin,
             ),
         };
@@ -174,4 +184,27 @@ pub async fn run(function: Function) -> Result<(), lambda_runtime::Error> {
     };
     let deps = &deps;
     lambda_runtime::run(service_fn(move |event| handle_event(deps, event))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_real_deadline_is_used_and_an_emulators_1970_deadline_is_not() {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let r = remaining(now_ms + 30_000, Function::DeleteUser);
+        assert!(r <= Duration::from_secs(30) && r > Duration::from_secs(25));
+        assert_eq!(
+            remaining(now_ms - 5_000, Function::DeleteUser),
+            Duration::ZERO
+        );
+        assert_eq!(
+            remaining(600_000, Function::DeleteUser),
+            Function::DeleteUser.timeout()
+        );
+    }
 }

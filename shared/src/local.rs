@@ -246,6 +246,18 @@ impl Runner {
         self.queue.dead().into_iter().map(|p| p.message).collect()
     }
 
+    /// The worst outcome of every run so far as an exit code (2 permanent, 1
+    /// retryable, 0): for replays of many independent messages.
+    pub fn worst_exit_code(&self) -> i32 {
+        if self.runs.iter().any(|r| r.outcome == "permanent") {
+            2
+        } else if self.runs.iter().any(|r| r.outcome == "retryable") {
+            1
+        } else {
+            0
+        }
+    }
+
     /// The exit code of §11: 2 if a permanent failure is left, 1 if a retryable one
     /// is, else 0. A failure is "left" when its message was dead-lettered, or when the
     /// last run of a single invocation failed.

@@ -1,0 +1,320 @@
+//! Deploy-free end to end: the function binaries served by `cargo lambda watch` on
+//! 127.0.0.1 against a throwaway database and moto, driven by `hk local pump`, with
+//! recovery through `hk replay`. Needs `cargo-lambda` (scripts/test.sh installs it
+//! into .venv) and `MOTO_ENDPOINT`.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use integration_tests::aws::{moto_config, moto_endpoint};
+use integration_tests::fixtures::{M, U};
+use integration_tests::{Fx, TestDb};
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn hk(db: &TestDb, args: &[&str]) -> Output {
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("hk runs");
+    eprintln!(
+        "hk {args:?}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn cargo_lambda() -> PathBuf {
+    let venv = workspace().join(".venv/bin/cargo-lambda");
+    if venv.exists() {
+        return venv;
+    }
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("cargo-lambda"))
+            .find(|c| c.exists())
+    });
+    found.unwrap_or_else(|| {
+        panic!("cargo-lambda is not installed: run the tests through scripts/test.sh")
+    })
+}
+
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_watch(env_file: &std::path::Path, port: u16) -> Watch {
+    let log = std::fs::File::create(env_file.with_extension("watch.log")).unwrap();
+    let child = Command::new(cargo_lambda())
+        .args([
+            "lambda",
+            "watch",
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+            &port.to_string(),
+        ])
+        .arg("--env-file")
+        .arg(env_file)
+        .current_dir(workspace())
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("cargo lambda watch starts");
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "cargo lambda watch did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Watch(child)
+}
+
+async fn fixture() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[
+        U::human(10),
+        U::human(11),
+        U::bot(20).blocked(),
+        U::bot(21),
+        U::ghost(5),
+    ])
+    .await;
+    fx.members(&[
+        M::gm(1, 100, 11, 50),
+        M::pm(2, 200, 10, 30).expires("2025-03-09"),
+        M::pm(3, 200, 21, 40).expires("2025-03-09"),
+    ])
+    .await;
+    fx.ghost_migration(20, None).await;
+    fx.contribution("issues", 1, 200, 20).await;
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
+    let db = fixture().await;
+    let prefix = format!("e2e{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let dir = std::env::temp_dir().join(&prefix);
+    std::fs::create_dir_all(&dir).unwrap();
+    let env_file = dir.join("lambda.env");
+    let endpoint = moto_endpoint();
+    let o = hk(
+        &db,
+        &[
+            "local",
+            "setup",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            &prefix,
+            "--visibility-s",
+            "10",
+            "--env-file",
+            env_file.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success());
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(env.contains(&format!("DATABASE_URL={}", db.url)), "{env}");
+    let port = free_port();
+    let _watch = start_watch(&env_file, port);
+    let invoke = format!("http://127.0.0.1:{port}");
+
+    // 1. Recovery: a delete-user message that ended in the DLQ is replayed and pumped.
+    let moto = moto_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&moto);
+    let dlq = sqs
+        .get_queue_url()
+        .queue_name(format!("{prefix}-delete-user-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let body = r#"{"version":1,"type":"delete-user.run","message_key":"delete-user:20","run_id":"r","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{"user_id":20,"initiator_user_id":null,"reason":"Membership expired"}}"#;
+    sqs.send_message()
+        .queue_url(&dlq)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+    let o = hk(
+        &db,
+        &[
+            "replay",
+            "dlq",
+            "delete-user",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            &prefix,
+            "--dry-run",
+        ],
+    );
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("would move 1 message(s)"));
+    assert!(db.exists("users WHERE id = 20").await);
+    let o = hk(
+        &db,
+        &[
+            "replay",
+            "dlq",
+            "delete-user",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            &prefix,
+        ],
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("moved 1 message(s)"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("delete-user.run: 1"));
+    let o = hk(
+        &db,
+        &[
+            "local",
+            "pump",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            &prefix,
+            "--invoke",
+            &invoke,
+            "--until-idle",
+            "--max-seconds",
+            "120",
+        ],
+    );
+    assert!(o.status.success(), "pump failed");
+    assert!(
+        !db.exists("users WHERE id = 20").await,
+        "the replayed delete-user ran under cargo lambda watch"
+    );
+    assert_eq!(
+        db.scalar::<i64>("SELECT author_id FROM issues WHERE id = 1")
+            .await,
+        5
+    );
+
+    // 2. The cron tick event, invoked directly, runs remove-expired-members, which
+    //    sends its delete-user child to the moto queue with a 30 s delay.
+    let event: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace().join("events/remove-expired-members.json")).unwrap(),
+    )
+    .unwrap();
+    let resp: Value = reqwest::Client::new()
+        .post(format!(
+            "{invoke}/2015-03-31/functions/remove-expired-members/invocations"
+        ))
+        .json(&event)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resp, serde_json::json!({"batchItemFailures": []}));
+    assert_eq!(db.ids("members").await, vec![1]);
+    assert_eq!(
+        db.scalar::<String>("SELECT state FROM users WHERE id = 21")
+            .await,
+        "blocked"
+    );
+    let q = sqs
+        .get_queue_url()
+        .queue_name(format!("{prefix}-delete-user"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&q)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(
+        attrs[&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed],
+        "1"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn replaying_a_whole_run_after_success_changes_nothing() {
+    let db = fixture().await;
+    let dir = std::env::temp_dir().join(format!("hk-replay-{}", uuid::Uuid::new_v4().simple()));
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2025-03-10T00:10:00Z",
+            "--until-idle",
+            "--outbox",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success());
+    assert!(!db.exists("users WHERE id = 21").await);
+    let after = db.snapshot().await;
+    // The whole run: its cron message plus everything it sent.
+    let cron = r#"{"receiver":"remove-expired-members","delay_seconds":0,"body":{"version":1,"type":"remove-expired-members.run","message_key":"remove-expired-members:cron:2025-03-10T00:10:00Z","run_id":"r1","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{}}}"#;
+    std::fs::write(dir.join("000000-cron.json"), cron).unwrap();
+    let o = hk(
+        &db,
+        &[
+            "replay",
+            "file",
+            dir.to_str().unwrap(),
+            "--now",
+            "2025-03-10T06:00:00Z",
+            "--json",
+        ],
+    );
+    assert!(o.status.success());
+    let runs: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "the cron message and the delete-user child");
+    assert_eq!(runs[0]["report"]["updated_rows"], 0);
+    assert_eq!(runs[1]["report"]["status"], "stale");
+    assert_eq!(
+        db.snapshot().await,
+        after,
+        "a replay after success changes nothing"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
