@@ -318,3 +318,54 @@ async fn the_demo_data_runs_to_completion_with_every_batch() {
         "the expired deploy bot was deleted"
     );
 }
+
+#[tokio::test]
+async fn run_schedule_prune_deletions_until_idle_drains_every_demo_schedule() {
+    let db = TestDb::new().await;
+    db.exec("TRUNCATE users CASCADE").await;
+    let o = hk(&db, &["seed", "demo", "--now", "2026-03-01T00:10:00Z"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(db.count("members_deletion_schedules").await, 16);
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "schedule-prune-deletions",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", stdout(&o));
+    let runs: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let functions: Vec<&str> = runs
+        .iter()
+        .map(|r| r["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        functions,
+        vec![
+            "schedule-prune-deletions",
+            "prune-deletions",
+            "prune-deletions"
+        ]
+    );
+    assert_eq!(runs[0]["report"]["enqueued"], true);
+    assert_eq!(runs[1]["report"]["status"], "more_work");
+    assert_eq!(runs[2]["report"]["status"], "completed");
+    let destroyed: i64 = runs
+        .iter()
+        .filter_map(|r| r["report"]["destroyed_count_total"].as_i64())
+        .sum();
+    assert_eq!(destroyed, 150);
+    assert!(!db.exists("members_deletion_schedules").await);
+    // Denied: tina's group membership and the CI bot's stay; sam's initech one too.
+    assert_eq!(
+        db.ids("members WHERE id BETWEEN 30000 AND 39999").await,
+        vec![30001, 30002, 30003, 30015, 30021]
+    );
+}

@@ -14,17 +14,28 @@ pub enum Function {
     RemoveExpiredMembers,
     /// Phase 2 of user removal (common.md §5.2).
     DeleteUser,
+    /// B43 cron: enqueues `prune-deletions` when schedules exist.
+    SchedulePruneDeletions,
+    /// B43 single-flight worker: carries out `members_deletion_schedules`.
+    PruneDeletions,
 }
 
 impl Function {
     /// Every implemented function.
-    pub const ALL: &'static [Function] = &[Function::RemoveExpiredMembers, Function::DeleteUser];
+    pub const ALL: &'static [Function] = &[
+        Function::RemoveExpiredMembers,
+        Function::DeleteUser,
+        Function::SchedulePruneDeletions,
+        Function::PruneDeletions,
+    ];
 
     /// The function name, e.g. `remove-expired-members`.
     pub fn name(self) -> &'static str {
         match self {
             Function::RemoveExpiredMembers => "remove-expired-members",
             Function::DeleteUser => "delete-user",
+            Function::SchedulePruneDeletions => "schedule-prune-deletions",
+            Function::PruneDeletions => "prune-deletions",
         }
     }
 
@@ -38,6 +49,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => &["remove-expired-members.run"],
             Function::DeleteUser => &["delete-user.run"],
+            Function::SchedulePruneDeletions => &["schedule-prune-deletions.run"],
+            Function::PruneDeletions => &["prune-deletions.run"],
         }
     }
 
@@ -54,6 +67,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
             Function::DeleteUser => None,
+            Function::SchedulePruneDeletions => Some("cron(0/5 * * * ? *)"),
+            Function::PruneDeletions => None,
         }
     }
 
@@ -63,6 +78,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Duration::from_secs(600),
             Function::DeleteUser => Duration::from_secs(900),
+            Function::SchedulePruneDeletions => Duration::from_secs(300),
+            Function::PruneDeletions => Duration::from_secs(120),
         }
     }
 
@@ -71,6 +88,9 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => 10_000,
             Function::DeleteUser => 1000,
+            // Sends no continuation of its own (its message to prune-deletions is hop 0).
+            Function::SchedulePruneDeletions => 0,
+            Function::PruneDeletions => 10_000,
         }
     }
 
@@ -86,6 +106,8 @@ impl Function {
                 &[Function::RemoveExpiredMembers, Function::DeleteUser]
             }
             Function::DeleteUser => &[Function::DeleteUser],
+            Function::SchedulePruneDeletions => &[Function::PruneDeletions],
+            Function::PruneDeletions => &[Function::PruneDeletions],
         }
     }
 

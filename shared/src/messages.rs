@@ -241,6 +241,21 @@ pub fn delete_user_key(user_id: i64) -> String {
     format!("delete-user:{user_id}")
 }
 
+/// `schedule-prune-deletions.run` payload: `{}` (unknown fields are ignored).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulePruneDeletionsRun {}
+
+/// `prune-deletions.run` payload: `{}` (unknown fields are ignored). The work list is
+/// `members_deletion_schedules` itself, so no cursor travels.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PruneDeletionsRun {}
+
+/// The key of the `prune-deletions.run` that the scheduler sends (§9.3):
+/// `prune-deletions:<run_id>:0`.
+pub fn prune_deletions_key(run_id: &str) -> String {
+    format!("prune-deletions:{run_id}:0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -164,6 +164,10 @@ where
             crate::batches::remove_expired_members::handle(inv, client, env).await
         }
         Function::DeleteUser => crate::workers::delete_user::handle(inv, client, env).await,
+        Function::SchedulePruneDeletions => {
+            crate::batches::schedule_prune_deletions::handle(inv, client, env).await
+        }
+        Function::PruneDeletions => crate::workers::prune_deletions::handle(inv, client, env).await,
     }
 }
 

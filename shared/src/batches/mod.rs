@@ -4,3 +4,4 @@
 //! Batches take the overlap lock first and release it before any continuation.
 
 pub mod remove_expired_members;
+pub mod schedule_prune_deletions;

@@ -1,0 +1,6 @@
+//! The `schedule-prune-deletions` Lambda function: wiring only (see ARCHITECTURE.md).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::Function::SchedulePruneDeletions).await
+}

@@ -1,0 +1,95 @@
+//! B43 `schedule-prune-deletions` (b43-prune-deletions.md §3, §10).
+//!
+//! Owns: the 5-minute cron that starts a `prune-deletions` chain when any
+//! `members_deletion_schedules` row exists, and the backlog metrics
+//! (`remaining_schedules`, `oldest_schedule_age_s`) printed on every run. It never
+//! touches memberships: the single-flight worker `workers::prune_deletions` does, and
+//! a message that meets a running chain is skipped there by its lock.
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+use crate::function::Function;
+use crate::locks;
+use crate::messages::{
+    prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
+};
+use crate::queue::OutMessage;
+use crate::runtime::{Invocation, Report};
+
+const FUNCTION: Function = Function::SchedulePruneDeletions;
+
+/// The backlog: how many schedules exist and how old the oldest one is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Backlog {
+    /// `count(*)` of `members_deletion_schedules`.
+    remaining: i64,
+    /// `now − min(created_at)` in seconds; 0 when there is no row (never negative).
+    oldest_age_s: f64,
+}
+
+/// Step 2: read the row count and `min(created_at)`; `remaining > 0` is the `EXISTS`.
+async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog> {
+    let row = c
+        .query_one(
+            "SELECT count(*)::bigint, min(created_at) FROM members_deletion_schedules",
+            &[],
+        )
+        .await?;
+    let oldest: Option<DateTime<Utc>> = row.get(1);
+    let oldest_age_s = oldest
+        .map(|o| (now - o).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6)
+        .unwrap_or(0.0)
+        .max(0.0);
+    Ok(Backlog {
+        remaining: row.get(0),
+        oldest_age_s,
+    })
+}
+
+/// Steps 2–3 under the overlap lock: whether a message was sent, and the backlog.
+async fn enqueue_if_needed<C: GenericClient>(
+    inv: &Invocation<'_>,
+    client: &C,
+    env: &Envelope,
+) -> Result<(bool, Backlog)> {
+    let b = backlog(client, inv.now).await?;
+    if b.remaining == 0 {
+        return Ok((false, b));
+    }
+    let message = Envelope::new(
+        Function::PruneDeletions.run_type(),
+        prune_deletions_key(&env.run_id),
+        &env.run_id,
+        inv.now,
+        PruneDeletionsRun {},
+    );
+    inv.queue
+        .send(&[OutMessage::new(Function::PruneDeletions, 0, message)])
+        .await?;
+    Ok((true, b))
+}
+
+/// Handle one `schedule-prune-deletions.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let _: SchedulePruneDeletionsRun = env.payload()?;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        let mut r = Report::skipped();
+        r.fields.insert("enqueued".into(), json!(false));
+        return Ok(r);
+    }
+    let result = enqueue_if_needed(inv, &*client, env).await;
+    // Released on error paths too (§9.10); a send failure is then a retryable failure.
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let (enqueued, b) = result?;
+    unlocked?;
+    Ok(Report::new("completed", json!({ "enqueued": enqueued }))
+        .metric("remaining_schedules", b.remaining as f64)
+        .metric("oldest_schedule_age_s", b.oldest_age_s))
+}

@@ -1,0 +1,372 @@
+//! B43 `prune-deletions`: the single-flight worker that carries out
+//! `members_deletion_schedules` (b43-prune-deletions.md §4–§8, ⚑ D11, D12).
+//!
+//! Owns: single flight through the overlap lock `function:prune-deletions` (GitLab's
+//! `MAX_RUNNING_JOBS = 1`), the page of 10 schedules by id, the one monotonic budget
+//! that all of them share, and the schedule batch: in **one** transaction, lock the
+//! schedule, remove up to 100 of the user's memberships in the schedule's hierarchy
+//! (by id), each authorized as `scheduled_by` through `can_remove_member`, one
+//! authorization refresh, and delete the schedule when it is complete or denied. A
+//! denial keeps what was already removed in that batch. It also owns the continuation
+//! (delay 0, `hop + 1`) while schedules remain and nothing failed. It never blocks or
+//! deletes a user.
+
+use std::time::Instant;
+
+use serde_json::json;
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
+use crate::gitlab::permissions::{self, Denial};
+use crate::gitlab::{authz, hierarchy};
+use crate::locks;
+use crate::messages::{Envelope, PruneDeletionsRun};
+use crate::queue::OutMessage;
+use crate::retry_transient;
+use crate::runtime::{Budget, Invocation, Report};
+
+/// Schedules loaded per invocation (`SCHEDULE_BATCH_SIZE`).
+pub const SCHEDULE_BATCH_SIZE: i64 = 10;
+/// Memberships per schedule per invocation (`MEMBER_BATCH_SIZE`).
+pub const MEMBER_BATCH_SIZE: i64 = 100;
+
+const FUNCTION: Function = Function::PruneDeletions;
+
+/// `hierarchy_members(s)` (§4.2) with `$1` = the user, `$2` = the hierarchy's groups
+/// (`self_and_descendant_groups(root)`) and `$3` = `projects_under(root)`. Every
+/// membership state, access requests and any access level match; invites never do.
+const HIERARCHY_MEMBERS: &str = "members m
+    WHERE m.user_id = $1::bigint
+      AND ((m.source_type = 'Namespace' AND m.source_id = ANY($2::bigint[]))
+        OR (m.source_type = 'Project' AND m.source_id = ANY($3::bigint[])))";
+
+/// A `members_deletion_schedules` row.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    id: i64,
+    namespace_id: i64,
+    user_id: i64,
+    scheduled_by_id: i64,
+}
+
+/// How a schedule batch that committed ended (the `outcome` log field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Nothing is left: the schedule was deleted.
+    Completed,
+    /// The budget stopped the batch, or memberships remain after 100 deletions.
+    Partial,
+    /// A removal was denied: the schedule was deleted.
+    Denied,
+}
+
+impl Outcome {
+    fn code(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Partial => "partial",
+            Outcome::Denied => "denied",
+        }
+    }
+}
+
+/// A committed schedule batch: a unit of progress (§4.1).
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    destroyed: u64,
+    outcome: Outcome,
+    /// The denied membership and why.
+    denial: Option<(i64, Denial)>,
+}
+
+/// What step a found.
+enum Step {
+    /// The schedule no longer exists (not a unit).
+    Stale,
+    /// The batch committed.
+    Committed(Batch),
+}
+
+/// The budget or the deadline guard says stop (the caller applies the progress rule).
+fn out_of_time(inv: &Invocation<'_>, budget: &Budget) -> bool {
+    budget.exhausted() || inv.deadline.reached()
+}
+
+/// `root(n)`: the first id of `traversal_ids` (the namespace itself when empty).
+async fn root_of<C: GenericClient>(c: &C, namespace_id: i64) -> Result<i64> {
+    let row = c
+        .query_opt(
+            "SELECT COALESCE(traversal_ids[1], id)::bigint FROM namespaces WHERE id = $1::bigint",
+            &[&namespace_id],
+        )
+        .await?;
+    row.map(|r| r.get(0)).ok_or_else(|| {
+        Error::Invariant(format!(
+            "namespace {namespace_id} of a deletion schedule does not exist"
+        ))
+    })
+}
+
+/// §4.2: one schedule batch in one transaction. `progress_before` tells whether this
+/// invocation has already completed a unit, so the budget may stop the batch.
+async fn process_schedule<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    schedule_id: i64,
+    budget: &Budget,
+    progress_before: bool,
+) -> Result<Step>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    // a. Lock the schedule row; a schedule deleted meanwhile is stale.
+    let Some(row) = tx
+        .query_opt(
+            "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
+             FROM members_deletion_schedules WHERE id = $1::bigint FOR UPDATE",
+            &[&schedule_id],
+        )
+        .await?
+    else {
+        tx.commit().await?;
+        return Ok(Step::Stale);
+    };
+    let s = Schedule {
+        id: row.get(0),
+        namespace_id: row.get(1),
+        user_id: row.get(2),
+        scheduled_by_id: row.get(3),
+    };
+    // b. The actor; the FKs cascade the schedule away with either user.
+    let actor = permissions::load_actor(&tx, s.scheduled_by_id)
+        .await?
+        .ok_or_else(|| {
+            Error::Invariant(format!(
+                "scheduled_by user {} of schedule {} does not exist",
+                s.scheduled_by_id, s.id
+            ))
+        })?;
+    let root = root_of(&tx, s.namespace_id).await?;
+    let groups = hierarchy::descendant_groups(&tx, root).await?;
+    let projects = hierarchy::projects_under(&tx, root).await?;
+    // c. The batch, by id (⚑ D11), read without locks; each row is locked in turn.
+    let batch = tx
+        .query(
+            &format!("SELECT m.id::bigint FROM {HIERARCHY_MEMBERS} ORDER BY m.id LIMIT $4"),
+            &[&s.user_id, &groups, &projects, &MEMBER_BATCH_SIZE],
+        )
+        .await?;
+    let mut destroyed = 0u64;
+    let mut denial: Option<(i64, Denial)> = None;
+    let mut attempted = 0usize;
+    for row in &batch {
+        // (1) The budget, never before this invocation's first unit (progress rule).
+        if progress_before && out_of_time(inv, budget) {
+            break;
+        }
+        attempted += 1;
+        let id: i64 = row.get(0);
+        // (2) Lock it; a membership deleted meanwhile is skipped and not counted.
+        let Some(locked) = tx
+            .query_opt(
+                &format!(
+                    "SELECT {MEMBER_COLUMNS} FROM members
+                     WHERE id = $1::bigint AND user_id = $2::bigint FOR UPDATE"
+                ),
+                &[&id, &s.user_id],
+            )
+            .await?
+        else {
+            continue;
+        };
+        let m = Member::from_row(&locked);
+        // (3)–(4) Authorized as scheduled_by; the first denial ends the batch.
+        if let Some(d) = permissions::can_remove_member(&tx, &actor, &m).await? {
+            denial = Some((m.id, d));
+            break;
+        }
+        // (5) Remove, refresh deferred to step d.
+        membership::remove_membership(&tx, &m, Refresh::Deferred).await?;
+        destroyed += 1;
+    }
+    // d. One refresh per batch, unless the budget stopped it before its first member.
+    if attempted > 0 || batch.is_empty() {
+        authz::refresh(&tx, s.user_id, &projects).await?;
+    }
+    // e–f. Delete the schedule when it is denied or complete.
+    let outcome = if denial.is_some() {
+        Outcome::Denied
+    } else {
+        let left: bool = tx
+            .query_one(
+                &format!("SELECT EXISTS (SELECT 1 FROM {HIERARCHY_MEMBERS})"),
+                &[&s.user_id, &groups, &projects],
+            )
+            .await?
+            .get(0);
+        if left {
+            Outcome::Partial
+        } else {
+            Outcome::Completed
+        }
+    };
+    if outcome != Outcome::Partial {
+        tx.execute(
+            "DELETE FROM members_deletion_schedules WHERE id = $1::bigint",
+            &[&s.id],
+        )
+        .await?;
+    }
+    // g.
+    tx.commit().await?;
+    Ok(Step::Committed(Batch {
+        destroyed,
+        outcome,
+        denial,
+    }))
+}
+
+/// What the schedule loop did.
+#[derive(Debug, Default)]
+struct Totals {
+    /// Schedule batches that committed (units of progress).
+    processed: u64,
+    /// Memberships removed.
+    destroyed: u64,
+    /// Schedule batches that ended in §4.2 E.
+    failed: u64,
+}
+
+/// §4.1 steps 2–3: the page of schedules under the shared budget.
+async fn run<C>(inv: &Invocation<'_>, client: &mut C, budget: &Budget) -> Result<Totals>
+where
+    C: GenericClient + Send + Sync,
+{
+    let rows = client
+        .query(
+            "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
+             FROM members_deletion_schedules ORDER BY id LIMIT $1",
+            &[&SCHEDULE_BATCH_SIZE],
+        )
+        .await?;
+    let mut t = Totals::default();
+    for row in &rows {
+        let s = Schedule {
+            id: row.get(0),
+            namespace_id: row.get(1),
+            user_id: row.get(2),
+            scheduled_by_id: row.get(3),
+        };
+        // Later schedules are not touched at all once the budget is spent.
+        if t.processed > 0 && out_of_time(inv, budget) {
+            break;
+        }
+        let started = Instant::now();
+        let progress_before = t.processed > 0;
+        match retry_transient!(process_schedule(inv, client, s.id, budget, progress_before).await) {
+            Ok(Step::Stale) => {
+                tracing::info!(
+                    schedule_id = s.id,
+                    "Scheduled member deletion skipped: schedule no longer exists"
+                );
+            }
+            Ok(Step::Committed(b)) => {
+                t.processed += 1;
+                t.destroyed += b.destroyed;
+                if let Some((member_id, reason)) = b.denial {
+                    tracing::warn!(
+                        schedule_id = s.id,
+                        user_id = s.user_id,
+                        namespace_id = s.namespace_id,
+                        scheduled_by_id = s.scheduled_by_id,
+                        member_id,
+                        reason = reason.code(),
+                        "Scheduled member deletion cancelled: access denied"
+                    );
+                }
+                tracing::info!(
+                    schedule_id = s.id,
+                    user_id = s.user_id,
+                    namespace_id = s.namespace_id,
+                    scheduled_by_id = s.scheduled_by_id,
+                    destroyed_count = b.destroyed,
+                    destroy_duration_s = started.elapsed().as_secs_f64(),
+                    outcome = b.outcome.code(),
+                    "Processed scheduled member deletion"
+                );
+            }
+            Err(e) if e.is_connection_lost() => return Err(e),
+            Err(e) => {
+                // Rolled back; left out for the rest of this invocation.
+                t.failed += 1;
+                tracing::error!(
+                    schedule_id = s.id,
+                    user_id = s.user_id,
+                    namespace_id = s.namespace_id,
+                    error = %e,
+                    error_class = e.class(),
+                    "Scheduled member deletion failed"
+                );
+            }
+        }
+    }
+    Ok(t)
+}
+
+fn report(status: &str, t: &Totals) -> Report {
+    Report::new(
+        status,
+        json!({
+            "schedules_processed": t.processed,
+            "destroyed_count_total": t.destroyed,
+        }),
+    )
+    .metric("failed_schedules", t.failed as f64)
+}
+
+/// Handle one `prune-deletions.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let _: PruneDeletionsRun = env.payload()?;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        let mut r = Report::skipped();
+        r.fields.insert("schedules_processed".into(), json!(0));
+        r.fields.insert("destroyed_count_total".into(), json!(0));
+        return Ok(r.metric("failed_schedules", 0.0));
+    }
+    let budget = Budget::start(inv.settings.prune_deletions_budget);
+    let result = run(inv, client, &budget).await;
+    // Released before any continuation is sent, on error paths too (§9.10).
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let totals = result?;
+    unlocked?;
+    if totals.failed > 0 {
+        // Redelivery, or the next cron, starts again from the database state.
+        let mut r = report("stopped", &totals);
+        r.retry = Some(Error::Retryable(format!(
+            "{} scheduled member deletion(s) failed",
+            totals.failed
+        )));
+        return Ok(r);
+    }
+    let more: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM members_deletion_schedules)",
+            &[],
+        )
+        .await?
+        .get(0);
+    if !more {
+        return Ok(report("completed", &totals));
+    }
+    let next = env.continuation(FUNCTION, inv.now, PruneDeletionsRun {});
+    inv.continue_with(OutMessage::new(FUNCTION, 0, next))
+        .await?;
+    Ok(report("more_work", &totals))
+}
