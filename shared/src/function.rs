@@ -14,17 +14,28 @@ pub enum Function {
     RemoveExpiredMembers,
     /// Phase 2 of user removal (common.md §5.2).
     DeleteUser,
+    /// B51 cron batch: destroy or restore groups whose adjourned period is over.
+    AdjournedGroupDeletion,
+    /// B51 child: destroy one group, depth first, in chunks.
+    GroupDestroy,
 }
 
 impl Function {
     /// Every implemented function.
-    pub const ALL: &'static [Function] = &[Function::RemoveExpiredMembers, Function::DeleteUser];
+    pub const ALL: &'static [Function] = &[
+        Function::RemoveExpiredMembers,
+        Function::DeleteUser,
+        Function::AdjournedGroupDeletion,
+        Function::GroupDestroy,
+    ];
 
     /// The function name, e.g. `remove-expired-members`.
     pub fn name(self) -> &'static str {
         match self {
             Function::RemoveExpiredMembers => "remove-expired-members",
             Function::DeleteUser => "delete-user",
+            Function::AdjournedGroupDeletion => "adjourned-group-deletion",
+            Function::GroupDestroy => "group-destroy",
         }
     }
 
@@ -38,6 +49,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => &["remove-expired-members.run"],
             Function::DeleteUser => &["delete-user.run"],
+            Function::AdjournedGroupDeletion => &["adjourned-group-deletion.run"],
+            Function::GroupDestroy => &["group-destroy.run"],
         }
     }
 
@@ -54,6 +67,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
             Function::DeleteUser => None,
+            Function::AdjournedGroupDeletion => Some("cron(0 2 * * ? *)"),
+            Function::GroupDestroy => None,
         }
     }
 
@@ -63,6 +78,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Duration::from_secs(600),
             Function::DeleteUser => Duration::from_secs(900),
+            Function::AdjournedGroupDeletion => Duration::from_secs(300),
+            Function::GroupDestroy => Duration::from_secs(900),
         }
     }
 
@@ -71,6 +88,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => 10_000,
             Function::DeleteUser => 1000,
+            Function::AdjournedGroupDeletion => 1000,
+            Function::GroupDestroy => 1000,
         }
     }
 
@@ -86,6 +105,10 @@ impl Function {
                 &[Function::RemoveExpiredMembers, Function::DeleteUser]
             }
             Function::DeleteUser => &[Function::DeleteUser],
+            Function::AdjournedGroupDeletion => {
+                &[Function::AdjournedGroupDeletion, Function::GroupDestroy]
+            }
+            Function::GroupDestroy => &[Function::GroupDestroy, Function::DeleteUser],
         }
     }
 

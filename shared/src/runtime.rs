@@ -164,6 +164,10 @@ where
             crate::batches::remove_expired_members::handle(inv, client, env).await
         }
         Function::DeleteUser => crate::workers::delete_user::handle(inv, client, env).await,
+        Function::AdjournedGroupDeletion => {
+            crate::batches::adjourned_group_deletion::handle(inv, client, env).await
+        }
+        Function::GroupDestroy => crate::workers::group_destroy::handle(inv, client, env).await,
     }
 }
 

@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
 mod b38;
+mod b51;
+mod b51_large;
 mod common;
 mod delete_user;
 mod glue;
