@@ -67,6 +67,8 @@ pub mod proxy {
         fail_calls: HashMap<String, usize>,
         /// Every call seen, as "METHOD PATH TARGET".
         seen: Vec<String>,
+        /// Every call's signature and request body, in order.
+        bodies: Vec<(String, Vec<u8>)>,
     }
 
     /// The running proxy.
@@ -216,6 +218,7 @@ pub mod proxy {
             let (fail_call, drop_entry) = {
                 let mut p = plan.lock().unwrap();
                 p.seen.push(sig.clone());
+                p.bodies.push((sig.clone(), req.body.clone()));
                 let fail = p
                     .fail_calls
                     .iter_mut()
@@ -314,6 +317,19 @@ pub mod proxy {
                 .unwrap()
                 .fail_calls
                 .insert(pattern.to_string(), n);
+        }
+
+        /// The JSON request bodies of the calls seen so far whose signature contains
+        /// `pattern` (for example `SendMessageBatch`), in order.
+        pub fn request_bodies(&self, pattern: &str) -> Vec<Value> {
+            self.plan
+                .lock()
+                .unwrap()
+                .bodies
+                .iter()
+                .filter(|(sig, _)| sig.contains(pattern))
+                .map(|(_, b)| serde_json::from_slice(b).expect("a JSON request body"))
+                .collect()
         }
 
         /// Calls seen so far whose signature contains `pattern`.

@@ -14,6 +14,7 @@ use crate::gitlab::authz;
 const DEMO_SQL: &[&str] = &[
     include_str!("../demo/demo.sql"),
     include_str!("../demo/b43.sql"),
+    include_str!("../demo/b51.sql"),
 ];
 
 /// Seed the demo data into an empty, migrated database.

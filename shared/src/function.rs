@@ -18,6 +18,10 @@ pub enum Function {
     SchedulePruneDeletions,
     /// B43 single-flight worker: carries out `members_deletion_schedules`.
     PruneDeletions,
+    /// B51 cron batch: destroy or restore groups whose adjourned period is over.
+    AdjournedGroupDeletion,
+    /// B51 child: destroy one group, depth first, in chunks.
+    GroupDestroy,
 }
 
 impl Function {
@@ -27,6 +31,8 @@ impl Function {
         Function::DeleteUser,
         Function::SchedulePruneDeletions,
         Function::PruneDeletions,
+        Function::AdjournedGroupDeletion,
+        Function::GroupDestroy,
     ];
 
     /// The function name, e.g. `remove-expired-members`.
@@ -36,6 +42,8 @@ impl Function {
             Function::DeleteUser => "delete-user",
             Function::SchedulePruneDeletions => "schedule-prune-deletions",
             Function::PruneDeletions => "prune-deletions",
+            Function::AdjournedGroupDeletion => "adjourned-group-deletion",
+            Function::GroupDestroy => "group-destroy",
         }
     }
 
@@ -51,6 +59,8 @@ impl Function {
             Function::DeleteUser => &["delete-user.run"],
             Function::SchedulePruneDeletions => &["schedule-prune-deletions.run"],
             Function::PruneDeletions => &["prune-deletions.run"],
+            Function::AdjournedGroupDeletion => &["adjourned-group-deletion.run"],
+            Function::GroupDestroy => &["group-destroy.run"],
         }
     }
 
@@ -69,6 +79,8 @@ impl Function {
             Function::DeleteUser => None,
             Function::SchedulePruneDeletions => Some("cron(0/5 * * * ? *)"),
             Function::PruneDeletions => None,
+            Function::AdjournedGroupDeletion => Some("cron(0 2 * * ? *)"),
+            Function::GroupDestroy => None,
         }
     }
 
@@ -80,6 +92,8 @@ impl Function {
             Function::DeleteUser => Duration::from_secs(900),
             Function::SchedulePruneDeletions => Duration::from_secs(300),
             Function::PruneDeletions => Duration::from_secs(120),
+            Function::AdjournedGroupDeletion => Duration::from_secs(300),
+            Function::GroupDestroy => Duration::from_secs(900),
         }
     }
 
@@ -91,6 +105,8 @@ impl Function {
             // Sends no continuation of its own (its message to prune-deletions is hop 0).
             Function::SchedulePruneDeletions => 0,
             Function::PruneDeletions => 10_000,
+            Function::AdjournedGroupDeletion => 1000,
+            Function::GroupDestroy => 1000,
         }
     }
 
@@ -108,6 +124,10 @@ impl Function {
             Function::DeleteUser => &[Function::DeleteUser],
             Function::SchedulePruneDeletions => &[Function::PruneDeletions],
             Function::PruneDeletions => &[Function::PruneDeletions],
+            Function::AdjournedGroupDeletion => {
+                &[Function::AdjournedGroupDeletion, Function::GroupDestroy]
+            }
+            Function::GroupDestroy => &[Function::GroupDestroy, Function::DeleteUser],
         }
     }
 

@@ -256,6 +256,39 @@ pub fn prune_deletions_key(run_id: &str) -> String {
     format!("prune-deletions:{run_id}:0")
 }
 
+/// `adjourned-group-deletion.run` payload (b51 §3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdjournedGroupDeletionRun {
+    /// Where the run goes on; absent for the cron message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<GroupCursor>,
+}
+
+/// Keyset cursor of B51: the last group visited and the run-wide index of the next.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GroupCursor {
+    /// The id of the last group visited.
+    pub group_id: i64,
+    /// The run-wide 0-based index of the next group (its delay is `index × 20` s).
+    pub index: u64,
+}
+
+/// `group-destroy.run` payload (b51 §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupDestroyRun {
+    /// The group to destroy.
+    pub group_id: i64,
+    /// The user who scheduled the deletion.
+    pub user_id: i64,
+    /// The schedule's `marked_for_deletion_on` when the message was sent.
+    pub marked_for_deletion_on: NaiveDate,
+}
+
+/// The key of `group-destroy.run` (§9.3): `group-destroy:<group_id>:<date>:<user_id>`.
+pub fn group_destroy_key(group_id: i64, marked_for_deletion_on: NaiveDate, user_id: i64) -> String {
+    format!("group-destroy:{group_id}:{marked_for_deletion_on}:{user_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -168,6 +168,10 @@ where
             crate::batches::schedule_prune_deletions::handle(inv, client, env).await
         }
         Function::PruneDeletions => crate::workers::prune_deletions::handle(inv, client, env).await,
+        Function::AdjournedGroupDeletion => {
+            crate::batches::adjourned_group_deletion::handle(inv, client, env).await
+        }
+        Function::GroupDestroy => crate::workers::group_destroy::handle(inv, client, env).await,
     }
 }
 

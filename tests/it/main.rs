@@ -2,6 +2,8 @@
 
 mod b38;
 mod b43;
+mod b51;
+mod b51_large;
 mod common;
 mod delete_user;
 mod glue;

@@ -3,5 +3,6 @@
 //! Owns: each batch's selection, per-item processing, continuation and `done` report.
 //! Batches take the overlap lock first and release it before any continuation.
 
+pub mod adjourned_group_deletion;
 pub mod remove_expired_members;
 pub mod schedule_prune_deletions;

@@ -7,6 +7,7 @@
 //! `int8` with explicit casts, so `int4` GitLab columns work too (schema.md §1.3).
 
 pub mod authz;
+pub mod group_deletion;
 pub mod hierarchy;
 pub mod membership;
 pub mod permissions;

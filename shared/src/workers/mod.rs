@@ -5,4 +5,5 @@
 //! are harmless (common.md §9.9).
 
 pub mod delete_user;
+pub mod group_destroy;
 pub mod prune_deletions;

@@ -1,0 +1,6 @@
+//! The `group-destroy` Lambda function: wiring only (see ARCHITECTURE.md).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::Function::GroupDestroy).await
+}

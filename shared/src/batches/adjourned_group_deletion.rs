@@ -1,0 +1,292 @@
+//! B51 `adjourned-group-deletion` (b51-adjourned-group-deletion.md §3).
+//!
+//! Owns: the daily selection of groups whose adjourned-deletion period is over
+//! (inclusive cutoff from the current `deletion_adjourned_period`, keyset pages of 100
+//! by id, ⚑ D13), the per-group choice between a `group-destroy.run` message delayed
+//! by `index × 20` s (the run-wide index travels in `cursor.index`; delays over 900 s
+//! become one-time schedules in the transport) and a restore when the scheduling user
+//! may no longer remove the group (⚑ D14), and the deadline continuation. It deletes
+//! nothing itself: `workers::group_destroy` re-verifies everything before it does.
+
+use chrono::NaiveDate;
+use serde_json::json;
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+use crate::function::Function;
+use crate::gitlab::group_deletion::{self, Expected, Restore, Schedule};
+use crate::gitlab::permissions;
+use crate::locks;
+use crate::messages::{
+    group_destroy_key, AdjournedGroupDeletionRun, Envelope, GroupCursor, GroupDestroyRun,
+};
+use crate::queue::OutMessage;
+use crate::retry_transient;
+use crate::runtime::{Invocation, Report};
+
+/// Groups per keyset page.
+pub const BATCH_SIZE: i64 = 100;
+/// The delay step between group destructions, in seconds.
+pub const INTERVAL_S: u64 = 20;
+
+const FUNCTION: Function = Function::AdjournedGroupDeletion;
+
+/// The delay of the destroy message of the group with run-wide index `index`.
+pub fn delay_for(index: u64) -> u32 {
+    u32::try_from(index.saturating_mul(INTERVAL_S)).unwrap_or(u32::MAX)
+}
+
+/// The `group-destroy.run` message for a due group (§3.2 step 3): hop 0, key
+/// `group-destroy:<group_id>:<date>:<user_id>`, the run's id.
+pub fn destroy_message(
+    s: &Schedule,
+    index: u64,
+    run_id: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> OutMessage {
+    OutMessage::new(
+        Function::GroupDestroy,
+        delay_for(index),
+        Envelope::new(
+            "group-destroy.run",
+            group_destroy_key(s.group_id, s.marked_for_deletion_on, s.user_id),
+            run_id,
+            now,
+            GroupDestroyRun {
+                group_id: s.group_id,
+                user_id: s.user_id,
+                marked_for_deletion_on: s.marked_for_deletion_on,
+            },
+        ),
+    )
+}
+
+/// How one due group ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GroupOutcome {
+    Enqueued { delay_s: u32 },
+    Restored { full_path: String },
+    UserMissing,
+    NoLongerDue,
+}
+
+async fn restore<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    s: &Schedule,
+    cutoff: NaiveDate,
+) -> Result<Restore>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    let expected = Expected {
+        user_id: s.user_id,
+        cutoff,
+    };
+    let r = group_deletion::restore_group(&tx, s.group_id, inv.now, expected).await?;
+    tx.commit().await?;
+    Ok(r)
+}
+
+/// Steps 2–4 of §3.2 for one group.
+async fn process_group<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    s: &Schedule,
+    index: u64,
+    cutoff: NaiveDate,
+) -> Result<GroupOutcome>
+where
+    C: GenericClient + Send + Sync,
+{
+    let Some(user) = permissions::load_actor(&*client, s.user_id).await? else {
+        return Ok(GroupOutcome::UserMissing);
+    };
+    if permissions::remove_group(&*client, &user, s.group_id).await? {
+        let m = destroy_message(s, index, &env.run_id, inv.now);
+        let delay_s = m.delay_s;
+        inv.queue.send(std::slice::from_ref(&m)).await?;
+        return Ok(GroupOutcome::Enqueued { delay_s });
+    }
+    match retry_transient!(restore(inv, client, s, cutoff).await)? {
+        Restore::Restored { full_path } => Ok(GroupOutcome::Restored { full_path }),
+        Restore::NotScheduled | Restore::Changed(_) => Ok(GroupOutcome::NoLongerDue),
+    }
+}
+
+#[derive(Default)]
+struct RunResult {
+    due: u64,
+    enqueued: u64,
+    restored: u64,
+    skipped: u64,
+    failed: u64,
+    next: Option<GroupCursor>,
+}
+
+async fn run<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    cursor: Option<GroupCursor>,
+    cutoff: NaiveDate,
+) -> Result<RunResult>
+where
+    C: GenericClient + Send + Sync,
+{
+    let mut r = RunResult::default();
+    let mut index = cursor.map_or(0, |c| c.index);
+    let mut after = cursor.map(|c| c.group_id);
+    loop {
+        let page = group_deletion::due_page(&*client, cutoff, after, BATCH_SIZE).await?;
+        for s in &page {
+            // Step 1: the deadline guard, never before the first group (progress rule).
+            if r.due > 0 && inv.deadline.reached() {
+                r.next = after.map(|group_id| GroupCursor { group_id, index });
+                return Ok(r);
+            }
+            r.due += 1;
+            match process_group(inv, env, client, s, index, cutoff).await {
+                Ok(GroupOutcome::Enqueued { delay_s }) => {
+                    r.enqueued += 1;
+                    tracing::info!(
+                        group_id = s.group_id,
+                        user_id = s.user_id,
+                        delay_s,
+                        "Group deletion scheduled"
+                    );
+                }
+                Ok(GroupOutcome::Restored { full_path }) => {
+                    r.restored += 1;
+                    tracing::info!(
+                        group_id = s.group_id,
+                        user_id = s.user_id,
+                        full_path = full_path.as_str(),
+                        "Group restored: scheduling user cannot remove group"
+                    );
+                }
+                Ok(GroupOutcome::UserMissing) => {
+                    r.skipped += 1;
+                    tracing::warn!(
+                        group_id = s.group_id,
+                        user_id = s.user_id,
+                        "Adjourned group deletion skipped: scheduling user not found"
+                    );
+                }
+                Ok(GroupOutcome::NoLongerDue) => {
+                    r.skipped += 1;
+                    tracing::info!(
+                        group_id = s.group_id,
+                        user_id = s.user_id,
+                        "Adjourned group deletion skipped: schedule changed"
+                    );
+                }
+                Err(e) if e.is_connection_lost() => return Err(e),
+                Err(e) => {
+                    r.failed += 1;
+                    tracing::error!(
+                        group_id = s.group_id,
+                        error = %e,
+                        error_class = e.class(),
+                        "Adjourned group deletion failed for group"
+                    );
+                }
+            }
+            after = Some(s.group_id);
+            index += 1;
+        }
+        if (page.len() as i64) < BATCH_SIZE {
+            return Ok(r);
+        }
+    }
+}
+
+/// Handle one `adjourned-group-deletion.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let payload: AdjournedGroupDeletionRun = env.payload()?;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        return Ok(Report::skipped());
+    }
+    let result = async {
+        let period = group_deletion::deletion_adjourned_period(&*client).await?;
+        let cutoff = group_deletion::cutoff(inv.today(), period);
+        let r = run(inv, env, client, payload.cursor, cutoff).await?;
+        Ok::<_, crate::Error>((cutoff, r))
+    }
+    .await;
+    // Released before any continuation is sent, on error paths too (§9.10).
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let (cutoff, r) = result?;
+    unlocked?;
+    let status = if r.next.is_some() {
+        "limit_reached"
+    } else {
+        "completed"
+    };
+    if let Some(cursor) = r.next {
+        let next = env.continuation(
+            FUNCTION,
+            inv.now,
+            AdjournedGroupDeletionRun {
+                cursor: Some(cursor),
+            },
+        );
+        inv.continue_with(OutMessage::new(FUNCTION, 0, next))
+            .await?;
+    }
+    Ok(Report::new(
+        status,
+        json!({
+            "groups_due": r.due,
+            "destroy_enqueued": r.enqueued,
+            "restored": r.restored,
+            "skipped_groups": r.skipped,
+            "failed_groups": r.failed,
+            "cutoff": cutoff.to_string(),
+            "next_cursor": r.next,
+        }),
+    )
+    .metric("destroy_enqueued", r.enqueued as f64)
+    .metric("restored", r.restored as f64)
+    .metric("failed", r.failed as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_step_by_twenty_seconds_and_pass_sqs_limit_after_index_45() {
+        assert_eq!(delay_for(0), 0);
+        assert_eq!(delay_for(2), 40);
+        assert_eq!(delay_for(45), 900);
+        assert_eq!(delay_for(46), 920);
+        assert_eq!(delay_for(u64::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn destroy_messages_carry_the_schedule_and_a_stable_key() {
+        let s = Schedule {
+            group_id: 100,
+            user_id: 11,
+            marked_for_deletion_on: "2025-03-03".parse().unwrap(),
+        };
+        let now = "2025-03-10T02:00:00Z".parse().unwrap();
+        let m = destroy_message(&s, 46, "run-1", now);
+        assert_eq!(m.receiver, Function::GroupDestroy);
+        assert_eq!(m.delay_s, 920);
+        assert!(m.needs_schedule());
+        assert_eq!(m.envelope.message_key, "group-destroy:100:2025-03-03:11");
+        assert_eq!((m.envelope.hop, m.envelope.run_id.as_str()), (0, "run-1"));
+        assert_eq!(
+            m.envelope.payload,
+            json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! Adjourned group deletion in GitLab's legacy model (b51 §3.1, §5, ⚑ D13, D14).
+//!
+//! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
+//! highest id, default 7) and the inclusive cutoff computed from it in the
+//! application, the `group_deletion_schedules` rows (due pages, one group's row), the
+//! rename-suffix rules, and `restore_group`: strip the suffix, rename the group and
+//! re-prefix the routes of everything below it, delete the schedule. It decides
+//! nothing about permissions and never commits: callers choose the transaction.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use rand::Rng;
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::gitlab::hierarchy;
+
+/// `DEFAULT_PERIOD_DAYS`: the period when `application_settings` has no row.
+pub const DEFAULT_PERIOD_DAYS: i32 = 7;
+
+/// The rename suffixes that marking for deletion added (`SUFFIX_RE`), current first.
+const SUFFIX_MARKERS: [&str; 2] = ["-deletion_scheduled-", "-deleted-"];
+
+/// Tries before a restore gives up on finding a free path or name.
+const RANDOM_SUFFIX_TRIES: usize = 5;
+
+/// One `group_deletion_schedules` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// The scheduled group.
+    pub group_id: i64,
+    /// Who scheduled the deletion.
+    pub user_id: i64,
+    /// When it was marked.
+    pub marked_for_deletion_on: NaiveDate,
+}
+
+/// `:period`: `deletion_adjourned_period` of the highest-id settings row, or 7.
+pub async fn deletion_adjourned_period<C: GenericClient>(c: &C) -> Result<i32> {
+    let row = c
+        .query_opt(
+            "SELECT deletion_adjourned_period::int4 FROM application_settings
+             ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)).unwrap_or(DEFAULT_PERIOD_DAYS))
+}
+
+/// `:cutoff = :today − :period days`; a group marked on or before it is due.
+pub fn cutoff(today: NaiveDate, period_days: i32) -> NaiveDate {
+    today - chrono::Duration::days(i64::from(period_days))
+}
+
+/// One keyset page of due groups (§3.1): groups with a schedule marked on or before
+/// `cutoff`, with an id above `after`, ascending, at most `limit`.
+pub async fn due_page<C: GenericClient>(
+    c: &C,
+    cutoff: NaiveDate,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Schedule>> {
+    let rows = c
+        .query(
+            "SELECT n.id::bigint, s.user_id::bigint, s.marked_for_deletion_on
+             FROM namespaces n JOIN group_deletion_schedules s ON s.group_id = n.id
+             WHERE n.type = 'Group' AND s.marked_for_deletion_on <= $1::date
+               AND n.id > $2::bigint
+             ORDER BY n.id LIMIT $3",
+            &[&cutoff, &after.unwrap_or(i64::MIN), &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Schedule {
+            group_id: r.get(0),
+            user_id: r.get(1),
+            marked_for_deletion_on: r.get(2),
+        })
+        .collect())
+}
+
+/// The schedule row of one group, if any.
+pub async fn schedule_of<C: GenericClient>(c: &C, group_id: i64) -> Result<Option<Schedule>> {
+    let row = c
+        .query_opt(
+            "SELECT group_id::bigint, user_id::bigint, marked_for_deletion_on
+             FROM group_deletion_schedules WHERE group_id = $1::bigint",
+            &[&group_id],
+        )
+        .await?;
+    Ok(row.map(|r| Schedule {
+        group_id: r.get(0),
+        user_id: r.get(1),
+        marked_for_deletion_on: r.get(2),
+    }))
+}
+
+/// Whether a namespace `id` exists with `type = 'Group'`.
+pub async fn group_exists<C: GenericClient>(c: &C, id: i64) -> Result<bool> {
+    Ok(c.query_opt(
+        "SELECT 1 FROM namespaces WHERE id = $1::bigint AND type = 'Group'",
+        &[&id],
+    )
+    .await?
+    .is_some())
+}
+
+/// `s` without a `SUFFIX_RE` match (`-deletion_scheduled-<digits>` or the legacy
+/// `-deleted-<digits>` at the end); unchanged when there is none.
+pub fn strip_deletion_suffix(s: &str) -> &str {
+    for marker in SUFFIX_MARKERS {
+        if let Some(pos) = s.rfind(marker) {
+            let digits = &s[pos + marker.len()..];
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                return &s[..pos];
+            }
+        }
+    }
+    s
+}
+
+/// `RANDOM_SUFFIX`: `-` and 5 characters from `[a-z0-9]`.
+pub fn random_suffix() -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::thread_rng();
+    let tail: String = (0..5)
+        .map(|_| CHARS[rng.gen_range(0..CHARS.len())] as char)
+        .collect();
+    format!("-{tail}")
+}
+
+/// What the caller saw when it decided to restore: the restore only goes ahead if
+/// the locked schedule row still has this user and is still due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    /// The scheduling user the caller evaluated.
+    pub user_id: i64,
+    /// The cutoff the caller evaluated against.
+    pub cutoff: NaiveDate,
+}
+
+/// How `restore_group` ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restore {
+    /// Renamed, routes re-prefixed, schedule deleted.
+    Restored {
+        /// The group's full path after the restore.
+        full_path: String,
+    },
+    /// The schedule row (or the group) is gone: already restored or deleted.
+    NotScheduled,
+    /// The schedule row changed since the caller looked (another user, or re-marked
+    /// so that it is no longer due): nothing was changed.
+    Changed(Schedule),
+}
+
+/// Namespaces of any type strictly below `group_id` (subgroups and project namespaces).
+async fn namespaces_below<C: GenericClient>(c: &C, group_id: i64) -> Result<Vec<i64>> {
+    let rows = c
+        .query(
+            "WITH g AS (SELECT traversal_ids AS t FROM namespaces WHERE id = $1::bigint)
+             SELECT n.id::bigint FROM g, namespaces n
+             WHERE n.traversal_ids > g.t
+               AND n.traversal_ids < (g.t[1:cardinality(g.t) - 1] || (g.t[cardinality(g.t)] + 1))
+               AND $1::bigint = ANY(n.traversal_ids) AND n.id <> $1::bigint
+             ORDER BY n.id",
+            &[&group_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Pick a value that `taken` rejects at most `RANDOM_SUFFIX_TRIES` times: `base`
+/// first, then `base` with a random suffix.
+async fn free_value<F, Fut>(base: &str, what: &str, mut taken: F) -> Result<String>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    if !taken(base.to_string()).await? {
+        return Ok(base.to_string());
+    }
+    for _ in 0..RANDOM_SUFFIX_TRIES {
+        let candidate = format!("{base}{}", random_suffix());
+        if !taken(candidate.clone()).await? {
+            return Ok(candidate);
+        }
+    }
+    Err(Error::Invariant(format!(
+        "no free {what} for `{base}` after {RANDOM_SUFFIX_TRIES} random suffixes"
+    )))
+}
+
+/// `restore_group(g)` (b51 §5) inside the caller's transaction.
+pub async fn restore_group<C: GenericClient>(
+    c: &C,
+    group_id: i64,
+    now: DateTime<Utc>,
+    expected: Expected,
+) -> Result<Restore> {
+    // Step 1: the schedule row, locked.
+    let Some(row) = c
+        .query_opt(
+            "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
+             WHERE group_id = $1::bigint FOR UPDATE",
+            &[&group_id],
+        )
+        .await?
+    else {
+        return Ok(Restore::NotScheduled);
+    };
+    let schedule = Schedule {
+        group_id,
+        user_id: row.get(0),
+        marked_for_deletion_on: row.get(1),
+    };
+    if schedule.user_id != expected.user_id || schedule.marked_for_deletion_on > expected.cutoff {
+        return Ok(Restore::Changed(schedule));
+    }
+    let Some(g) = c
+        .query_opt(
+            "SELECT n.name, n.path, n.parent_id::bigint, r.path, r.name, pr.path, pr.name
+             FROM namespaces n
+             LEFT JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = n.id
+             LEFT JOIN routes pr ON pr.source_type = 'Namespace' AND pr.source_id = n.parent_id
+             WHERE n.id = $1::bigint AND n.type = 'Group'
+             FOR UPDATE OF n",
+            &[&group_id],
+        )
+        .await?
+    else {
+        return Ok(Restore::NotScheduled);
+    };
+    let (name, path): (String, String) = (g.get(0), g.get(1));
+    let parent_id: Option<i64> = g.get(2);
+    let parent_path: Option<String> = g.get(5);
+    let parent_name: Option<String> = g.get(6);
+    let full = |leaf: &str, parent: &Option<String>, sep: &str| match (parent_id, parent) {
+        (Some(_), Some(p)) => format!("{p}{sep}{leaf}"),
+        _ => leaf.to_string(),
+    };
+    let old_full_path: String = g
+        .get::<_, Option<String>>(3)
+        .unwrap_or_else(|| full(&path, &parent_path, "/"));
+    let old_full_name: String = g
+        .get::<_, Option<String>>(4)
+        .unwrap_or_else(|| full(&name, &parent_name, " / "));
+    // Steps 2–4: strip the suffix; a taken full path or sibling name gets a random one.
+    let new_path = free_value(strip_deletion_suffix(&path), "path", |candidate| {
+        let full_path = full(&candidate, &parent_path, "/");
+        async move {
+            let row = c
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM routes WHERE lower(path) = lower($1)
+                       AND NOT (source_type = 'Namespace' AND source_id = $2::bigint))",
+                    &[&full_path, &group_id],
+                )
+                .await?;
+            Ok(row.get::<_, bool>(0))
+        }
+    })
+    .await?;
+    let new_name = free_value(
+        strip_deletion_suffix(&name),
+        "name",
+        |candidate| async move {
+            let row = c
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM namespaces
+                   WHERE parent_id IS NOT DISTINCT FROM $1::bigint AND type = 'Group'
+                     AND name = $2 AND id <> $3::bigint)",
+                    &[&parent_id, &candidate, &group_id],
+                )
+                .await?;
+            Ok(row.get::<_, bool>(0))
+        },
+    )
+    .await?;
+    let new_full_path = full(&new_path, &parent_path, "/");
+    let new_full_name = full(&new_name, &parent_name, " / ");
+    // Step 5.
+    c.execute(
+        "UPDATE namespaces SET name = $2, path = $3, updated_at = $4::timestamptz
+         WHERE id = $1::bigint",
+        &[&group_id, &new_name, &new_path, &now],
+    )
+    .await?;
+    // Step 6: the group's own route, then every route below it.
+    c.execute(
+        "UPDATE routes SET path = $2, name = $3, updated_at = $4::timestamptz
+         WHERE source_type = 'Namespace' AND source_id = $1::bigint",
+        &[&group_id, &new_full_path, &new_full_name, &now],
+    )
+    .await?;
+    let namespaces = namespaces_below(c, group_id).await?;
+    let projects = hierarchy::projects_under(c, group_id).await?;
+    c.execute(
+        "UPDATE routes SET
+           path = $2 || substr(path, char_length($1) + 1),
+           name = CASE WHEN left(name, char_length($3)) = $3
+                       THEN $4 || substr(name, char_length($3) + 1) ELSE name END,
+           updated_at = $5::timestamptz
+         WHERE ((source_type = 'Namespace' AND source_id = ANY($6::bigint[]))
+             OR (source_type = 'Project' AND source_id = ANY($7::bigint[])))
+           AND left(path, char_length($1)) = $1",
+        &[
+            &format!("{old_full_path}/"),
+            &format!("{new_full_path}/"),
+            &format!("{old_full_name} / "),
+            &format!("{new_full_name} / "),
+            &now,
+            &namespaces,
+            &projects,
+        ],
+    )
+    .await?;
+    // Step 7.
+    c.execute(
+        "DELETE FROM group_deletion_schedules WHERE group_id = $1::bigint",
+        &[&group_id],
+    )
+    .await?;
+    Ok(Restore::Restored {
+        full_path: new_full_path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deletion_suffix_is_stripped_only_at_the_end() {
+        assert_eq!(strip_deletion_suffix("acme-deletion_scheduled-100"), "acme");
+        assert_eq!(strip_deletion_suffix("acme-deleted-7"), "acme");
+        assert_eq!(strip_deletion_suffix("acme"), "acme");
+        assert_eq!(
+            strip_deletion_suffix("acme-deletion_scheduled-"),
+            "acme-deletion_scheduled-"
+        );
+        assert_eq!(strip_deletion_suffix("acme-deleted-1x"), "acme-deleted-1x");
+        assert_eq!(
+            strip_deletion_suffix("a-deletion_scheduled-1-b"),
+            "a-deletion_scheduled-1-b"
+        );
+        assert_eq!(
+            strip_deletion_suffix("a-deleted-1-deletion_scheduled-22"),
+            "a-deleted-1"
+        );
+    }
+
+    #[test]
+    fn random_suffixes_have_five_lowercase_alphanumerics() {
+        for _ in 0..100 {
+            let s = random_suffix();
+            assert_eq!(s.len(), 6);
+            assert!(s.starts_with('-'));
+            assert!(s[1..]
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+        }
+    }
+
+    #[test]
+    fn the_cutoff_is_today_minus_the_period() {
+        let today: NaiveDate = "2025-03-10".parse().unwrap();
+        assert_eq!(cutoff(today, 7).to_string(), "2025-03-03");
+        assert_eq!(cutoff(today, 30).to_string(), "2025-02-08");
+    }
+}
