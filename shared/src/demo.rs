@@ -11,7 +11,10 @@ use crate::gitlab::authz;
 
 /// The demo SQL files, applied in order; each batch adds its own file (fixed id
 /// ranges per file, see the file headers).
-const DEMO_SQL: &[&str] = &[include_str!("../demo/demo.sql")];
+const DEMO_SQL: &[&str] = &[
+    include_str!("../demo/demo.sql"),
+    include_str!("../demo/b70.sql"),
+];
 
 /// Seed the demo data into an empty, migrated database.
 pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Result<()> {

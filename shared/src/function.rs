@@ -14,17 +14,28 @@ pub enum Function {
     RemoveExpiredMembers,
     /// Phase 2 of user removal (common.md §5.2).
     DeleteUser,
+    /// B70 cron batch.
+    PlaceholderUserCleanup,
+    /// B70 child: deletes one placeholder user.
+    DeletePlaceholderUser,
 }
 
 impl Function {
     /// Every implemented function.
-    pub const ALL: &'static [Function] = &[Function::RemoveExpiredMembers, Function::DeleteUser];
+    pub const ALL: &'static [Function] = &[
+        Function::RemoveExpiredMembers,
+        Function::DeleteUser,
+        Function::PlaceholderUserCleanup,
+        Function::DeletePlaceholderUser,
+    ];
 
     /// The function name, e.g. `remove-expired-members`.
     pub fn name(self) -> &'static str {
         match self {
             Function::RemoveExpiredMembers => "remove-expired-members",
             Function::DeleteUser => "delete-user",
+            Function::PlaceholderUserCleanup => "placeholder-user-cleanup",
+            Function::DeletePlaceholderUser => "delete-placeholder-user",
         }
     }
 
@@ -38,6 +49,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => &["remove-expired-members.run"],
             Function::DeleteUser => &["delete-user.run"],
+            Function::PlaceholderUserCleanup => &["placeholder-user-cleanup.run"],
+            Function::DeletePlaceholderUser => &["delete-placeholder-user.run"],
         }
     }
 
@@ -54,6 +67,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
             Function::DeleteUser => None,
+            Function::PlaceholderUserCleanup => Some("cron(0 0 * * ? *)"),
+            Function::DeletePlaceholderUser => None,
         }
     }
 
@@ -63,6 +78,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Duration::from_secs(600),
             Function::DeleteUser => Duration::from_secs(900),
+            Function::PlaceholderUserCleanup => Duration::from_secs(300),
+            Function::DeletePlaceholderUser => Duration::from_secs(300),
         }
     }
 
@@ -71,6 +88,9 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => 10_000,
             Function::DeleteUser => 1000,
+            Function::PlaceholderUserCleanup => 1000,
+            // Never sends itself a continuation.
+            Function::DeletePlaceholderUser => 0,
         }
     }
 
@@ -86,6 +106,11 @@ impl Function {
                 &[Function::RemoveExpiredMembers, Function::DeleteUser]
             }
             Function::DeleteUser => &[Function::DeleteUser],
+            Function::PlaceholderUserCleanup => &[
+                Function::PlaceholderUserCleanup,
+                Function::DeletePlaceholderUser,
+            ],
+            Function::DeletePlaceholderUser => &[Function::DeleteUser],
         }
     }
 

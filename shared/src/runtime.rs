@@ -164,6 +164,12 @@ where
             crate::batches::remove_expired_members::handle(inv, client, env).await
         }
         Function::DeleteUser => crate::workers::delete_user::handle(inv, client, env).await,
+        Function::PlaceholderUserCleanup => {
+            crate::batches::placeholder_user_cleanup::handle(inv, client, env).await
+        }
+        Function::DeletePlaceholderUser => {
+            crate::workers::delete_placeholder_user::handle(inv, client, env).await
+        }
     }
 }
 

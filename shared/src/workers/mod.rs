@@ -4,4 +4,5 @@
 //! database before any destructive step, so duplicates, replays and stale messages
 //! are harmless (common.md §9.9).
 
+pub mod delete_placeholder_user;
 pub mod delete_user;
