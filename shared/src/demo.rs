@@ -15,6 +15,7 @@ const DEMO_SQL: &[&str] = &[
     include_str!("../demo/demo.sql"),
     include_str!("../demo/b43.sql"),
     include_str!("../demo/b51.sql"),
+    include_str!("../demo/b70.sql"),
 ];
 
 /// Seed the demo data into an empty, migrated database.

@@ -22,6 +22,10 @@ pub enum Function {
     AdjournedGroupDeletion,
     /// B51 child: destroy one group, depth first, in chunks.
     GroupDestroy,
+    /// B70 cron batch.
+    PlaceholderUserCleanup,
+    /// B70 child: deletes one placeholder user.
+    DeletePlaceholderUser,
 }
 
 impl Function {
@@ -33,6 +37,8 @@ impl Function {
         Function::PruneDeletions,
         Function::AdjournedGroupDeletion,
         Function::GroupDestroy,
+        Function::PlaceholderUserCleanup,
+        Function::DeletePlaceholderUser,
     ];
 
     /// The function name, e.g. `remove-expired-members`.
@@ -44,6 +50,8 @@ impl Function {
             Function::PruneDeletions => "prune-deletions",
             Function::AdjournedGroupDeletion => "adjourned-group-deletion",
             Function::GroupDestroy => "group-destroy",
+            Function::PlaceholderUserCleanup => "placeholder-user-cleanup",
+            Function::DeletePlaceholderUser => "delete-placeholder-user",
         }
     }
 
@@ -61,6 +69,8 @@ impl Function {
             Function::PruneDeletions => &["prune-deletions.run"],
             Function::AdjournedGroupDeletion => &["adjourned-group-deletion.run"],
             Function::GroupDestroy => &["group-destroy.run"],
+            Function::PlaceholderUserCleanup => &["placeholder-user-cleanup.run"],
+            Function::DeletePlaceholderUser => &["delete-placeholder-user.run"],
         }
     }
 
@@ -81,6 +91,8 @@ impl Function {
             Function::PruneDeletions => None,
             Function::AdjournedGroupDeletion => Some("cron(0 2 * * ? *)"),
             Function::GroupDestroy => None,
+            Function::PlaceholderUserCleanup => Some("cron(0 0 * * ? *)"),
+            Function::DeletePlaceholderUser => None,
         }
     }
 
@@ -94,6 +106,8 @@ impl Function {
             Function::PruneDeletions => Duration::from_secs(120),
             Function::AdjournedGroupDeletion => Duration::from_secs(300),
             Function::GroupDestroy => Duration::from_secs(900),
+            Function::PlaceholderUserCleanup => Duration::from_secs(300),
+            Function::DeletePlaceholderUser => Duration::from_secs(300),
         }
     }
 
@@ -107,6 +121,9 @@ impl Function {
             Function::PruneDeletions => 10_000,
             Function::AdjournedGroupDeletion => 1000,
             Function::GroupDestroy => 1000,
+            Function::PlaceholderUserCleanup => 1000,
+            // Never sends itself a continuation.
+            Function::DeletePlaceholderUser => 0,
         }
     }
 
@@ -128,6 +145,11 @@ impl Function {
                 &[Function::AdjournedGroupDeletion, Function::GroupDestroy]
             }
             Function::GroupDestroy => &[Function::GroupDestroy, Function::DeleteUser],
+            Function::PlaceholderUserCleanup => &[
+                Function::PlaceholderUserCleanup,
+                Function::DeletePlaceholderUser,
+            ],
+            Function::DeletePlaceholderUser => &[Function::DeleteUser],
         }
     }
 

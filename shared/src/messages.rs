@@ -289,6 +289,37 @@ pub fn group_destroy_key(group_id: i64, marked_for_deletion_on: NaiveDate, user_
     format!("group-destroy:{group_id}:{marked_for_deletion_on}:{user_id}")
 }
 
+/// `placeholder-user-cleanup.run` payload (b70 §3).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlaceholderUserCleanupRun {
+    /// Where the run goes on; absent for the first message of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<DetailCursor>,
+}
+
+/// Keyset cursor of B70: the last visited detail and the run-wide child index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetailCursor {
+    /// The id of the last `import_placeholder_user_details` row visited.
+    pub detail_id: i64,
+    /// How many children the run has sent so far (the next child's delay in seconds).
+    pub index: u32,
+}
+
+/// `delete-placeholder-user.run` payload (b70 §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletePlaceholderUserRun {
+    /// The placeholder user to delete.
+    pub placeholder_user_id: i64,
+    /// The detail's `deletion_attempts` after the claim (informational: logs and key).
+    pub attempt: i64,
+}
+
+/// The key of `delete-placeholder-user.run` (§9.3).
+pub fn delete_placeholder_user_key(placeholder_user_id: i64, attempt: i64) -> String {
+    format!("delete-placeholder-user:{placeholder_user_id}:{attempt}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

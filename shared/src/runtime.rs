@@ -172,6 +172,12 @@ where
             crate::batches::adjourned_group_deletion::handle(inv, client, env).await
         }
         Function::GroupDestroy => crate::workers::group_destroy::handle(inv, client, env).await,
+        Function::PlaceholderUserCleanup => {
+            crate::batches::placeholder_user_cleanup::handle(inv, client, env).await
+        }
+        Function::DeletePlaceholderUser => {
+            crate::workers::delete_placeholder_user::handle(inv, client, env).await
+        }
     }
 }
 

@@ -4,6 +4,7 @@ mod b38;
 mod b43;
 mod b51;
 mod b51_large;
+mod b70;
 mod common;
 mod delete_user;
 mod glue;

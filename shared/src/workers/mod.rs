@@ -4,6 +4,7 @@
 //! database before any destructive step, so duplicates, replays and stale messages
 //! are harmless (common.md §9.9).
 
+pub mod delete_placeholder_user;
 pub mod delete_user;
 pub mod group_destroy;
 pub mod prune_deletions;
