@@ -59,6 +59,8 @@ enum Cmd {
         #[command(subcommand)]
         action: ReplayAction,
     },
+    /// Benchmarks: ratios measured side by side in one run, written to docs/benchmarks.md.
+    Bench(BenchArgs),
     /// Throwaway database, demo data, every batch until idle, and a summary.
     Demo {
         /// Fix the clock (RFC 3339; default: now).
@@ -68,6 +70,30 @@ enum Cmd {
         #[arg(long)]
         keep_db: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// b38, b38-baseline, keyset, queue-calls, footprint, or all.
+    name: String,
+    /// small, full, or a number of expired memberships.
+    #[arg(long, default_value = "small")]
+    scale: String,
+    /// Print the rows as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// The document the table is written to, with the command.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    doc: PathBuf,
+    /// Where the function binaries are (footprint).
+    #[arg(long, default_value = "target/release")]
+    bin_dir: PathBuf,
+    /// The moto endpoint for queue-calls.
+    #[arg(long, env = "MOTO_ENDPOINT")]
+    moto: Option<String>,
+    /// Keep the bench databases for inspection (they are dropped otherwise).
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Subcommand)]
@@ -526,6 +552,42 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
 }
 
+async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
+    let scale = shared::bench::Scale::parse(&a.scale)?;
+    let opts = shared::bench::Options {
+        database_url: database_url()?,
+        moto_endpoint: a.moto.clone(),
+        bin_dir: a.bin_dir.clone(),
+        now: parse_now(Some("2025-03-10T00:10:00Z"))?,
+        keep: a.keep,
+    };
+    let context = shared::bench::context(&scale, &opts).await?;
+    let rows = shared::bench::run(&a.name, &scale, &opts).await?;
+    let command = format!(
+        "hk {}",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"command": command, "context": context, "rows": rows})
+        );
+    } else {
+        println!(
+            "{command}\n{context}\n\n{}",
+            shared::bench::render_markdown(&rows)
+        );
+    }
+    shared::bench::write_doc(
+        &a.doc,
+        &format!("{}:{}", scale.label, a.name),
+        &command,
+        &context,
+        &rows,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitCode> {
     let now = parse_now(now.as_deref())?;
     let mut cluster = None;
@@ -642,12 +704,18 @@ async fn real_main() -> Result<ExitCode> {
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
+        Cmd::Bench(a) => cmd_bench(a).await,
         Cmd::Demo { now, keep_db } => cmd_demo(now, keep_db).await,
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // A bench measures the handlers, not their info lines: warnings only, unless asked.
+    if std::env::args().nth(1).as_deref() == Some("bench") && std::env::var_os("RUST_LOG").is_none()
+    {
+        std::env::set_var("RUST_LOG", "warn");
+    }
     shared::telemetry::init(shared::telemetry::Sink::Stderr);
     match real_main().await {
         Ok(code) => code,

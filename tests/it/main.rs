@@ -8,5 +8,6 @@ mod b70;
 mod common;
 mod delete_user;
 mod glue;
+mod perf;
 mod queue_sqs;
 mod schema;

@@ -4,19 +4,38 @@
 //! of 1000 per invocation, read in one statement without locks), the per-member
 //! transaction (re-check under `FOR UPDATE` ⚑ D5, last-owner rule, removal, phase 1
 //! for project bots), and the continuation with the cursor of the last row read.
+//!
+//! Members are grouped as common.md §7.2 allows: up to [`GROUP_SIZE`] consecutive
+//! members of a page share one transaction. In it, one statement deletes every member
+//! that is still expired and needs no per-member rule (no project bot, no owner
+//! candidate of §2.5) together with its notification setting, and one set-based
+//! refresh follows (`authz::refresh_removed`); the members it left (owner candidates,
+//! bots, or rows no longer expired) then run the per-member steps in page order, each
+//! in its own SAVEPOINT, and the group's `delete-user` messages are sent in calls of
+//! ten before COMMIT. Whenever anything in a group fails (an error in the set-based
+//! part, a failed send, a failed COMMIT), the group is rolled back and its members run
+//! again one transaction each, exactly as §5 describes, so a member's failure never
+//! affects another and every outcome (counts, log lines, effects) is the per-member one.
+//! A user trigger on `DELETE` of `members` could make one member's deletion change
+//! another member of the same group; when one exists the page runs one transaction per
+//! member from the start. The deadline guard is evaluated before each group (a group
+//! takes milliseconds, far below the margin) and before each member run on its own.
+
+use std::collections::HashSet;
 
 use chrono::NaiveDate;
 use serde_json::json;
-use tokio_postgres::GenericClient;
+use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
+use crate::gitlab::authz::{self, Removed};
 use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
+use crate::gitlab::permissions;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
-use crate::gitlab::{authz, permissions};
 use crate::locks;
 use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
-use crate::queue::OutMessage;
+use crate::queue::{OutMessage, SQS_BATCH};
 use crate::retry_transient;
 use crate::runtime::{Invocation, Report};
 
@@ -26,6 +45,8 @@ pub const BATCH_SIZE: usize = 1000;
 pub const BATCH_DELAY_S: u32 = 10;
 /// Reason passed to phase 1 for bots.
 pub const REMOVAL_REASON: &str = "Membership expired";
+/// Members per grouped transaction (common.md §7.2 allows up to 100).
+pub const GROUP_SIZE: usize = 100;
 
 const FUNCTION: Function = Function::RemoveExpiredMembers;
 
@@ -37,32 +58,29 @@ enum MemberOutcome {
     LastOwner { group_id: i64, user_id: i64 },
 }
 
-/// One page read: `(expires_at, id)` in page order, and whether more rows follow.
-async fn read_page<C: GenericClient>(
+/// The first page (§4): `$1` today, `$2` the limit.
+pub const PAGE_SQL: &str = "SELECT expires_at, id::bigint FROM members
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+     ORDER BY expires_at DESC, id DESC LIMIT $2";
+
+/// A page after a cursor (§4): `$1` today, `$2`/`$3` the cursor, `$4` the limit.
+pub const PAGE_AFTER_SQL: &str = "SELECT expires_at, id::bigint FROM members
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+       AND (expires_at, id) < ($2::date, $3::bigint)
+     ORDER BY expires_at DESC, id DESC LIMIT $4";
+
+/// One page read (§4): `(expires_at, id)` in page order, and whether more rows follow.
+pub async fn read_page<C: GenericClient>(
     c: &C,
     today: NaiveDate,
     cursor: Option<MemberCursor>,
 ) -> Result<(Vec<(NaiveDate, i64)>, bool)> {
     let limit = (BATCH_SIZE + 1) as i64;
     let rows = match cursor {
-        None => {
-            c.query(
-                "SELECT expires_at, id::bigint FROM members
-                 WHERE expires_at IS NOT NULL AND expires_at <= $1::date
-                 ORDER BY expires_at DESC, id DESC LIMIT $2",
-                &[&today, &limit],
-            )
-            .await?
-        }
+        None => c.query(PAGE_SQL, &[&today, &limit]).await?,
         Some(cur) => {
-            c.query(
-                "SELECT expires_at, id::bigint FROM members
-                 WHERE expires_at IS NOT NULL AND expires_at <= $1::date
-                   AND (expires_at, id) < ($2::date, $3::bigint)
-                 ORDER BY expires_at DESC, id DESC LIMIT $4",
-                &[&today, &cur.expires_at, &cur.id, &limit],
-            )
-            .await?
+            c.query(PAGE_AFTER_SQL, &[&today, &cur.expires_at, &cur.id, &limit])
+                .await?
         }
     };
     let mut page: Vec<(NaiveDate, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
@@ -71,12 +89,22 @@ async fn read_page<C: GenericClient>(
     Ok((page, has_next))
 }
 
-/// Steps 2–6 of §5 for one member, in its own transaction.
+/// Where a member's `delete-user` message goes.
+enum Sends<'o> {
+    /// Sent before the member's own COMMIT (one transaction per member).
+    Now,
+    /// Added to the group's outbox once the member's SAVEPOINT is released.
+    Collect(&'o mut Vec<OutMessage>),
+}
+
+/// Steps 2–6 of §5 for one member, in its own transaction (or, inside a group, its own
+/// SAVEPOINT: `client.transaction()` on a transaction opens one).
 async fn process_member<C>(
     inv: &Invocation<'_>,
     run_id: &str,
     client: &mut C,
     id: i64,
+    sends: Sends<'_>,
 ) -> Result<MemberOutcome>
 where
     C: GenericClient + Send + Sync,
@@ -134,10 +162,174 @@ where
             authz::refresh(&tx, u, &affected).await?;
         }
     }
-    // Step 6: send-then-commit.
-    inv.queue.send(&outbox).await?;
-    tx.commit().await?;
+    // Step 6: send-then-commit (a group sends its members' messages before its COMMIT).
+    match sends {
+        Sends::Now => {
+            inv.queue.send(&outbox).await?;
+            tx.commit().await?;
+        }
+        Sends::Collect(group) => {
+            tx.commit().await?;
+            group.extend(outbox);
+        }
+    }
     Ok(MemberOutcome::Deleted)
+}
+
+/// Whether a user trigger fires on `DELETE` of `members`. Such a trigger could change
+/// another member of the same group, which the set-based deletion would not see.
+async fn members_have_delete_triggers<C: GenericClient>(c: &C) -> Result<bool> {
+    let row = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger
+                            WHERE tgrelid = 'members'::regclass AND NOT tgisinternal
+                              AND (tgtype & 8) <> 0)",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Steps 2 and 4 for every member of `ids` that is still expired and needs no
+/// per-member rule: not a project bot's (phase 1, step 5) and not an owner candidate
+/// whose user counts as an owner (step 3). The rows are locked and re-checked by the
+/// DELETE itself (ascending ids); each user's notification setting for the source
+/// goes in the same statement.
+const DELETE_PLAIN: &str = "
+    WITH del AS (
+      DELETE FROM members m
+      WHERE m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date
+        AND NOT EXISTS (
+          SELECT 1 FROM users u
+          WHERE u.id = m.user_id
+            AND (u.user_type = 6
+                 OR (m.type = 'GroupMember' AND m.source_type = 'Namespace'
+                     AND m.access_level = 50 AND m.state = 0 AND m.requested_at IS NULL
+                     AND u.state = 'active')))
+      RETURNING m.id::bigint AS id, m.user_id::bigint AS user_id, m.source_type,
+                m.source_id::bigint AS source_id
+    ),
+    ns AS (
+      DELETE FROM notification_settings n USING del
+      WHERE n.user_id = del.user_id AND n.source_type = del.source_type
+        AND n.source_id = del.source_id
+    )
+    SELECT id, user_id, source_type, source_id FROM del";
+
+/// Each member of a group, in page order, with how it ended.
+type Outcomes = Vec<(i64, Result<MemberOutcome>)>;
+
+/// The work of one group inside its transaction; the caller sends and commits.
+async fn group_body(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    tx: &mut Transaction<'_>,
+    ids: &[i64],
+) -> Result<(Outcomes, Vec<OutMessage>)> {
+    let today = inv.today();
+    let rows = tx.query(DELETE_PLAIN, &[&ids, &today]).await?;
+    let deleted: HashSet<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let removed: Vec<Removed> = rows
+        .iter()
+        .filter_map(|r| {
+            r.get::<_, Option<i64>>(1).map(|user_id| Removed {
+                user_id,
+                source_type: r.get(2),
+                source_id: r.get(3),
+            })
+        })
+        .collect();
+    // The rows left behind: still expired means a per-member rule applies; the others
+    // are stale (step 2).
+    let left: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !deleted.contains(id))
+        .collect();
+    let per_member: HashSet<i64> = if left.is_empty() {
+        HashSet::new()
+    } else {
+        tx.query(
+            "SELECT id::bigint FROM members
+             WHERE id = ANY($1::bigint[]) AND expires_at IS NOT NULL AND expires_at <= $2::date",
+            &[&left, &today],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    // Step 4's refresh for every deleted member, after all of the group's deletions.
+    authz::refresh_removed(&*tx, &removed).await?;
+    let mut outbox = Vec::new();
+    let mut outcomes = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let outcome = if deleted.contains(&id) {
+            Ok(MemberOutcome::Deleted)
+        } else if !per_member.contains(&id) {
+            Ok(MemberOutcome::NoLongerExpired)
+        } else {
+            match retry_transient!(
+                process_member(inv, run_id, tx, id, Sends::Collect(&mut outbox)).await
+            ) {
+                Err(e) if e.is_connection_lost() => return Err(e),
+                r => r,
+            }
+        };
+        outcomes.push((id, outcome));
+    }
+    Ok((outcomes, outbox))
+}
+
+/// One group in one transaction (common.md §7.2). `Ok(Some(_))`: committed, with each
+/// member's outcome. `Ok(None)`: rolled back; the caller runs the members one by one.
+/// `Err(_)`: the connection is lost.
+async fn run_group<C>(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    client: &mut C,
+    ids: &[i64],
+) -> Result<Option<Outcomes>>
+where
+    C: GenericClient + Send + Sync,
+{
+    let mut tx = client.transaction().await?;
+    let failure = match group_body(inv, run_id, &mut tx, ids).await {
+        Ok((outcomes, outbox)) => {
+            let mut sent = Ok(());
+            for part in outbox.chunks(SQS_BATCH) {
+                sent = inv.queue.send(part).await.map_err(crate::Error::from);
+                if sent.is_err() {
+                    break;
+                }
+            }
+            match sent {
+                Ok(()) => match tx.commit().await {
+                    Ok(()) => return Ok(Some(outcomes)),
+                    Err(e) => {
+                        let e = crate::Error::from(e);
+                        if e.is_connection_lost() {
+                            return Err(e);
+                        }
+                        // COMMIT failed: nothing of the group is kept.
+                        tracing::warn!(members = ids.len(), error = %e, error_class = e.class(), "member group not committed; its members run one by one");
+                        return Ok(None);
+                    }
+                },
+                Err(e) => e,
+            }
+        }
+        Err(e) if e.is_connection_lost() => return Err(e),
+        Err(e) => e,
+    };
+    tx.rollback().await?;
+    tracing::warn!(
+        members = ids.len(),
+        error = %failure,
+        error_class = failure.class(),
+        "member group rolled back; its members run one by one"
+    );
+    Ok(None)
 }
 
 struct PageResult {
@@ -145,6 +337,56 @@ struct PageResult {
     skipped: u64,
     failed: u64,
     next: Option<(MemberCursor, u32)>,
+}
+
+impl PageResult {
+    /// Count and log one member's outcome (§5 step E, §8).
+    fn record(&mut self, id: i64, outcome: Result<MemberOutcome>) {
+        match outcome {
+            Ok(MemberOutcome::Deleted) => self.updated += 1,
+            Ok(MemberOutcome::NoLongerExpired) => {
+                self.skipped += 1;
+                tracing::info!(
+                    member_id = id,
+                    "Expired Member ID={id} skipped - no longer expired"
+                );
+            }
+            Ok(MemberOutcome::LastOwner { group_id, user_id }) => {
+                self.skipped += 1;
+                tracing::warn!(
+                    member_id = id,
+                    group_id,
+                    user_id,
+                    "Expired Member ID={id} not removed - last owner of group"
+                );
+            }
+            Err(e) => {
+                self.failed += 1;
+                tracing::error!(
+                    member_id = id,
+                    error = %e,
+                    error_class = e.class(),
+                    "Expired Member ID={id} cannot be removed - {e}"
+                );
+            }
+        }
+    }
+}
+
+/// One member in its own transaction, with the retries of §7.4.
+async fn one_member<C>(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    client: &mut C,
+    id: i64,
+) -> Result<Result<MemberOutcome>>
+where
+    C: GenericClient + Send + Sync,
+{
+    match retry_transient!(process_member(inv, run_id, client, id, Sends::Now).await) {
+        Err(e) if e.is_connection_lost() => Err(e),
+        r => Ok(r),
+    }
 }
 
 async fn run_page<C>(
@@ -163,43 +405,47 @@ where
         failed: 0,
         next: None,
     };
+    let grouped = !page.is_empty() && !members_have_delete_triggers(&*client).await?;
     let mut last: Option<MemberCursor> = None;
-    for (i, (expires_at, id)) in page.iter().copied().enumerate() {
+    let mut i = 0;
+    while i < page.len() {
         // Step 1: the deadline guard, never before the first member (progress rule).
         if i > 0 && inv.deadline.reached() {
             r.next = last.map(|c| (c, 0));
             return Ok(r);
         }
-        match retry_transient!(process_member(inv, &env.run_id, client, id).await) {
-            Ok(MemberOutcome::Deleted) => r.updated += 1,
-            Ok(MemberOutcome::NoLongerExpired) => {
-                r.skipped += 1;
-                tracing::info!(
-                    member_id = id,
-                    "Expired Member ID={id} skipped - no longer expired"
-                );
+        let end = if !grouped || inv.deadline.reached() {
+            i + 1
+        } else {
+            (i + GROUP_SIZE).min(page.len())
+        };
+        let ids: Vec<i64> = page[i..end].iter().map(|(_, id)| *id).collect();
+        let outcomes = if grouped && ids.len() > 1 {
+            run_group(inv, &env.run_id, client, &ids).await?
+        } else {
+            None
+        };
+        match outcomes {
+            Some(outcomes) => {
+                for (id, outcome) in outcomes {
+                    r.record(id, outcome);
+                }
+                let (expires_at, id) = page[end - 1];
+                last = Some(MemberCursor { expires_at, id });
             }
-            Ok(MemberOutcome::LastOwner { group_id, user_id }) => {
-                r.skipped += 1;
-                tracing::warn!(
-                    member_id = id,
-                    group_id,
-                    user_id,
-                    "Expired Member ID={id} not removed - last owner of group"
-                );
-            }
-            Err(e) if e.is_connection_lost() => return Err(e),
-            Err(e) => {
-                r.failed += 1;
-                tracing::error!(
-                    member_id = id,
-                    error = %e,
-                    error_class = e.class(),
-                    "Expired Member ID={id} cannot be removed - {e}"
-                );
+            None => {
+                for (k, &(expires_at, id)) in page[i..end].iter().enumerate() {
+                    if i + k > 0 && inv.deadline.reached() {
+                        r.next = last.map(|c| (c, 0));
+                        return Ok(r);
+                    }
+                    let outcome = one_member(inv, &env.run_id, client, id).await?;
+                    r.record(id, outcome);
+                    last = Some(MemberCursor { expires_at, id });
+                }
             }
         }
-        last = Some(MemberCursor { expires_at, id });
+        i = end;
     }
     if has_next {
         r.next = last.map(|c| (c, BATCH_DELAY_S));

@@ -1,0 +1,513 @@
+//! The B38 benches: `b38` (ours ÷ the set-based floor), `b38-baseline` (a GitLab-pattern
+//! baseline ÷ ours), `keyset` (one page at a large table ÷ at a small one) and the
+//! pathological one-date page.
+//!
+//! Owns: the floor (one DELETE of every expired row with its notification settings,
+//! then one set-based authorization refresh of every affected pair), the baseline (one
+//! round trip per statement, per member), the page timings and their plan check. All
+//! sides of a comparison run on clones of one data set in the same run, and must leave
+//! the same rows (their checksums are compared and reported).
+
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDate;
+use serde_json::Value;
+use tokio_postgres::Client;
+
+use super::data::{self, B38Sizes};
+use super::{median, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
+use crate::batches::remove_expired_members::{read_page, PAGE_AFTER_SQL};
+use crate::config::Settings;
+use crate::db::Connector;
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::gitlab::authz;
+use crate::local::Runner;
+use crate::locks;
+use crate::messages::MemberCursor;
+
+const F: Function = Function::RemoveExpiredMembers;
+
+/// Lambda memory of the template (`infra/template.yaml`, parameter `MemorySize`).
+pub const TEMPLATE_MEMORY_MB: f64 = 256.0;
+
+/// What one side of the B38 comparison did.
+#[derive(Debug, Clone)]
+pub struct Side {
+    /// Wall time.
+    pub time: Duration,
+    /// Members removed.
+    pub removed: i64,
+    /// The checksum of the rows afterwards.
+    pub checksum: String,
+    /// Handler runs (ours) or pages (baseline); 1 for the floor.
+    pub invocations: u64,
+}
+
+/// Read every table once so that each side starts with the same warm OS cache.
+async fn prewarm(c: &Client) -> Result<()> {
+    c.batch_execute(
+        "SELECT count(*) FROM members; SELECT count(*) FROM users;
+         SELECT count(*) FROM project_authorizations; SELECT count(*) FROM notification_settings;
+         SELECT count(*) FROM namespaces; SELECT count(*) FROM projects",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Ours: `remove-expired-members` until idle through the local runner (virtual
+/// continuation delays, one session per handler run, as `hk run --until-idle`).
+pub async fn ours(connector: Connector, check: &Client, opts: &Options) -> Result<Side> {
+    let before = data::expired_count(check, opts.today()).await?;
+    let mut runner = Runner::new(connector, Settings::default(), opts.now);
+    let body = runner.cron_message(F).to_body();
+    let start = Instant::now();
+    runner.run_until_idle(F, &body).await?;
+    let time = start.elapsed();
+    if runner.exit_code(false) != 0 {
+        return Err(Error::Invariant("b38: a run failed".into()));
+    }
+    let after = data::expired_count(check, opts.today()).await?;
+    Ok(Side {
+        time,
+        removed: before - after,
+        checksum: data::checksum(check).await?,
+        invocations: runner.runs.len() as u64,
+    })
+}
+
+/// The floor: one set-based DELETE of the same rows (with their notification
+/// settings) and one set-based refresh of every affected (user, project) pair, in one
+/// transaction. No locks, no paging, no per-member rule.
+pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
+    let before = data::expired_count(c, today).await?;
+    let start = Instant::now();
+    let tx = c.transaction().await?;
+    tx.batch_execute(
+        "CREATE TEMP TABLE floor_removed (u bigint, st text, sid bigint) ON COMMIT DROP",
+    )
+    .await?;
+    tx.execute(
+        "WITH del AS (
+           DELETE FROM members m WHERE m.expires_at IS NOT NULL AND m.expires_at <= $1::date
+           RETURNING m.user_id::bigint AS user_id, m.source_type, m.source_id::bigint AS source_id
+         ),
+         ns AS (
+           DELETE FROM notification_settings n USING del
+           WHERE n.user_id = del.user_id AND n.source_type = del.source_type
+             AND n.source_id = del.source_id
+         )
+         INSERT INTO floor_removed SELECT user_id, source_type, source_id FROM del
+         WHERE user_id IS NOT NULL",
+        &[&today],
+    )
+    .await?;
+    tx.batch_execute("ANALYZE floor_removed").await?;
+    tx.query_one(&authz::refresh_removed_sql("floor_removed r"), &[])
+        .await?;
+    tx.commit().await?;
+    let time = start.elapsed();
+    let after = data::expired_count(c, today).await?;
+    Ok(Side {
+        time,
+        removed: before - after,
+        checksum: data::checksum(c).await?,
+        invocations: 1,
+    })
+}
+
+/// The GitLab-pattern baseline: the same keyset pages, then per member one round trip
+/// per statement: load the member, load its user, load its source, BEGIN, delete the
+/// member, delete its notification setting, refresh that user's authorizations (the
+/// user's lock, then the refresh of `affected(m)`), COMMIT. Statements are prepared
+/// once, so each costs exactly one round trip.
+pub async fn baseline(c: &mut Client, today: NaiveDate) -> Result<Side> {
+    let before = data::expired_count(c, today).await?;
+    let start = Instant::now();
+    let load_member = c
+        .prepare(
+            "SELECT id::bigint, user_id::bigint, source_type, source_id::bigint FROM members
+             WHERE id = $1::bigint",
+        )
+        .await?;
+    let load_user = c
+        .prepare("SELECT id::bigint, state, user_type FROM users WHERE id = $1::bigint")
+        .await?;
+    let load_project = c
+        .prepare("SELECT id::bigint, namespace_id::bigint FROM projects WHERE id = $1::bigint")
+        .await?;
+    let load_group = c
+        .prepare("SELECT id::bigint, traversal_ids::bigint[] FROM namespaces WHERE id = $1::bigint")
+        .await?;
+    let delete = c
+        .prepare("DELETE FROM members WHERE id = $1::bigint")
+        .await?;
+    let delete_ns = c
+        .prepare(
+            "DELETE FROM notification_settings
+             WHERE user_id = $1::bigint AND source_type = $2 AND source_id = $3::bigint",
+        )
+        .await?;
+    let lock = c.prepare("SELECT pg_advisory_xact_lock($1)").await?;
+    let refresh = c
+        .prepare(&authz::refresh_removed_sql(
+            "unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(u, st, sid)",
+        ))
+        .await?;
+    let mut cursor: Option<MemberCursor> = None;
+    let mut pages = 0u64;
+    loop {
+        let (page, has_next) = read_page(&*c, today, cursor).await?;
+        pages += 1;
+        for &(_, id) in &page {
+            let Some(m) = c.query_opt(&load_member, &[&id]).await? else {
+                continue;
+            };
+            let user_id: Option<i64> = m.get(1);
+            let source_type: String = m.get(2);
+            let source_id: i64 = m.get(3);
+            if let Some(u) = user_id {
+                c.query_opt(&load_user, &[&u]).await?;
+            }
+            if source_type == "Project" {
+                c.query_opt(&load_project, &[&source_id]).await?;
+            } else {
+                c.query_opt(&load_group, &[&source_id]).await?;
+            }
+            let tx = c.transaction().await?;
+            tx.execute(&delete, &[&id]).await?;
+            if let Some(u) = user_id {
+                tx.execute(&delete_ns, &[&u, &source_type, &source_id])
+                    .await?;
+                let key = locks::lock_key(&format!("project-authorizations:{u}"));
+                tx.query_one(&lock, &[&key]).await?;
+                tx.query_one(
+                    &refresh,
+                    &[&vec![u], &vec![source_type.as_str()], &vec![source_id]],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+        }
+        match (has_next, page.last()) {
+            (true, Some(&(expires_at, id))) => cursor = Some(MemberCursor { expires_at, id }),
+            _ => break,
+        }
+    }
+    let time = start.elapsed();
+    let after = data::expired_count(c, today).await?;
+    Ok(Side {
+        time,
+        removed: before - after,
+        checksum: data::checksum(c).await?,
+        invocations: pages,
+    })
+}
+
+fn per_member(side: &Side) -> String {
+    let us = side.time.as_secs_f64() * 1e6 / (side.removed.max(1) as f64);
+    format!("{us:.1} µs/member")
+}
+
+/// `b38` and/or `b38-baseline` on one data set of `scale.b38_members` expired rows.
+pub async fn run(
+    scale: &Scale,
+    opts: &Options,
+    dbs: &mut BenchDbs,
+    with_floor: bool,
+    with_baseline: bool,
+) -> Result<Vec<Row>> {
+    let today = opts.today();
+    let sizes = B38Sizes::for_expired(scale.b38_members);
+    {
+        let src = dbs.create("b38_src").await?;
+        data::b38(&src, today, sizes).await?;
+    }
+    dbs.clone_db("b38_src", "b38_ours").await?;
+    if with_floor {
+        dbs.clone_db("b38_src", "b38_floor").await?;
+    }
+    if with_baseline {
+        dbs.clone_db("b38_src", "b38_base").await?;
+    }
+    dbs.drop_db("b38_src").await?;
+    let mut rows = Vec::new();
+    let floor_side = if with_floor {
+        let mut c = dbs.connector("b38_floor")?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        Some(floor(&mut c, today).await?)
+    } else {
+        None
+    };
+    let check = dbs.connector("b38_ours")?.connect("hk-bench").await?;
+    prewarm(&check).await?;
+    let ours_side = ours(dbs.handler_connector("b38_ours")?, &check, opts).await?;
+    drop(check);
+    if ours_side.removed != sizes.expired as i64 {
+        return Err(Error::Invariant(format!(
+            "b38: ours removed {} of {} members",
+            ours_side.removed, sizes.expired
+        )));
+    }
+    let size = format!(
+        "{} expired members ({} users, {} groups, {} projects, {} live members)",
+        sizes.expired,
+        sizes.users,
+        3 * sizes.top_groups,
+        6 * sizes.top_groups,
+        sizes.live + sizes.top_groups
+    );
+    if let Some(fl) = &floor_side {
+        let same = if fl.checksum == ours_side.checksum {
+            "same rows afterwards"
+        } else {
+            "ROWS DIFFER"
+        };
+        rows.push(Row::new(
+            "b38",
+            format!("ours ÷ floor, {size}"),
+            format!(
+                "ours {} ({}, {} handler runs); floor {} ({}); {same}",
+                secs(ours_side.time),
+                per_member(&ours_side),
+                ours_side.invocations,
+                secs(fl.time),
+                per_member(fl),
+            ),
+            ratio(ours_side.time, fl.time),
+            "×",
+            Some(Target::le(1.5)),
+        ));
+        if fl.checksum != ours_side.checksum {
+            return Err(Error::Invariant(format!(
+                "b38: ours and the floor left different rows: {} vs {}",
+                ours_side.checksum, fl.checksum
+            )));
+        }
+    }
+    // The cost line: Lambda GB-seconds per 1,000,000 memberships at the template memory.
+    let gbs =
+        ours_side.time.as_secs_f64() / (ours_side.removed.max(1) as f64) * 1e6 * TEMPLATE_MEMORY_MB
+            / 1024.0;
+    rows.push(Row::new(
+        "b38-cost",
+        "Lambda GB-seconds per 1,000,000 memberships removed, at MemorySize 256 MB",
+        format!(
+            "from ours: {} for {} members",
+            secs(ours_side.time),
+            ours_side.removed
+        ),
+        gbs,
+        "GB-s",
+        None,
+    ));
+    if with_baseline {
+        let mut c = dbs.connector("b38_base")?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        let base = baseline(&mut c, today).await?;
+        let same = if base.checksum == ours_side.checksum {
+            "same rows afterwards"
+        } else {
+            "ROWS DIFFER"
+        };
+        rows.push(Row::new(
+            "b38-baseline",
+            format!("GitLab-pattern baseline ÷ ours, {size}"),
+            format!(
+                "baseline {} ({}); ours {} ({}); {same}",
+                secs(base.time),
+                per_member(&base),
+                secs(ours_side.time),
+                per_member(&ours_side)
+            ),
+            ratio(base.time, ours_side.time),
+            "×",
+            Some(Target::ge(10.0)),
+        ));
+        if base.checksum != ours_side.checksum {
+            return Err(Error::Invariant(format!(
+                "b38: the baseline and ours left different rows: {} vs {}",
+                base.checksum, ours_side.checksum
+            )));
+        }
+        drop(c);
+        dbs.drop_db("b38_base").await?;
+    }
+    dbs.drop_db("b38_ours").await?;
+    if with_floor {
+        dbs.drop_db("b38_floor").await?;
+    }
+    Ok(rows)
+}
+
+/// The page-order row at `offset` among the expired rows: the cursor of the timed page.
+async fn cursor_at(c: &Client, today: NaiveDate, offset: i64) -> Result<MemberCursor> {
+    let r = c
+        .query_one(
+            "SELECT expires_at, id::bigint FROM members
+             WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+             ORDER BY expires_at DESC, id DESC OFFSET $2 LIMIT 1",
+            &[&today, &offset],
+        )
+        .await?;
+    Ok(MemberCursor {
+        expires_at: r.get(0),
+        id: r.get(1),
+    })
+}
+
+/// What `EXPLAIN (ANALYZE)` says about a page: the node types from the top, the index
+/// used, and the rows the index scan returned.
+#[derive(Debug, Clone)]
+pub struct PagePlan {
+    /// Node types, outermost first.
+    pub nodes: Vec<String>,
+    /// The index of the scan.
+    pub index: Option<String>,
+    /// Rows read from the index for one page.
+    pub index_rows: f64,
+}
+
+impl PagePlan {
+    /// An index scan on `index_members_on_expires_at` and no sort of the whole set (an
+    /// incremental sort only sorts the rows that share one date).
+    pub fn is_keyset(&self) -> bool {
+        self.index.as_deref() == Some("index_members_on_expires_at")
+            && !self.nodes.iter().any(|n| n == "Sort" || n == "Seq Scan")
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} on {} ({:.0} index rows per page)",
+            self.nodes.join(" → "),
+            self.index.as_deref().unwrap_or("no index"),
+            self.index_rows
+        )
+    }
+}
+
+fn walk(node: &Value, plan: &mut PagePlan) {
+    if let Some(t) = node["Node Type"].as_str() {
+        plan.nodes.push(t.to_string());
+    }
+    if let Some(i) = node["Index Name"].as_str() {
+        plan.index = Some(i.to_string());
+        plan.index_rows += node["Actual Rows"].as_f64().unwrap_or(0.0);
+    }
+    if let Some(children) = node["Plans"].as_array() {
+        for ch in children {
+            walk(ch, plan);
+        }
+    }
+}
+
+/// EXPLAIN ANALYZE of the page after `cur`, exactly as B38 reads it.
+pub async fn explain_page(c: &Client, today: NaiveDate, cur: MemberCursor) -> Result<PagePlan> {
+    let limit = 1001i64;
+    let row = c
+        .query_one(
+            &format!("EXPLAIN (ANALYZE, FORMAT JSON) {PAGE_AFTER_SQL}"),
+            &[&today, &cur.expires_at, &cur.id, &limit],
+        )
+        .await?;
+    let v: Value = row.get(0);
+    let mut plan = PagePlan {
+        nodes: Vec::new(),
+        index: None,
+        index_rows: 0.0,
+    };
+    walk(&v[0]["Plan"], &mut plan);
+    Ok(plan)
+}
+
+/// `keyset`: one B38 page (the read of §4, 1,001 rows from a cursor in the middle of
+/// the expired rows) on a table of `keyset_large` members ÷ on one of `keyset_small`,
+/// with the same expired rows (spread over 1,000 days) in both; plus, without a
+/// target, the same page when every expired row shares one date.
+pub async fn keyset(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Vec<Row>> {
+    let today = opts.today();
+    let e = scale.keyset_small;
+    for (tag, total, spread) in [
+        ("ks_small", e, true),
+        ("ks_large", scale.keyset_large, true),
+        ("ks_onedate", e, false),
+    ] {
+        let c = dbs.create(tag).await?;
+        data::keyset(&c, today, e, total, spread).await?;
+    }
+    let small = dbs
+        .handler_connector("ks_small")?
+        .connect("hk-bench")
+        .await?;
+    let large = dbs
+        .handler_connector("ks_large")?
+        .connect("hk-bench")
+        .await?;
+    let one = dbs
+        .handler_connector("ks_onedate")?
+        .connect("hk-bench")
+        .await?;
+    let offset = (e / 2) as i64;
+    let cursors = [
+        cursor_at(&small, today, offset).await?,
+        cursor_at(&large, today, offset).await?,
+        cursor_at(&one, today, offset).await?,
+    ];
+    let clients = [&small, &large, &one];
+    let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    // Warm up, then interleave: small, large, one date, small, …
+    for round in 0..45 {
+        for (k, c) in clients.iter().enumerate() {
+            let (_, t) = timed(read_page(*c, today, Some(cursors[k]))).await?;
+            if round >= 5 {
+                times[k].push(t);
+            }
+        }
+    }
+    let [mut ts, mut tl, mut to] = times;
+    let (ms, ml, mo) = (median(&mut ts), median(&mut tl), median(&mut to));
+    let plan_large = explain_page(&large, today, cursors[1]).await?;
+    let plan_one = explain_page(&one, today, cursors[2]).await?;
+    let mut rows = vec![Row::new(
+        "keyset",
+        format!(
+            "one B38 page at {} members ÷ at {} members ({} expired over 1,000 days in both)",
+            scale.keyset_large, scale.keyset_small, e
+        ),
+        format!(
+            "median of 40 interleaved reads: {} vs {}; plan at {}: {}{}",
+            secs(ml),
+            secs(ms),
+            scale.keyset_large,
+            plan_large.describe(),
+            if plan_large.is_keyset() {
+                ""
+            } else {
+                " — NOT a keyset plan"
+            }
+        ),
+        ratio(ml, ms),
+        "×",
+        Some(Target::le(1.3)),
+    )];
+    rows.push(Row::new(
+        "keyset-one-date",
+        format!(
+            "pathological: one B38 page when all {e} expired rows share one date ÷ spread over 1,000 days"
+        ),
+        format!(
+            "median {} vs {}; plan: {}",
+            secs(mo),
+            secs(ms),
+            plan_one.describe()
+        ),
+        ratio(mo, ms),
+        "×",
+        None,
+    ));
+    drop((small, large, one));
+    for tag in ["ks_small", "ks_large", "ks_onedate"] {
+        dbs.drop_db(tag).await?;
+    }
+    Ok(rows)
+}

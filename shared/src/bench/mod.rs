@@ -1,0 +1,488 @@
+//! `hk bench`: benchmarks that compare two ways of doing the same work on the same data
+//! in the same run (issue 8).
+//!
+//! Owns: the scales, the bench databases (created on the cluster of `DATABASE_URL`,
+//! filled with set-based SQL, cloned so that both sides of a comparison start from the
+//! same bytes, dropped at the end), every bench's measurement and its SQL, and the
+//! report: one [`Row`] per figure, rendered as a Markdown table and written, with the
+//! exact command, into `docs/benchmarks.md`. Machines are shared and noisy, so a row
+//! states a **ratio** of two measurements taken side by side (interleaved where
+//! repetition is cheap), or a count, never a lone absolute time as a verdict; the
+//! footprint rows are the exception the issue asks for (sizes, RSS, start time), each
+//! next to a reference measured in the same run. Nothing here asserts a time: tests
+//! run the benches at a tiny scale and check that the figures are sane.
+//!
+//! It is never linked into a function's work: only `hk` calls it.
+
+pub mod b38;
+mod data;
+pub mod footprint;
+pub mod queue_calls;
+mod report;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use tokio_postgres::Client;
+
+use crate::config::{DatabaseConfig, DatabaseSource};
+use crate::db::Connector;
+use crate::error::{Error, Result};
+
+pub use report::{render_markdown, write_doc};
+
+/// The benches `hk bench` knows, in the order `all` runs them.
+pub const BENCHES: &[&str] = &["b38", "b38-baseline", "keyset", "queue-calls", "footprint"];
+
+/// How big the data sets are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Scale {
+    /// `small`, `full` or the number given.
+    pub label: String,
+    /// Expired memberships of the B38 data set.
+    pub b38_members: u64,
+    /// Members of the smaller keyset table (all expired, spread over 1,000 days).
+    pub keyset_small: u64,
+    /// Members of the larger keyset table: the same expired rows plus members that do
+    /// not expire (or expire later).
+    pub keyset_large: u64,
+    /// Messages enqueued by each producer of the queue-calls bench.
+    pub queue_messages: u64,
+    /// Members of the page the footprint bench hands to the function binary.
+    pub footprint_page: u64,
+}
+
+impl Scale {
+    /// Parse `small`, `full` or a number of expired memberships.
+    pub fn parse(s: &str) -> Result<Scale> {
+        match s {
+            "full" => Ok(Scale {
+                label: "full".into(),
+                b38_members: 1_000_000,
+                keyset_small: 100_000,
+                keyset_large: 10_000_000,
+                queue_messages: 1000,
+                footprint_page: 1000,
+            }),
+            "small" => Ok(Scale {
+                label: "small".into(),
+                b38_members: 20_000,
+                keyset_small: 10_000,
+                keyset_large: 300_000,
+                queue_messages: 1000,
+                footprint_page: 1000,
+            }),
+            n => {
+                let n: u64 = n.parse().ok().filter(|n| *n >= 10).ok_or_else(|| {
+                    Error::Config(format!(
+                        "--scale `{n}`: expected small, full or a number ≥ 10"
+                    ))
+                })?;
+                Ok(Scale {
+                    label: n.to_string(),
+                    b38_members: n,
+                    keyset_small: n,
+                    keyset_large: n * 10,
+                    queue_messages: n.min(1000),
+                    footprint_page: n.min(1000),
+                })
+            }
+        }
+    }
+}
+
+/// A target a figure is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Target {
+    /// `≤` or `≥`.
+    pub op: &'static str,
+    /// The bound.
+    pub value: f64,
+}
+
+impl Target {
+    /// At most `v`.
+    pub fn le(v: f64) -> Target {
+        Target {
+            op: "≤", value: v
+        }
+    }
+
+    /// At least `v`.
+    pub fn ge(v: f64) -> Target {
+        Target {
+            op: "≥", value: v
+        }
+    }
+
+    /// Whether `x` meets the target.
+    pub fn met(&self, x: f64) -> bool {
+        if self.op == "≤" {
+            x <= self.value
+        } else {
+            x >= self.value
+        }
+    }
+}
+
+/// One figure of a bench.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The bench name (`b38`, `keyset`, …).
+    pub bench: String,
+    /// What is compared, or measured.
+    pub compares: String,
+    /// The measurements behind the figure.
+    pub measured: String,
+    /// The figure.
+    pub value: f64,
+    /// Its unit (`×`, `calls/1000`, `MB`, `ms`).
+    pub unit: String,
+    /// The target, if the issue sets one.
+    pub target: Option<Target>,
+    /// Whether the target is met (None without a target).
+    pub met: Option<bool>,
+}
+
+impl Row {
+    /// A row; `met` follows from the target.
+    pub fn new(
+        bench: &str,
+        compares: impl Into<String>,
+        measured: impl Into<String>,
+        value: f64,
+        unit: &str,
+        target: Option<Target>,
+    ) -> Row {
+        Row {
+            bench: bench.to_string(),
+            compares: compares.into(),
+            measured: measured.into(),
+            value,
+            unit: unit.to_string(),
+            target,
+            met: target.map(|t| t.met(value)),
+        }
+    }
+}
+
+/// What every bench needs besides its scale.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The maintenance URL of the cluster the bench databases are created on.
+    pub database_url: String,
+    /// A moto server for the queue-calls bench (`MOTO_ENDPOINT`); skipped without.
+    pub moto_endpoint: Option<String>,
+    /// Where the function binaries are (`target/release`).
+    pub bin_dir: PathBuf,
+    /// The injected clock of the runs; the data sets are dated relative to it.
+    pub now: DateTime<Utc>,
+    /// Keep the bench databases (for inspection) instead of dropping them.
+    pub keep: bool,
+}
+
+impl Options {
+    /// `today` of the runs.
+    pub fn today(&self) -> NaiveDate {
+        self.now.date_naive()
+    }
+}
+
+/// One line on where and how a run happens: time, CPUs, PostgreSQL, the scale.
+pub async fn context(scale: &Scale, opts: &Options) -> Result<String> {
+    let dbs = BenchDbs::new(&opts.database_url).await?;
+    let version: String = dbs
+        .admin
+        .query_one("SELECT current_setting('server_version')", &[])
+        .await?
+        .get(0);
+    let settings: String = dbs
+        .admin
+        .query_one(
+            "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
+             FROM pg_settings WHERE name IN ('shared_buffers', 'work_mem', 'synchronous_commit', 'fsync')",
+            &[],
+        )
+        .await?
+        .get(0);
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    Ok(format!(
+        "Run {} UTC on {cpus} CPUs (shared), PostgreSQL {version} ({settings}); scale {}: \
+         b38 {} expired members, keyset {} / {} members, queue-calls {} messages, footprint page {} members.",
+        Utc::now().format("%Y-%m-%d %H:%M"),
+        scale.label,
+        scale.b38_members,
+        scale.keyset_small,
+        scale.keyset_large,
+        scale.queue_messages,
+        scale.footprint_page
+    ))
+}
+
+/// Run one bench (or `all`) and return its rows.
+pub async fn run(name: &str, scale: &Scale, opts: &Options) -> Result<Vec<Row>> {
+    let names: Vec<&str> = if name == "all" {
+        BENCHES.to_vec()
+    } else if BENCHES.contains(&name) {
+        vec![name]
+    } else {
+        return Err(Error::Config(format!(
+            "unknown bench `{name}` (known: all, {})",
+            BENCHES.join(", ")
+        )));
+    };
+    let mut dbs = BenchDbs::new(&opts.database_url).await?;
+    dbs.keep = opts.keep;
+    let result = run_all(&names, scale, opts, &mut dbs).await;
+    dbs.drop_all().await;
+    result
+}
+
+async fn run_all(
+    names: &[&str],
+    scale: &Scale,
+    opts: &Options,
+    dbs: &mut BenchDbs,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let b38 = names.contains(&"b38");
+    let baseline = names.contains(&"b38-baseline");
+    if b38 || baseline {
+        rows.extend(b38::run(scale, opts, dbs, b38, baseline).await?);
+    }
+    if names.contains(&"keyset") {
+        rows.extend(b38::keyset(scale, opts, dbs).await?);
+    }
+    if names.contains(&"queue-calls") {
+        rows.extend(queue_calls::run(scale, opts, dbs).await?);
+    }
+    if names.contains(&"footprint") {
+        rows.extend(footprint::run(scale, opts, dbs).await?);
+    }
+    Ok(rows)
+}
+
+/// The bench databases of one run: created from the migrated schema, cloned, dropped.
+pub struct BenchDbs {
+    base: tokio_postgres::Config,
+    admin: Client,
+    prefix: String,
+    created: Vec<String>,
+    file_copy: bool,
+    keep: bool,
+}
+
+/// A connector without TLS requirement and without a statement timeout (bulk SQL).
+fn bulk_connector(pg: tokio_postgres::Config) -> Result<Connector> {
+    Connector::new(
+        pg,
+        &DatabaseConfig {
+            source: DatabaseSource::Url(String::new()),
+            ca_bundle: None,
+            statement_timeout_ms: 0,
+            lock_timeout_ms: 5_000,
+            require_tls: false,
+        },
+    )
+}
+
+impl BenchDbs {
+    async fn new(url: &str) -> Result<BenchDbs> {
+        let base: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| Error::Config(format!("invalid DATABASE_URL: {e}")))?;
+        let admin = bulk_connector(base.clone())?.connect("hk-bench").await?;
+        let version: i32 = admin
+            .query_one("SELECT current_setting('server_version_num')::int4", &[])
+            .await?
+            .get(0);
+        Ok(BenchDbs {
+            base,
+            admin,
+            prefix: format!("hkbench_{}", std::process::id()),
+            created: Vec::new(),
+            file_copy: version >= 150_000,
+            keep: false,
+        })
+    }
+
+    /// The name of a bench database.
+    fn name(&self, tag: &str) -> String {
+        format!("{}_{tag}", self.prefix)
+    }
+
+    /// A connector to a bench database (no statement timeout).
+    pub fn connector(&self, tag: &str) -> Result<Connector> {
+        let mut pg = self.base.clone();
+        pg.dbname(&self.name(tag));
+        bulk_connector(pg)
+    }
+
+    /// A connector with the function's session settings (the ones `hk run` uses).
+    pub fn handler_connector(&self, tag: &str) -> Result<Connector> {
+        let mut pg = self.base.clone();
+        pg.dbname(&self.name(tag));
+        Connector::new(
+            pg,
+            &DatabaseConfig {
+                source: DatabaseSource::Url(String::new()),
+                ca_bundle: None,
+                statement_timeout_ms: 30_000,
+                lock_timeout_ms: 5_000,
+                require_tls: false,
+            },
+        )
+    }
+
+    /// The connection URL of a bench database (for a function binary's environment).
+    pub fn url(&self, tag: &str) -> String {
+        let host = match self.base.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        let port = self.base.get_ports().first().copied().unwrap_or(5432);
+        let user = self.base.get_user().unwrap_or("postgres");
+        let auth = match self.base.get_password() {
+            Some(p) => format!("{user}:{}", String::from_utf8_lossy(p)),
+            None => user.to_string(),
+        };
+        format!("postgres://{auth}@{host}:{port}/{}", self.name(tag))
+    }
+
+    /// Create an empty database with the migrated schema; returns a bulk client.
+    pub async fn create(&mut self, tag: &str) -> Result<Client> {
+        let name = self.name(tag);
+        self.admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await?;
+        self.admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+        self.settings(&name).await?;
+        self.created.push(name);
+        let mut c = self.connector(tag)?.connect("hk-bench").await?;
+        crate::migrate::run(&mut c).await?;
+        Ok(c)
+    }
+
+    /// Clone `src` (no session may be connected to it) into a new database `dst`.
+    pub async fn clone_db(&mut self, src: &str, dst: &str) -> Result<()> {
+        let (s, d) = (self.name(src), self.name(dst));
+        let strategy = if self.file_copy {
+            " STRATEGY = FILE_COPY"
+        } else {
+            ""
+        };
+        self.admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {d} WITH (FORCE)"))
+            .await?;
+        self.admin
+            .batch_execute(&format!("CREATE DATABASE {d} TEMPLATE {s}{strategy}"))
+            .await?;
+        self.settings(&d).await?;
+        self.created.push(d);
+        Ok(())
+    }
+
+    /// Session defaults of a bench database (not copied by a clone): no JIT, whose
+    /// compile time (seconds for a large refresh) would measure LLVM, not the work.
+    async fn settings(&self, name: &str) -> Result<()> {
+        self.admin
+            .batch_execute(&format!("ALTER DATABASE {name} SET jit = off"))
+            .await?;
+        Ok(())
+    }
+
+    /// Drop one bench database now (frees its disk for the next data set).
+    pub async fn drop_db(&mut self, tag: &str) -> Result<()> {
+        if self.keep {
+            return Ok(());
+        }
+        let name = self.name(tag);
+        self.admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await?;
+        self.created.retain(|n| n != &name);
+        Ok(())
+    }
+
+    async fn drop_all(&mut self) {
+        if self.keep {
+            return;
+        }
+        for name in std::mem::take(&mut self.created) {
+            if let Err(e) = self
+                .admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+            {
+                tracing::warn!(database = name.as_str(), error = %e, "bench database not dropped");
+            }
+        }
+    }
+}
+
+/// Time an async block.
+pub(crate) async fn timed<T, F: std::future::Future<Output = Result<T>>>(
+    f: F,
+) -> Result<(T, Duration)> {
+    let start = Instant::now();
+    let v = f.await?;
+    Ok((v, start.elapsed()))
+}
+
+/// The median of some durations.
+pub(crate) fn median(v: &mut [Duration]) -> Duration {
+    v.sort_unstable();
+    if v.is_empty() {
+        Duration::ZERO
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+/// Seconds, for the report.
+pub(crate) fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 {
+        format!("{s:.1} s")
+    } else if s >= 0.1 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.2} ms", s * 1000.0)
+    }
+}
+
+/// A ratio of two durations.
+pub(crate) fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_parse_and_targets_compare() {
+        assert_eq!(Scale::parse("full").unwrap().b38_members, 1_000_000);
+        assert_eq!(Scale::parse("small").unwrap().label, "small");
+        let n = Scale::parse("300").unwrap();
+        assert_eq!(
+            (n.b38_members, n.keyset_large, n.queue_messages),
+            (300, 3000, 300)
+        );
+        assert!(Scale::parse("3").is_err());
+        assert!(Scale::parse("huge").is_err());
+        assert!(Target::le(1.5).met(1.5) && !Target::le(1.5).met(1.6));
+        assert!(Target::ge(10.0).met(12.0) && !Target::ge(10.0).met(9.0));
+        let mut d = vec![
+            Duration::from_millis(3),
+            Duration::from_millis(1),
+            Duration::from_millis(2),
+        ];
+        assert_eq!(median(&mut d), Duration::from_millis(2));
+        assert!((ratio(Duration::from_secs(3), Duration::from_secs(2)) - 1.5).abs() < 1e-9);
+    }
+}
