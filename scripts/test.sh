@@ -68,6 +68,9 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
+step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted)"
+target/debug/hk bench all --scale small --bin-dir target/debug --doc "$STATE/benchmarks.md"
+
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo
 

@@ -153,9 +153,13 @@ impl Cluster {
             ),
             "initdb (is every directory above the data directory traversable by `postgres`? set HK_PG_BASE)",
         )?;
+        // shared_buffers: `hk bench --scale full` builds data sets of about 1 GB (the
+        // 1,000,000-membership B38 set with its authorizations, the 10,000,000-member
+        // keyset table); both sides of a comparison must run from PostgreSQL's cache.
         let opts = format!(
             "-k {} -p {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c full_page_writes=off -c max_connections=200",
+             -c full_page_writes=off -c max_connections=200 -c shared_buffers=1GB \
+             -c maintenance_work_mem=256MB",
             self.base.join("sock").display(),
             self.port
         );

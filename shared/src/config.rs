@@ -230,7 +230,13 @@ impl DatabaseSource {
                 let aws = aws.ok_or_else(|| {
                     Error::Config("DATABASE_SECRET_ARN needs AWS configuration".into())
                 })?;
-                let client = aws_sdk_secretsmanager::Client::new(aws);
+                let mut conf = aws_sdk_secretsmanager::config::Builder::from(aws);
+                if let Some(url) =
+                    crate::lambda::service_endpoint(|k| std::env::var(k).ok(), "SECRETS_MANAGER")
+                {
+                    conf = conf.endpoint_url(url);
+                }
+                let client = aws_sdk_secretsmanager::Client::from_conf(conf.build());
                 let out = client
                     .get_secret_value()
                     .secret_id(arn)

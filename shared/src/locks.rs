@@ -34,19 +34,18 @@ pub async fn session_unlock<C: GenericClient>(c: &C, key_str: &str) -> Result<()
     Ok(())
 }
 
+/// Transaction-level locks on every key of `$1::int8[]`, in array order: a function
+/// scan over unnest keeps the array order, so one round trip takes them all in order.
+pub const XACT_LOCKS_SQL: &str =
+    "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k";
+
 /// Take transaction-level locks for each key string, in the order given.
 pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<()> {
     if key_strs.is_empty() {
         return Ok(());
     }
     let keys: Vec<i64> = key_strs.iter().map(|s| lock_key(s)).collect();
-    // A function scan over unnest keeps the array order, so the locks are taken in
-    // exactly the order given, in one round trip.
-    c.execute(
-        "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k",
-        &[&keys],
-    )
-    .await?;
+    c.execute(XACT_LOCKS_SQL, &[&keys]).await?;
     Ok(())
 }
 

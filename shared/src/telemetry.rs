@@ -15,9 +15,10 @@ use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::{EnvFilter, Layer, Registry};
+use tracing_subscriber::{Layer, Registry};
 
 /// Where log lines go.
 #[derive(Clone)]
@@ -136,19 +137,31 @@ where
 }
 
 /// The level filter: `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then `info`; other
-/// crates are held at `warn` unless named.
-fn filter() -> EnvFilter {
+/// crates are held at `warn` unless named. Directives are `level` or `target=level`,
+/// comma-separated (a `Targets` filter: no regular expressions, so the functions do not
+/// carry a regex engine).
+fn filter() -> Targets {
     let spec = std::env::var("AWS_LAMBDA_LOG_LEVEL")
         .ok()
         .map(|l| l.to_ascii_lowercase())
         .or_else(|| std::env::var("RUST_LOG").ok())
         .unwrap_or_else(|| "info".into());
+    targets(&spec)
+}
+
+/// Parse a filter spec; a bare level applies to this crate and `hk`, `warn` elsewhere.
+fn targets(spec: &str) -> Targets {
     let spec = if spec.contains('=') || spec.contains(',') {
-        spec
+        spec.to_string()
     } else {
         format!("warn,shared={spec},hk={spec}")
     };
-    EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("warn,shared=info,hk=info"))
+    spec.parse().unwrap_or_else(|_| {
+        Targets::new()
+            .with_default(LevelFilter::WARN)
+            .with_target("shared", LevelFilter::INFO)
+            .with_target("hk", LevelFilter::INFO)
+    })
 }
 
 /// Install the global subscriber writing to `sink`. Idempotent: a second call is a no-op.
@@ -215,7 +228,7 @@ impl Captured {
 pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let c = Captured::default();
     let subscriber = Registry::default()
-        .with(EnvFilter::new("warn,shared=debug,hk=debug"))
+        .with(targets("warn,shared=debug,hk=debug"))
         .with(JsonLayer {
             sink: Sink::Buffer(c.0.clone()),
         });
@@ -226,6 +239,21 @@ pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filter_specs_set_levels_per_target() {
+        use tracing::Level;
+        let t = targets("debug");
+        assert!(t.would_enable("shared::batches", &Level::DEBUG));
+        assert!(t.would_enable("hk", &Level::DEBUG));
+        assert!(!t.would_enable("hyper", &Level::INFO));
+        assert!(t.would_enable("hyper", &Level::WARN));
+        let t = targets("error,shared=info");
+        assert!(t.would_enable("shared", &Level::INFO));
+        assert!(!t.would_enable("tokio_postgres", &Level::WARN));
+        let t = targets("not a [filter");
+        assert!(t.would_enable("shared", &Level::INFO));
+    }
 
     #[test]
     fn span_fields_are_flattened_onto_every_line() {

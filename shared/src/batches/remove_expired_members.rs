@@ -25,11 +25,12 @@ use std::collections::HashSet;
 
 use chrono::NaiveDate;
 use serde_json::json;
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{GenericClient, Statement, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::gitlab::authz::{self, Removed};
+use crate::gitlab::authz::{self, Removed, RemovedRefresher};
 use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
 use crate::gitlab::permissions;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
@@ -216,18 +217,49 @@ const DELETE_PLAIN: &str = "
     )
     SELECT id, user_id, source_type, source_id FROM del";
 
+/// The rows of `$1::bigint[]` still expired on `$2::date`.
+const STILL_EXPIRED: &str = "SELECT id::bigint FROM members
+     WHERE id = ANY($1::bigint[]) AND expires_at IS NOT NULL AND expires_at <= $2::date";
+
 /// Each member of a group, in page order, with how it ended.
 type Outcomes = Vec<(i64, Result<MemberOutcome>)>;
+
+/// The statements of a group, prepared once per page.
+struct GroupStatements {
+    delete_plain: Statement,
+    still_expired: Statement,
+    refresher: RemovedRefresher,
+}
+
+impl GroupStatements {
+    async fn prepare<C: GenericClient>(c: &C) -> Result<GroupStatements> {
+        Ok(GroupStatements {
+            delete_plain: c.prepare(DELETE_PLAIN).await?,
+            still_expired: c.prepare(STILL_EXPIRED).await?,
+            refresher: RemovedRefresher::prepare(c).await?,
+        })
+    }
+}
 
 /// The work of one group inside its transaction; the caller sends and commits.
 async fn group_body(
     inv: &Invocation<'_>,
     run_id: &str,
     tx: &mut Transaction<'_>,
+    st: &GroupStatements,
     ids: &[i64],
 ) -> Result<(Outcomes, Vec<OutMessage>)> {
     let today = inv.today();
-    let rows = tx.query(DELETE_PLAIN, &[&ids, &today]).await?;
+    // The group's statements are prepared once per page and planned once per session:
+    // a generic plan (their shape does not depend on the values) instead of planning
+    // every statement again for every group. SET LOCAL ends with the transaction.
+    let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
+    let (generic, rows) = futures::join!(
+        tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan"),
+        tx.query(&st.delete_plain, &params)
+    );
+    generic?;
+    let rows = rows?;
     let deleted: HashSet<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
     let removed: Vec<Removed> = rows
         .iter()
@@ -249,18 +281,14 @@ async fn group_body(
     let per_member: HashSet<i64> = if left.is_empty() {
         HashSet::new()
     } else {
-        tx.query(
-            "SELECT id::bigint FROM members
-             WHERE id = ANY($1::bigint[]) AND expires_at IS NOT NULL AND expires_at <= $2::date",
-            &[&left, &today],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+        tx.query(&st.still_expired, &[&left, &today])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
     };
     // Step 4's refresh for every deleted member, after all of the group's deletions.
-    authz::refresh_removed(&*tx, &removed).await?;
+    st.refresher.run(&*tx, &removed).await?;
     let mut outbox = Vec::new();
     let mut outcomes = Vec::with_capacity(ids.len());
     for &id in ids {
@@ -288,13 +316,14 @@ async fn run_group<C>(
     inv: &Invocation<'_>,
     run_id: &str,
     client: &mut C,
+    st: &GroupStatements,
     ids: &[i64],
 ) -> Result<Option<Outcomes>>
 where
     C: GenericClient + Send + Sync,
 {
     let mut tx = client.transaction().await?;
-    let failure = match group_body(inv, run_id, &mut tx, ids).await {
+    let failure = match group_body(inv, run_id, &mut tx, st, ids).await {
         Ok((outcomes, outbox)) => {
             let mut sent = Ok(());
             for part in outbox.chunks(SQS_BATCH) {
@@ -405,7 +434,12 @@ where
         failed: 0,
         next: None,
     };
-    let grouped = !page.is_empty() && !members_have_delete_triggers(&*client).await?;
+    let statements = if page.len() > 1 && !members_have_delete_triggers(&*client).await? {
+        Some(GroupStatements::prepare(&*client).await?)
+    } else {
+        None
+    };
+    let grouped = statements.is_some();
     let mut last: Option<MemberCursor> = None;
     let mut i = 0;
     while i < page.len() {
@@ -420,10 +454,9 @@ where
             (i + GROUP_SIZE).min(page.len())
         };
         let ids: Vec<i64> = page[i..end].iter().map(|(_, id)| *id).collect();
-        let outcomes = if grouped && ids.len() > 1 {
-            run_group(inv, &env.run_id, client, &ids).await?
-        } else {
-            None
+        let outcomes = match &statements {
+            Some(st) if ids.len() > 1 => run_group(inv, &env.run_id, client, st, &ids).await?,
+            _ => None,
         };
         match outcomes {
             Some(outcomes) => {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use super::data::{self, B38Sizes};
-use super::{median, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
+use super::{median, prewarm, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
 use crate::batches::remove_expired_members::{read_page, PAGE_AFTER_SQL};
 use crate::config::Settings;
 use crate::db::Connector;
@@ -42,37 +42,50 @@ pub struct Side {
     pub checksum: String,
     /// Handler runs (ours) or pages (baseline); 1 for the floor.
     pub invocations: u64,
-}
-
-/// Read every table once so that each side starts with the same warm OS cache.
-async fn prewarm(c: &Client) -> Result<()> {
-    c.batch_execute(
-        "SELECT count(*) FROM members; SELECT count(*) FROM users;
-         SELECT count(*) FROM project_authorizations; SELECT count(*) FROM notification_settings;
-         SELECT count(*) FROM namespaces; SELECT count(*) FROM projects",
-    )
-    .await?;
-    Ok(())
+    /// Ours: the time at which the first `sample_pages` pages were done.
+    pub sample: Option<Duration>,
 }
 
 /// Ours: `remove-expired-members` until idle through the local runner (virtual
-/// continuation delays, one session per handler run, as `hk run --until-idle`).
-pub async fn ours(connector: Connector, check: &Client, opts: &Options) -> Result<Side> {
+/// continuation delays, one session per handler run): the cron message, then every
+/// message it causes, one `Runner::invoke` each, in the runner's delivery order (what
+/// `Runner::drain` does), noting when the first `sample_pages` runs were done.
+pub async fn ours(
+    connector: Connector,
+    check: &Client,
+    opts: &Options,
+    sample_pages: Option<u64>,
+) -> Result<Side> {
     let before = data::expired_count(check, opts.today()).await?;
     let mut runner = Runner::new(connector, Settings::default(), opts.now);
-    let body = runner.cron_message(F).to_body();
+    let cron = runner.cron_message(F);
+    runner
+        .queue()
+        .push(crate::queue::OutMessage::new(F, 0, cron));
     let start = Instant::now();
-    runner.run_until_idle(F, &body).await?;
-    let time = start.elapsed();
-    if runner.exit_code(false) != 0 {
-        return Err(Error::Invariant("b38: a run failed".into()));
+    let mut sample = None;
+    let mut runs = 0u64;
+    while let Some(p) = runner.queue().pop() {
+        let body = p.message.envelope.to_body();
+        let (_, outcome) = runner
+            .invoke(p.message.receiver, &body, p.receive_count)
+            .await?;
+        if !outcome.is_success() {
+            return Err(Error::Invariant("b38: a run failed".into()));
+        }
+        runs += 1;
+        if Some(runs) == sample_pages {
+            sample = Some(start.elapsed());
+        }
     }
+    let time = start.elapsed();
     let after = data::expired_count(check, opts.today()).await?;
     Ok(Side {
         time,
         removed: before - after,
         checksum: data::checksum(check).await?,
-        invocations: runner.runs.len() as u64,
+        invocations: runs,
+        sample,
     })
 }
 
@@ -103,8 +116,15 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
     )
     .await?;
     tx.batch_execute("ANALYZE floor_removed").await?;
-    tx.query_one(&authz::refresh_removed_sql("floor_removed r"), &[])
-        .await?;
+    tx.query_one(
+        &authz::refresh_removed_sql(&authz::RemovedFrom {
+            projects: "(SELECT u, sid AS p FROM floor_removed WHERE st = 'Project') x",
+            groups: "(SELECT u, sid AS g FROM floor_removed WHERE st = 'Namespace') x",
+            users: "m.user_id IN (SELECT u FROM floor_removed)",
+        }),
+        &[],
+    )
+    .await?;
     tx.commit().await?;
     let time = start.elapsed();
     let after = data::expired_count(c, today).await?;
@@ -113,6 +133,7 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
         removed: before - after,
         checksum: data::checksum(c).await?,
         invocations: 1,
+        sample: None,
     })
 }
 
@@ -120,8 +141,9 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
 /// per statement: load the member, load its user, load its source, BEGIN, delete the
 /// member, delete its notification setting, refresh that user's authorizations (the
 /// user's lock, then the refresh of `affected(m)`), COMMIT. Statements are prepared
-/// once, so each costs exactly one round trip.
-pub async fn baseline(c: &mut Client, today: NaiveDate) -> Result<Side> {
+/// once, so each costs exactly one round trip. With `max_pages`, it stops after that
+/// many pages (the full-scale sample).
+pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) -> Result<Side> {
     let before = data::expired_count(c, today).await?;
     let start = Instant::now();
     let load_member = c
@@ -150,9 +172,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate) -> Result<Side> {
         .await?;
     let lock = c.prepare("SELECT pg_advisory_xact_lock($1)").await?;
     let refresh = c
-        .prepare(&authz::refresh_removed_sql(
-            "unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(u, st, sid)",
-        ))
+        .prepare(&authz::refresh_removed_sql(&authz::REMOVED_PARAMS))
         .await?;
     let mut cursor: Option<MemberCursor> = None;
     let mut pages = 0u64;
@@ -181,16 +201,20 @@ pub async fn baseline(c: &mut Client, today: NaiveDate) -> Result<Side> {
                     .await?;
                 let key = locks::lock_key(&format!("project-authorizations:{u}"));
                 tx.query_one(&lock, &[&key]).await?;
-                tx.query_one(
-                    &refresh,
-                    &[&vec![u], &vec![source_type.as_str()], &vec![source_id]],
-                )
-                .await?;
+                let (pu, pp, gu, gg) = if source_type == "Project" {
+                    (vec![u], vec![source_id], vec![], vec![])
+                } else {
+                    (vec![], vec![], vec![u], vec![source_id])
+                };
+                tx.query_one(&refresh, &[&pu, &pp, &gu, &gg, &vec![u]])
+                    .await?;
             }
             tx.commit().await?;
         }
         match (has_next, page.last()) {
-            (true, Some(&(expires_at, id))) => cursor = Some(MemberCursor { expires_at, id }),
+            (true, Some(&(expires_at, id))) if Some(pages) != max_pages => {
+                cursor = Some(MemberCursor { expires_at, id })
+            }
             _ => break,
         }
     }
@@ -201,6 +225,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate) -> Result<Side> {
         removed: before - after,
         checksum: data::checksum(c).await?,
         invocations: pages,
+        sample: None,
     })
 }
 
@@ -223,25 +248,31 @@ pub async fn run(
         let src = dbs.create("b38_src").await?;
         data::b38(&src, today, sizes).await?;
     }
-    dbs.clone_db("b38_src", "b38_ours").await?;
-    if with_floor {
-        dbs.clone_db("b38_src", "b38_floor").await?;
-    }
-    if with_baseline {
-        dbs.clone_db("b38_src", "b38_base").await?;
-    }
-    dbs.drop_db("b38_src").await?;
+    // One clone at a time (disk is shared): each side gets a fresh copy of the source.
     let mut rows = Vec::new();
+    // Each side runs alone: the floor's database is dropped before ours starts, so
+    // neither its buffers nor the autovacuum its mass delete triggers compete with ours.
     let floor_side = if with_floor {
+        dbs.clone_db("b38_src", "b38_floor").await?;
         let mut c = dbs.connector("b38_floor")?.connect("hk-bench").await?;
         prewarm(&c).await?;
-        Some(floor(&mut c, today).await?)
+        let side = floor(&mut c, today).await?;
+        drop(c);
+        dbs.drop_db("b38_floor").await?;
+        Some(side)
     } else {
         None
     };
+    dbs.clone_db("b38_src", "b38_ours").await?;
     let check = dbs.connector("b38_ours")?.connect("hk-bench").await?;
     prewarm(&check).await?;
-    let ours_side = ours(dbs.handler_connector("b38_ours")?, &check, opts).await?;
+    let ours_side = ours(
+        dbs.handler_connector("b38_ours")?,
+        &check,
+        opts,
+        scale.baseline_pages,
+    )
+    .await?;
     drop(check);
     if ours_side.removed != sizes.expired as i64 {
         return Err(Error::Invariant(format!(
@@ -301,30 +332,38 @@ pub async fn run(
         "GB-s",
         None,
     ));
+    dbs.drop_db("b38_ours").await?;
     if with_baseline {
+        dbs.clone_db("b38_src", "b38_base").await?;
         let mut c = dbs.connector("b38_base")?.connect("hk-bench").await?;
         prewarm(&c).await?;
-        let base = baseline(&mut c, today).await?;
-        let same = if base.checksum == ours_side.checksum {
-            "same rows afterwards"
-        } else {
-            "ROWS DIFFER"
+        let base = baseline(&mut c, today, scale.baseline_pages).await?;
+        // At full scale the baseline covers the first pages only (it needs a round trip
+        // per statement per member): it is compared with ours on those same pages.
+        let (ours_time, scope) = match (scale.baseline_pages, ours_side.sample) {
+            (Some(n), Some(t)) => (t, format!("first {n} pages ({} members)", base.removed)),
+            _ => (ours_side.time, "every page".to_string()),
         };
+        let same = match scale.baseline_pages {
+            None if base.checksum == ours_side.checksum => "; same rows afterwards",
+            None => "; ROWS DIFFER",
+            Some(_) => "",
+        };
+        let ours_rate = ours_time.as_secs_f64() * 1e6 / base.removed.max(1) as f64;
         rows.push(Row::new(
             "b38-baseline",
-            format!("GitLab-pattern baseline ÷ ours, {size}"),
+            format!("GitLab-pattern baseline ÷ ours, {size}; {scope}"),
             format!(
-                "baseline {} ({}); ours {} ({}); {same}",
+                "baseline {} ({}); ours {} ({ours_rate:.1} µs/member){same}",
                 secs(base.time),
                 per_member(&base),
-                secs(ours_side.time),
-                per_member(&ours_side)
+                secs(ours_time),
             ),
-            ratio(base.time, ours_side.time),
+            ratio(base.time, ours_time),
             "×",
             Some(Target::ge(10.0)),
         ));
-        if base.checksum != ours_side.checksum {
+        if scale.baseline_pages.is_none() && base.checksum != ours_side.checksum {
             return Err(Error::Invariant(format!(
                 "b38: the baseline and ours left different rows: {} vs {}",
                 base.checksum, ours_side.checksum
@@ -333,10 +372,7 @@ pub async fn run(
         drop(c);
         dbs.drop_db("b38_base").await?;
     }
-    dbs.drop_db("b38_ours").await?;
-    if with_floor {
-        dbs.drop_db("b38_floor").await?;
-    }
+    dbs.drop_db("b38_src").await?;
     Ok(rows)
 }
 

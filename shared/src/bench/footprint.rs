@@ -246,7 +246,10 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
         "awsRegion": "us-east-1"}]})
     .to_string();
     let (api, mut rx, task) = runtime_api(vec![event]).await?;
+    let log_path = std::env::temp_dir().join(format!("hk-bench-page-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).map_err(|e| io("log file", e))?;
     let mut child = command(bin, Function::RemoveExpiredMembers, &api, database_url)
+        .stdout(log)
         .spawn()
         .map_err(|e| io("spawn", e))?;
     let pid = child.id().unwrap_or(0);
@@ -271,12 +274,23 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
     let peak = rss_mib(pid).map(|(hwm, _)| hwm).unwrap_or(f64::NAN);
     let _ = child.kill().await;
     task.abort();
+    let logged = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let errors: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("\"level\":\"error\""))
+        .take(3)
+        .collect();
     match answer {
-        Some(Ok(b)) => Ok((peak, b)),
-        Some(Err(b)) => Err(Error::Invariant(format!("footprint: the page failed: {b}"))),
-        None => Err(Error::Invariant(
-            "footprint: no response to the page".into(),
-        )),
+        Some(Ok(b)) if !b.contains("itemIdentifier") => Ok((peak, b)),
+        Some(Ok(b)) | Some(Err(b)) => Err(Error::Invariant(format!(
+            "footprint: the page failed: {b} {}",
+            errors.join(" ")
+        ))),
+        None => Err(Error::Invariant(format!(
+            "footprint: no response to the page {}",
+            errors.join(" ")
+        ))),
     }
 }
 
@@ -372,11 +386,6 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
             "MB",
             Some(Target::le(48.0)),
         ));
-        if answer.contains("itemIdentifier") {
-            return Err(Error::Invariant(format!(
-                "footprint: the page record failed: {answer}"
-            )));
-        }
     }
     dbs.drop_db("fp_b38").await?;
     Ok(rows)

@@ -52,6 +52,8 @@ pub struct Scale {
     pub queue_messages: u64,
     /// Members of the page the footprint bench hands to the function binary.
     pub footprint_page: u64,
+    /// Pages the baseline covers (all when `None`); ours is timed on the same pages.
+    pub baseline_pages: Option<u64>,
 }
 
 impl Scale {
@@ -65,14 +67,16 @@ impl Scale {
                 keyset_large: 10_000_000,
                 queue_messages: 1000,
                 footprint_page: 1000,
+                baseline_pages: Some(100),
             }),
             "small" => Ok(Scale {
                 label: "small".into(),
-                b38_members: 20_000,
+                b38_members: 10_000,
                 keyset_small: 10_000,
-                keyset_large: 300_000,
+                keyset_large: 200_000,
                 queue_messages: 1000,
                 footprint_page: 1000,
+                baseline_pages: None,
             }),
             n => {
                 let n: u64 = n.parse().ok().filter(|n| *n >= 10).ok_or_else(|| {
@@ -87,6 +91,7 @@ impl Scale {
                     keyset_large: n * 10,
                     queue_messages: n.min(1000),
                     footprint_page: n.min(1000),
+                    baseline_pages: None,
                 })
             }
         }
@@ -364,6 +369,10 @@ impl BenchDbs {
         self.created.push(name);
         let mut c = self.connector(tag)?.connect("hk-bench").await?;
         crate::migrate::run(&mut c).await?;
+        // For `prewarm` (a contrib module; without it, prewarm reads the tables instead).
+        let _ = c
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+            .await;
         Ok(c)
     }
 
@@ -387,10 +396,14 @@ impl BenchDbs {
     }
 
     /// Session defaults of a bench database (not copied by a clone): no JIT, whose
-    /// compile time (seconds for a large refresh) would measure LLVM, not the work.
+    /// compile time (seconds for a large refresh) would measure LLVM, not the work; and
+    /// `random_page_cost = 1.1`, the usual setting for SSD-backed or cached data (the
+    /// data sets fit in memory), so the planner prices index probes as they cost.
     async fn settings(&self, name: &str) -> Result<()> {
         self.admin
-            .batch_execute(&format!("ALTER DATABASE {name} SET jit = off"))
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} SET jit = off; ALTER DATABASE {name} SET random_page_cost = 1.1"
+            ))
             .await?;
         Ok(())
     }
@@ -422,6 +435,33 @@ impl BenchDbs {
             }
         }
     }
+}
+
+/// Load every table and index of `public` into PostgreSQL's buffers, so that both
+/// sides of a comparison start hot (`pg_prewarm`; without it, a scan of each table).
+pub(crate) async fn prewarm(c: &Client) -> Result<()> {
+    let has: bool = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_prewarm')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if has {
+        c.batch_execute(
+            "SELECT pg_prewarm(c.oid) FROM pg_class c
+             WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'i')",
+        )
+        .await?;
+    } else {
+        c.batch_execute(
+            "SELECT count(*) FROM members; SELECT count(*) FROM users;
+             SELECT count(*) FROM project_authorizations; SELECT count(*) FROM notification_settings;
+             SELECT count(*) FROM namespaces; SELECT count(*) FROM projects",
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Time an async block.

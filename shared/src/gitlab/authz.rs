@@ -10,12 +10,13 @@
 //! B38 group): it takes every affected user's authorization lock (ascending ids), then
 //! one statement derives `affected(m)` for each removed membership (§3's table), and
 //! recomputes exactly those `(user, project)` pairs, reading each user's memberships
-//! once. For a set of removals that are
+//! once and joining by hash, so its cost grows linearly with the pairs. For a set of removals that are
 //! all already done, it leaves the same rows as `refresh(m.user_id, affected(m))` run
 //! after each of them in turn: a later removal of the same user changes `desired`
 //! only for projects in its own affected set, which it refreshes itself.
 
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{GenericClient, Statement};
 
 use crate::error::Result;
 use crate::locks;
@@ -41,73 +42,96 @@ pub(crate) const DESIRED: &str = "
     FROM projects p JOIN namespaces n ON n.id = p.namespace_id
     WHERE p.id = ANY($2::bigint[])";
 
-/// The pairs of §3's affected sets for the memberships in relation `r(u, st, sid)`
-/// (user, `source_type`, `source_id`): `{p}` for a project membership,
-/// `projects_under(g)` for a group membership (the predicate of
-/// `hierarchy::projects_under`), nothing for any other source type. Columns `u`, `p`,
-/// distinct.
-fn affected_pairs(removed: &str) -> String {
-    format!(
-        "SELECT r.u, r.sid AS p FROM {removed} WHERE r.st = 'Project'
-         UNION
-         SELECT r.u, p.id::bigint FROM {removed}
-           JOIN namespaces g ON g.id = r.sid
-           JOIN namespaces n ON n.type = 'Group'
-             AND n.traversal_ids >= g.traversal_ids
-             AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                    || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-             AND r.sid = ANY(n.traversal_ids)
-           JOIN projects p ON p.namespace_id = n.id
-         WHERE r.st = 'Namespace'"
-    )
+/// Where [`refresh_removed_sql`] reads the removed memberships from.
+pub(crate) struct RemovedFrom<'a> {
+    /// A relation `x(u, p)`: the removed project memberships (user, project).
+    pub projects: &'a str,
+    /// A relation `x(u, g)`: the removed group memberships (user, group).
+    pub groups: &'a str,
+    /// A condition on `m.user_id` that holds for every user in either relation.
+    pub users: &'a str,
 }
 
-/// The set-based refresh statement over the removed memberships in relation
-/// `r(u, st, sid)`: `desired` for every affected pair, then the same delete and upsert
-/// as [`refresh`]. Returns one row: rows deleted, rows written.
+/// The removed memberships as bound parameters: `$1`/`$2` users and projects of the
+/// project memberships, `$3`/`$4` users and groups of the group memberships, `$5` the
+/// users.
+pub(crate) const REMOVED_PARAMS: RemovedFrom<'static> = RemovedFrom {
+    projects: "unnest($1::bigint[], $2::bigint[]) AS x(u, p)",
+    groups: "unnest($3::bigint[], $4::bigint[]) AS x(u, g)",
+    users: "m.user_id = ANY($5::bigint[])",
+};
+
+/// The set-based refresh statement over removed memberships: `refresh(u, affected(m))`
+/// for all of them at once. Returns one row: rows deleted, rows written.
 ///
-/// `desired` is [`DESIRED`]'s definition computed by joins instead of one correlated
-/// lookup per pair: each affected user's access-granting memberships (active, no
-/// request, level ≥ 10) are read once (`grants`, the highest level per source), then
-/// per pair the highest of its project grant, its group grants on any of the project
-/// namespace's `traversal_ids` (when that namespace is a Group), and 50 for the owner
-/// of a User namespace.
-pub(crate) fn refresh_removed_sql(removed: &str) -> String {
-    let pairs = affected_pairs(removed);
+/// * `pairs`: §3's affected sets: `{p}` for a project membership, `projects_under(g)`
+///   for a group membership (the predicate of `hierarchy::projects_under`).
+/// * `pairs` carries each pair's project namespace (type, `traversal_ids`, owner), read
+///   while the pairs are found.
+/// * `grants`: every access-granting membership of the users (active, no request,
+///   level ≥ 10), read once per user.
+/// * `desired`: one row per pair, [`DESIRED`]'s definition: the highest of 0, the
+///   user's grants on the project, its grants on any of the project namespace's
+///   `traversal_ids` when that namespace is a Group, and 50 for the owner of a User
+///   namespace. A pair whose project does not exist gets 0 and is never inserted.
+/// * `cur`: the pairs' current rows, read once. Then the same effects as [`refresh`]: a
+///   row goes unless `desired` has it at that level (> 0); a desired row is inserted, or
+///   its `is_unique` set, unless it is already there with `is_unique = true`.
+pub(crate) fn refresh_removed_sql(from: &RemovedFrom<'_>) -> String {
+    let (projects, groups, users) = (from.projects, from.groups, from.users);
     format!(
-        "WITH pairs AS ({pairs}),
-             pusers AS (SELECT DISTINCT u FROM pairs),
+        "WITH pairs AS (
+               SELECT x.u, x.p, p.id IS NOT NULL AS project_exists, n.type,
+                      n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id
+               FROM {projects}
+                 LEFT JOIN projects p ON p.id = x.p
+                 LEFT JOIN namespaces n ON n.id = p.namespace_id
+               UNION
+               SELECT x.u, p.id::bigint, true, n.type, n.traversal_ids::bigint[], n.owner_id::bigint
+               FROM {groups}
+                 JOIN namespaces g ON g.id = x.g
+                 JOIN namespaces n ON n.type = 'Group'
+                   AND n.traversal_ids >= g.traversal_ids
+                   AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                          || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
+                   AND x.g = ANY(n.traversal_ids)
+                 JOIN projects p ON p.namespace_id = n.id
+             ),
              grants AS (
                SELECT m.user_id::bigint AS u, m.source_type, m.source_id::bigint AS sid,
-                      max(m.access_level) AS l
-               FROM members m JOIN pusers ON m.user_id = pusers.u
-               WHERE m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10
-               GROUP BY 1, 2, 3
+                      m.access_level AS l
+               FROM members m
+               WHERE {users} AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10
              ),
-             desired AS (
-               SELECT pr.u, pr.p, GREATEST(
-                 COALESCE(max(pg.l), 0),
-                 COALESCE(max(gg.l), 0),
-                 CASE WHEN n.type = 'User' AND n.owner_id = pr.u THEN 50 ELSE 0 END
+             desired AS MATERIALIZED (
+               SELECT t.u, t.p, t.project_exists, GREATEST(
+                 COALESCE(max(g.l) FILTER (WHERE g.source_type = 'Project' AND g.sid = t.p), 0),
+                 COALESCE(max(g.l) FILTER (WHERE g.source_type = 'Namespace' AND t.type = 'Group'
+                                                 AND g.sid = ANY(t.t)), 0),
+                 CASE WHEN t.type = 'User' AND t.owner_id = t.u THEN 50 ELSE 0 END
                )::int4 AS access_level
-               FROM pairs pr JOIN projects p ON p.id = pr.p JOIN namespaces n ON n.id = p.namespace_id
-               LEFT JOIN grants pg ON pg.u = pr.u AND pg.source_type = 'Project' AND pg.sid = pr.p
-               LEFT JOIN grants gg ON gg.u = pr.u AND gg.source_type = 'Namespace'
-                                  AND n.type = 'Group' AND gg.sid = ANY(n.traversal_ids::bigint[])
-               GROUP BY pr.u, pr.p, n.type, n.owner_id
+               FROM pairs t LEFT JOIN grants g ON g.u = t.u
+               GROUP BY t.u, t.p, t.project_exists, t.type, t.t, t.owner_id
+             ),
+             cur AS MATERIALIZED (
+               SELECT pa.user_id::bigint AS u, pa.project_id::bigint AS p, pa.access_level,
+                      pa.is_unique, d.access_level AS desired
+               FROM desired d
+                 JOIN project_authorizations pa ON pa.user_id = d.u AND pa.project_id = d.p
              ),
              del AS (
-               DELETE FROM project_authorizations pa USING pairs pr
-               WHERE pa.user_id = pr.u AND pa.project_id = pr.p
-                 AND NOT EXISTS (SELECT 1 FROM desired d
-                                 WHERE d.u = pa.user_id AND d.p = pa.project_id
-                                   AND d.access_level = pa.access_level AND d.access_level > 0)
+               DELETE FROM project_authorizations pa USING cur c
+               WHERE pa.user_id = c.u AND pa.project_id = c.p AND pa.access_level = c.access_level
+                 AND (c.desired = 0 OR c.desired <> c.access_level)
                RETURNING 1
              ),
              ins AS (
                INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
                SELECT d.u, d.p, d.access_level, true FROM desired d
-               WHERE d.access_level > 0
+               WHERE d.access_level > 0 AND d.project_exists
+                 AND NOT EXISTS (SELECT 1 FROM cur c
+                                 WHERE c.u = d.u AND c.p = d.p AND c.access_level = d.access_level
+                                   AND c.is_unique IS TRUE)
                ON CONFLICT (user_id, project_id, access_level)
                  DO UPDATE SET is_unique = true
                  WHERE project_authorizations.is_unique IS DISTINCT FROM true
@@ -128,6 +152,71 @@ pub struct Removed {
     pub source_id: i64,
 }
 
+/// The two statements of [`refresh_removed`], prepared once per session and reused
+/// (B38 prepares them once per page and runs them once per group).
+pub struct RemovedRefresher {
+    lock: Statement,
+    refresh: Statement,
+}
+
+impl RemovedRefresher {
+    /// Prepare the statements on `c`'s session.
+    pub async fn prepare<C: GenericClient>(c: &C) -> Result<RemovedRefresher> {
+        Ok(RemovedRefresher {
+            lock: c.prepare(locks::XACT_LOCKS_SQL).await?,
+            refresh: c.prepare(&refresh_removed_sql(&REMOVED_PARAMS)).await?,
+        })
+    }
+
+    /// [`refresh_removed`] with the prepared statements. The lock statement and the
+    /// refresh are sent together (pipelined): the server runs the refresh, and takes its
+    /// snapshot, only after every lock is held.
+    pub async fn run<C: GenericClient>(&self, c: &C, removed: &[Removed]) -> Result<RefreshCounts> {
+        if removed.is_empty() {
+            return Ok(RefreshCounts::default());
+        }
+        let mut users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
+        users.sort_unstable();
+        users.dedup();
+        let keys: Vec<i64> = users
+            .iter()
+            .map(|u| locks::lock_key(&format!("project-authorizations:{u}")))
+            .collect();
+        let [pu, pp, gu, gg] = removed_params(removed);
+        let lock_params: [&(dyn ToSql + Sync); 1] = [&keys];
+        let refresh_params: [&(dyn ToSql + Sync); 5] = [&pu, &pp, &gu, &gg, &users];
+        let (locked, row) = futures::join!(
+            c.execute(&self.lock, &lock_params),
+            c.query_one(&self.refresh, &refresh_params)
+        );
+        locked?;
+        let row = row?;
+        Ok(RefreshCounts {
+            deleted: row.get(0),
+            written: row.get(1),
+        })
+    }
+}
+
+/// The arrays of [`REMOVED_PARAMS`] `$1`–`$4`; other source types affect no project.
+fn removed_params(removed: &[Removed]) -> [Vec<i64>; 4] {
+    let mut v: [Vec<i64>; 4] = Default::default();
+    for r in removed {
+        match r.source_type.as_str() {
+            "Project" => {
+                v[0].push(r.user_id);
+                v[1].push(r.source_id);
+            }
+            "Namespace" => {
+                v[2].push(r.user_id);
+                v[3].push(r.source_id);
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
 /// `refresh(m.user_id, affected(m))` for every removed membership at once, inside the
 /// caller's transaction and after the removals: the users' authorization locks in
 /// ascending user id order, then one statement. Equivalent to the per-membership
@@ -139,24 +228,7 @@ pub async fn refresh_removed<C: GenericClient>(
     if removed.is_empty() {
         return Ok(RefreshCounts::default());
     }
-    let mut users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
-    users.sort_unstable();
-    users.dedup();
-    let keys: Vec<String> = users
-        .iter()
-        .map(|u| format!("project-authorizations:{u}"))
-        .collect();
-    locks::xact_locks(c, &keys).await?;
-    let u: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
-    let st: Vec<&str> = removed.iter().map(|r| r.source_type.as_str()).collect();
-    let sid: Vec<i64> = removed.iter().map(|r| r.source_id).collect();
-    let sql =
-        refresh_removed_sql("unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(u, st, sid)");
-    let row = c.query_one(&sql, &[&u, &st, &sid]).await?;
-    Ok(RefreshCounts {
-        deleted: row.get(0),
-        written: row.get(1),
-    })
+    RemovedRefresher::prepare(c).await?.run(c, removed).await
 }
 
 /// Rows removed and rows written by one refresh.
