@@ -14,17 +14,28 @@ pub enum Function {
     RemoveExpiredMembers,
     /// Phase 2 of user removal (common.md §5.2).
     DeleteUser,
+    /// B28 cron batch: expiring personal and resource access tokens.
+    PatExpiring,
+    /// B28 child: delivers one email or one web hook.
+    DeliverNotification,
 }
 
 impl Function {
     /// Every implemented function.
-    pub const ALL: &'static [Function] = &[Function::RemoveExpiredMembers, Function::DeleteUser];
+    pub const ALL: &'static [Function] = &[
+        Function::RemoveExpiredMembers,
+        Function::DeleteUser,
+        Function::PatExpiring,
+        Function::DeliverNotification,
+    ];
 
     /// The function name, e.g. `remove-expired-members`.
     pub fn name(self) -> &'static str {
         match self {
             Function::RemoveExpiredMembers => "remove-expired-members",
             Function::DeleteUser => "delete-user",
+            Function::PatExpiring => "pat-expiring",
+            Function::DeliverNotification => "deliver-notification",
         }
     }
 
@@ -38,6 +49,10 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => &["remove-expired-members.run"],
             Function::DeleteUser => &["delete-user.run"],
+            Function::PatExpiring => &["pat-expiring.run"],
+            Function::DeliverNotification => {
+                &["deliver-notification.email", "deliver-notification.webhook"]
+            }
         }
     }
 
@@ -54,6 +69,8 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
             Function::DeleteUser => None,
+            Function::PatExpiring => Some("cron(0 1 * * ? *)"),
+            Function::DeliverNotification => None,
         }
     }
 
@@ -63,6 +80,7 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => Duration::from_secs(600),
             Function::DeleteUser => Duration::from_secs(900),
+            Function::PatExpiring | Function::DeliverNotification => Duration::from_secs(300),
         }
     }
 
@@ -71,6 +89,9 @@ impl Function {
         match self {
             Function::RemoveExpiredMembers => 10_000,
             Function::DeleteUser => 1000,
+            Function::PatExpiring => 100,
+            // Never continues itself: every message is one delivery.
+            Function::DeliverNotification => 0,
         }
     }
 
@@ -86,6 +107,8 @@ impl Function {
                 &[Function::RemoveExpiredMembers, Function::DeleteUser]
             }
             Function::DeleteUser => &[Function::DeleteUser],
+            Function::PatExpiring => &[Function::PatExpiring, Function::DeliverNotification],
+            Function::DeliverNotification => &[],
         }
     }
 

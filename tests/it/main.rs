@@ -1,8 +1,10 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
+mod b28;
 mod b38;
 mod common;
 mod delete_user;
+mod deliver_notification;
 mod glue;
 mod queue_sqs;
 mod schema;

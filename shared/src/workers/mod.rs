@@ -5,3 +5,4 @@
 //! are harmless (common.md §9.9).
 
 pub mod delete_user;
+pub mod deliver_notification;
