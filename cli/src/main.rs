@@ -255,8 +255,13 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     })?;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
-    let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now)
-        .with_notifier(local_notifier().await?);
+    let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now);
+    if matches!(
+        function,
+        Function::PatExpiring | Function::DeliverNotification
+    ) {
+        runner = runner.with_notifier(local_notifier().await?);
+    }
     if let Some(dir) = a.outbox.clone() {
         runner = runner.with_outbox(dir)?;
     }
