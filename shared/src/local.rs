@@ -8,6 +8,7 @@
 //! rolled back, nothing delivered). Tests drive batches "until idle" through it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -17,6 +18,7 @@ use crate::db::Connector;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::messages::Envelope;
+use crate::notify::Notifier;
 use crate::queue::local::{LocalQueue, SentRecord};
 use crate::queue::OutMessage;
 use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
@@ -83,6 +85,7 @@ pub struct Runner {
     queue: LocalQueue,
     outbox: Option<PathBuf>,
     outbox_seq: u64,
+    notifier: Option<Arc<Notifier>>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -96,8 +99,15 @@ impl Runner {
             queue: LocalQueue::new(now),
             outbox: None,
             outbox_seq: 0,
+            notifier: None,
             runs: Vec::new(),
         }
+    }
+
+    /// Give the B28 functions their instance and delivery means.
+    pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Runner {
+        self.notifier = Some(notifier);
+        self
     }
 
     /// Also write every sent message to `dir` (`--outbox`).
@@ -157,6 +167,7 @@ impl Runner {
             queue: &self.queue,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: self.notifier.as_deref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
@@ -217,12 +228,15 @@ impl Runner {
         let recorder = LocalQueue::new(now);
         let mut client = self.connector.connect(function.name()).await?;
         let mut tx = client.transaction().await?;
+        // No email and no web-hook request either (common.md §11).
+        let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         let inv = Invocation {
             function,
             now,
             queue: &recorder,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: dry_notifier.as_ref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some("dry-run".into()),

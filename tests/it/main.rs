@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
+mod b28;
 mod b38;
 mod b43;
 mod b51;
@@ -7,6 +8,7 @@ mod b51_large;
 mod b70;
 mod common;
 mod delete_user;
+mod deliver_notification;
 mod glue;
 mod queue_sqs;
 mod schema;
