@@ -12,3 +12,4 @@ mod deliver_notification;
 mod glue;
 mod queue_sqs;
 mod schema;
+mod template;
