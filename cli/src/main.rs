@@ -628,9 +628,9 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
             results.join(" ")
         );
     }
-    println!("\n{:<26} {:>8} {:>8}", "table", "before", "after");
+    println!("\n{:<32} {:>8} {:>8}", "table", "before", "after");
     for ((t, b), (_, a)) in before.iter().zip(after.iter()) {
-        println!("{t:<26} {b:>8} {a:>8}");
+        println!("{t:<32} {b:>8} {a:>8}");
     }
     if let Some(d) = &notifier.delivery {
         println!(

@@ -445,3 +445,63 @@ async fn pat_expiring_on_the_demo_data_writes_eml_files_and_refuses_local_hooks(
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn demo_runs_every_cron_batch_to_completion_and_prints_the_summary() {
+    let db = TestDb::new().await;
+    let mail = std::env::temp_dir().join(format!("hk-demo-mail-{}", db.name));
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(["demo", "--now", "2026-03-01T00:10:00Z"])
+        .env("DATABASE_URL", &db.url)
+        .env("EMAIL_FILE_DIR", &mail)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("hk runs");
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for f in [
+        "remove-expired-members",
+        "delete-user",
+        "schedule-prune-deletions",
+        "prune-deletions",
+        "adjourned-group-deletion",
+        "group-destroy",
+        "placeholder-user-cleanup",
+        "delete-placeholder-user",
+        "pat-expiring",
+        "deliver-notification",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(f)),
+            "no summary row for {f}:\n{out}"
+        );
+    }
+    // No run was left failing: the retryable/permanent columns are all zero.
+    for l in out.lines().filter(|l| l.contains("status:")) {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!((cols[3], cols[4]), ("0", "0"), "{l}");
+    }
+    // The before/after table covers what the batches change.
+    for t in [
+        "members_deletion_schedules",
+        "group_deletion_schedules",
+        "import_placeholder_user_details",
+        "namespaces",
+    ] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(t))
+            .unwrap_or_else(|| panic!("no row for {t}:\n{out}"));
+        let n: Vec<i64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert!(n[1] < n[0], "{t} did not shrink: {row}");
+    }
+    let _ = std::fs::remove_dir_all(mail);
+}

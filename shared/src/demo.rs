@@ -63,13 +63,21 @@ pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Resu
 
 /// Row counts of the tables the batches change, in a fixed order (demo summary).
 pub async fn table_counts(client: &tokio_postgres::Client) -> Result<Vec<(String, i64)>> {
-    const TABLES: [&str; 9] = [
+    const TABLES: [&str; 17] = [
         "users",
         "members",
         "project_authorizations",
         "notification_settings",
         "personal_access_tokens",
         "ghost_user_migrations",
+        "members_deletion_schedules",
+        "group_deletion_schedules",
+        "namespaces",
+        "projects",
+        "routes",
+        "web_hooks",
+        "import_placeholder_user_details",
+        "import_source_users",
         "issues",
         "merge_requests",
         "notes",
