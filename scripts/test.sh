@@ -78,8 +78,8 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL)"
-bash scripts/package-lambdas.sh --x86-64
+step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
+bash scripts/package-lambdas.sh --x86-64 --check
 
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo
