@@ -8,6 +8,7 @@
 pub mod aws;
 pub mod db;
 pub mod fixtures;
+pub mod state;
 
 pub use db::TestDb;
 pub use fixtures::Fx;

@@ -1,0 +1,231 @@
+//! Chaos equivalence: every batch, run until idle on the rich demo data set (without
+//! its ghost user, so phase 2 creates one), ends in the same database state under
+//! duplicated, reordered and crashed deliveries as in a clean run. Nothing is lost
+//! (no dead letter, no row left that the clean run removed) and nothing is done
+//! twice (no count, attempt or row that differs).
+//!
+//! CI runs a few seeds; `HK_CHAOS_SEEDS=<n>` (and `HK_CHAOS_FIRST_SEED`) run more.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use integration_tests::fixtures::{M, U};
+use integration_tests::state::{canonical, first_difference, Baseline};
+use integration_tests::{t, Fx, TestDb};
+use shared::chaos::{ChaosSpec, ChaosStats, CrashPoint};
+use shared::config::Settings;
+use shared::messages::Envelope;
+use shared::Function;
+
+const NOW: &str = "2025-03-10T00:10:00Z";
+
+/// Each batch's cron function; its run until idle includes every child it starts.
+const BATCHES: [Function; 4] = [
+    Function::RemoveExpiredMembers,
+    Function::SchedulePruneDeletions,
+    Function::AdjournedGroupDeletion,
+    Function::PlaceholderUserCleanup,
+];
+
+/// Budgets of 0: one unit of progress per invocation, so every chain has many hops
+/// (more deliveries to disturb).
+fn settings() -> Settings {
+    Settings {
+        delete_user_budget: Duration::ZERO,
+        prune_deletions_budget: Duration::ZERO,
+        group_destroy_budget: Duration::ZERO,
+        pat_expiring_budget: Duration::ZERO,
+        ..Settings::default()
+    }
+}
+
+const NO_GHOST: &str = "
+    DELETE FROM routes WHERE source_type = 'Namespace'
+      AND source_id IN (SELECT id FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5));
+    DELETE FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5);
+    DELETE FROM users WHERE user_type = 5;";
+
+/// The demo data set of `hk demo` (dated at `NOW`), without its ghost user; built
+/// once per cluster into a template database named after its content.
+async fn data() -> TestDb {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (shared::demo::DEMO_SQL, NO_GHOST, NOW).hash(&mut h);
+    let template = format!("hk_chaos_{:016x}", h.finish());
+    TestDb::from_template(&template, |mut db| async move {
+        shared::demo::seed(&mut db.client, t(NOW).date_naive())
+            .await
+            .expect("demo seed");
+        db.exec(NO_GHOST).await;
+        db
+    })
+    .await
+}
+
+/// A small B38 data set: a human and a project bot whose memberships expired; the
+/// bot wrote an issue and a note, so its `delete-user` (budget 0) re-sends itself.
+async fn small() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10), U::human(11), U::bot(20)]).await;
+    fx.members(&[
+        M::gm(1, 100, 11, 50),
+        M::pm(2, 200, 10, 30).expires("2025-03-09"),
+        M::pm(3, 200, 20, 40).expires("2025-03-08"),
+    ])
+    .await;
+    fx.pas(&[(10, 200, 30), (20, 200, 40), (11, 200, 50)]).await;
+    fx.pat(1, 20, None).await;
+    fx.contribution("issues", 1, 200, 20).await;
+    fx.contribution("notes", 1, 200, 20).await;
+    db
+}
+
+type State = BTreeMap<String, Vec<String>>;
+
+/// What one pass over every batch left behind.
+struct Outcome {
+    /// The canonical state after each batch.
+    states: Vec<(Function, State)>,
+    /// Keys of dead-lettered messages, per batch.
+    dead: Vec<BTreeSet<String>>,
+    /// Chaos statistics, summed over the batches.
+    stats: ChaosStats,
+}
+
+async fn run_all(spec: Option<&ChaosSpec>) -> Outcome {
+    let db = data().await;
+    let base = Baseline::capture(&db).await;
+    let mut out = Outcome {
+        states: Vec::new(),
+        dead: Vec::new(),
+        stats: ChaosStats::default(),
+    };
+    for (i, f) in BATCHES.iter().enumerate() {
+        let mut r = db.runner_with(t(NOW), settings());
+        if let Some(s) = spec {
+            // A different but reproducible stream per batch.
+            r = r.with_chaos(ChaosSpec {
+                seed: s.seed.wrapping_mul(31).wrapping_add(i as u64),
+                ..s.clone()
+            });
+        }
+        let body = Envelope::cron(*f, "chaos-equivalence", t(NOW)).to_body();
+        r.run_until_idle(*f, &body).await.expect("run until idle");
+        out.dead.push(
+            r.dead_letters()
+                .into_iter()
+                .map(|m| m.envelope.message_key)
+                .collect(),
+        );
+        if let Some(s) = r.chaos_stats() {
+            out.stats.deliveries += s.deliveries;
+            out.stats.duplicated += s.duplicated;
+            out.stats.reordered += s.reordered;
+            for (p, n) in s.crashes {
+                *out.stats.crashes.entry(p).or_default() += n;
+            }
+        }
+        out.states.push((*f, canonical(&db, &base).await));
+    }
+    out
+}
+
+fn seeds() -> Vec<u64> {
+    let n: u64 = std::env::var("HK_CHAOS_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let first: u64 = std::env::var("HK_CHAOS_FIRST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    (first..first + n).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and_crashes() {
+    let clean = run_all(None).await;
+    assert!(
+        clean.dead.iter().all(BTreeSet::is_empty),
+        "the clean run dead-lettered {:?}",
+        clean.dead
+    );
+    // The clean run really did work in every batch (the equivalence is not vacuous).
+    let mut total = ChaosStats::default();
+    for seed in seeds() {
+        let spec: ChaosSpec = format!("seed={seed},duplicate=0.3,reorder,crash=0.25")
+            .parse()
+            .unwrap();
+        let run = run_all(Some(&spec)).await;
+        for ((f, want), (_, got)) in clean.states.iter().zip(run.states.iter()) {
+            if let Some(diff) = first_difference(want, got) {
+                panic!("{spec}: after {f} the state differs from the clean run: {diff}");
+            }
+        }
+        assert_eq!(run.dead, clean.dead, "{spec}: dead letters differ");
+        eprintln!("chaos {spec}: {}", run.stats);
+        total.deliveries += run.stats.deliveries;
+        total.duplicated += run.stats.duplicated;
+        total.reordered += run.stats.reordered;
+        for (p, n) in run.stats.crashes {
+            *total.crashes.entry(p).or_default() += n;
+        }
+    }
+    eprintln!("chaos total over {} seed(s): {total}", seeds().len());
+    assert!(total.duplicated > 0, "no message was duplicated: {total}");
+    assert!(total.crashes_total() > 0, "no crash was injected: {total}");
+    assert!(total.reordered > 0, "no delivery was reordered: {total}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_each_point_is_redelivered_and_the_end_state_is_the_clean_one() {
+    // One batch with a child (B38 + delete-user), a crash planned at every point.
+    let f = Function::RemoveExpiredMembers;
+    let clean = {
+        let db = small().await;
+        let base = Baseline::capture(&db).await;
+        let mut r = db.runner_with(t(NOW), settings());
+        r.run_until_idle(f, &Envelope::cron(f, "c", t(NOW)).to_body())
+            .await
+            .unwrap();
+        canonical(&db, &base).await
+    };
+    for point in CrashPoint::ALL {
+        let db = small().await;
+        let base = Baseline::capture(&db).await;
+        let (log, _g) = shared::telemetry::capture();
+        let mut r = db.runner_with(t(NOW), settings());
+        // The cron run, then its delete-user child, each crash at the point once.
+        r.plan_crash(Some(f), point, 1);
+        r.plan_crash(Some(Function::DeleteUser), point, 1);
+        r.run_until_idle(f, &Envelope::cron(f, "c", t(NOW)).to_body())
+            .await
+            .unwrap();
+        let aborted = log.with_message("chaos: handler aborted");
+        assert_eq!(aborted.len(), 2, "{point}: {}", log.dump());
+        assert!(aborted.iter().all(|l| l["point"] == point.name()));
+        let crashed: Vec<&shared::local::Run> = r
+            .runs
+            .iter()
+            .filter(|r| r.error.as_deref() == Some(&format!("chaos: handler aborted at {point}")))
+            .collect();
+        assert_eq!(crashed.len(), 2, "{point}");
+        assert!(r.dead_letters().is_empty(), "{point}");
+        let got = canonical(&db, &base).await;
+        if let Some(diff) = first_difference(&clean, &got) {
+            panic!("crash {point}: {diff}");
+        }
+        // Each crashed message came back after the 30 s visibility timeout.
+        let key = crashed[0].message_key.clone();
+        let again = r
+            .runs
+            .iter()
+            .rev()
+            .find(|x| x.message_key == key && x.error.is_none())
+            .expect("redelivered");
+        assert!(again.now >= crashed[0].now + chrono::Duration::seconds(30));
+    }
+}
