@@ -261,3 +261,32 @@ pub fn first_difference(
         .find(|t| !a.contains_key(*t))
         .map(|t| format!("table {t} missing on the left"))
 }
+
+const NO_GHOST: &str = "
+    DELETE FROM routes WHERE source_type = 'Namespace'
+      AND source_id IN (SELECT id FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5));
+    DELETE FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5);
+    DELETE FROM users WHERE user_type = 5;";
+
+/// The rich data set of the reliability tests: the demo data of `hk demo` (dates
+/// relative to `now`), without its ghost user, so that phase 2 creates one. Built once
+/// per cluster into a template database named after its content.
+pub async fn demo_without_ghost(now: chrono::DateTime<chrono::Utc>) -> TestDb {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (
+        shared::demo::DEMO_SQL,
+        NO_GHOST,
+        now.date_naive().to_string(),
+    )
+        .hash(&mut h);
+    let template = format!("hk_demo_{:016x}", h.finish());
+    TestDb::from_template(&template, |mut db| async move {
+        shared::demo::seed(&mut db.client, now.date_naive())
+            .await
+            .expect("demo seed");
+        db.exec(NO_GHOST).await;
+        db
+    })
+    .await
+}

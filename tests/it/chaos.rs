@@ -4,13 +4,14 @@
 //! (no dead letter, no row left that the clean run removed) and nothing is done
 //! twice (no count, attempt or row that differs).
 //!
-//! CI runs a few seeds; `HK_CHAOS_SEEDS=<n>` (and `HK_CHAOS_FIRST_SEED`) run more.
+//! CI runs a few seeds; `HK_CHAOS_SEEDS=<n>` (and `HK_CHAOS_FIRST_SEED`) run more,
+//! `HK_CHAOS_RATES` (default `duplicate=0.3,reorder,crash=0.25`) changes the rates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use integration_tests::fixtures::{M, U};
-use integration_tests::state::{canonical, first_difference, Baseline};
+use integration_tests::state::{canonical, demo_without_ghost, first_difference, Baseline};
 use integration_tests::{t, Fx, TestDb};
 use shared::chaos::{ChaosSpec, ChaosStats, CrashPoint};
 use shared::config::Settings;
@@ -39,27 +40,9 @@ fn settings() -> Settings {
     }
 }
 
-const NO_GHOST: &str = "
-    DELETE FROM routes WHERE source_type = 'Namespace'
-      AND source_id IN (SELECT id FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5));
-    DELETE FROM namespaces WHERE owner_id IN (SELECT id FROM users WHERE user_type = 5);
-    DELETE FROM users WHERE user_type = 5;";
-
-/// The demo data set of `hk demo` (dated at `NOW`), without its ghost user; built
-/// once per cluster into a template database named after its content.
+/// The demo data set without its ghost user (phase 2 creates one).
 async fn data() -> TestDb {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (shared::demo::DEMO_SQL, NO_GHOST, NOW).hash(&mut h);
-    let template = format!("hk_chaos_{:016x}", h.finish());
-    TestDb::from_template(&template, |mut db| async move {
-        shared::demo::seed(&mut db.client, t(NOW).date_naive())
-            .await
-            .expect("demo seed");
-        db.exec(NO_GHOST).await;
-        db
-    })
-    .await
+    demo_without_ghost(t(NOW)).await
 }
 
 /// A small B38 data set: a human and a project bot whose memberships expired; the
@@ -156,9 +139,9 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
     // The clean run really did work in every batch (the equivalence is not vacuous).
     let mut total = ChaosStats::default();
     for seed in seeds() {
-        let spec: ChaosSpec = format!("seed={seed},duplicate=0.3,reorder,crash=0.25")
-            .parse()
-            .unwrap();
+        let rates = std::env::var("HK_CHAOS_RATES")
+            .unwrap_or_else(|_| "duplicate=0.3,reorder,crash=0.25".into());
+        let spec: ChaosSpec = format!("seed={seed},{rates}").parse().unwrap();
         let run = run_all(Some(&spec)).await;
         for ((f, want), (_, got)) in clean.states.iter().zip(run.states.iter()) {
             if let Some(diff) = first_difference(want, got) {
