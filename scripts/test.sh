@@ -32,6 +32,14 @@ step "Python test tools (.venv: moto)"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 
+step "template security and lint (.venv-checkov: checkov, cfn-lint)"
+if [ ! -x .venv-checkov/bin/python ]; then python3 -m venv .venv-checkov; fi
+.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+.venv-checkov/bin/cfn-lint infra/template.yaml
+# Every suppression is a Metadata skip with its reason next to the resource.
+.venv-checkov/bin/checkov -f infra/template.yaml --framework cloudformation \
+  --skip-download --compact --quiet
+
 step "rustfmt"
 cargo fmt --all -- --check
 
