@@ -28,9 +28,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "Python test tools (.venv: moto)"
+step "Python test tools (.venv: moto, cargo-lambda, zig; .venv-sam: SAM CLI, cfn-lint)"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+# SAM pins boto3/click versions moto does not want: a venv of its own.
+if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
+.venv-sam/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
+# cargo-lambda (and the python3 that finds zig) for the watch test and the Lambda build.
+export PATH="$ROOT/.venv/bin:$PATH"
+
+step "SAM template: cfn-lint and sam validate --lint (offline)"
+export SAM_CLI_TELEMETRY=0
+AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/cfn-lint infra/template.yaml
+AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/sam validate --lint
 
 step "template security and lint (.venv-checkov: checkov, cfn-lint)"
 if [ ! -x .venv-checkov/bin/python ]; then python3 -m venv .venv-checkov; fi
@@ -75,6 +85,9 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --no-fail-fast
 fi
+
+step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL)"
+bash scripts/package-lambdas.sh --x86-64
 
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo

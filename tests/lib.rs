@@ -8,6 +8,8 @@
 pub mod aws;
 pub mod db;
 pub mod fixtures;
+pub mod notice;
+pub mod sinks;
 pub mod state;
 
 pub use db::TestDb;

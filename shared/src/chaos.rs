@@ -47,7 +47,8 @@ pub enum CrashPoint {
     /// Inside a transaction, before its `COMMIT` is sent: the transaction rolls back
     /// (after any message it sent: send-then-commit).
     BeforeCommit,
-    /// After a `COMMIT` completed, before the handler's next statement.
+    /// After a `COMMIT` completed, before the handler's next action (a statement, a
+    /// send, or the end of the handler).
     AfterCommit,
     /// Before the n-th statement of the invocation (inside or outside a transaction).
     Statement,
@@ -329,6 +330,9 @@ impl Chaos {
 pub struct CrashGate {
     target: Option<(CrashPoint, u32)>,
     armed: AtomicBool,
+    /// A COMMIT went out: the next action (statement, send or ack) passes
+    /// [`CrashPoint::AfterCommit`] first.
+    committed: AtomicBool,
     counts: Mutex<[u32; 6]>,
     fired: watch::Sender<Option<CrashPoint>>,
 }
@@ -349,6 +353,7 @@ impl CrashGate {
         Arc::new(CrashGate {
             target,
             armed: AtomicBool::new(false),
+            committed: AtomicBool::new(false),
             counts: Mutex::new([0; 6]),
             fired: watch::channel(None).0,
         })
@@ -378,6 +383,24 @@ impl CrashGate {
             return true;
         }
         false
+    }
+
+    /// A COMMIT was sent (and the handler waits for it to complete before it does
+    /// anything else).
+    pub fn commit_sent(&self) {
+        if self.armed.load(Ordering::SeqCst) {
+            self.committed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The handler is about to act (a statement, a send, the ack): if a COMMIT
+    /// completed since its last action, it passes [`CrashPoint::AfterCommit`] here.
+    /// True when the handler must stop.
+    pub fn next_action(&self) -> bool {
+        if self.committed.swap(false, Ordering::SeqCst) {
+            return self.hit(CrashPoint::AfterCommit);
+        }
+        self.fired().is_some()
     }
 
     /// The point where the gate fired, if it did.
@@ -410,8 +433,6 @@ struct Scanner {
     kind: u8,
     prefix: Vec<u8>,
     decided: bool,
-    /// A COMMIT was sent: the next message marks "after commit".
-    after_commit: bool,
 }
 
 const PREFIX: usize = 24;
@@ -425,7 +446,6 @@ impl Scanner {
             kind: 0,
             prefix: Vec::new(),
             decided: true,
-            after_commit: false,
         }
     }
 
@@ -475,11 +495,8 @@ impl Scanner {
         if matches!(self.kind, 0 | b'X') {
             return false;
         }
-        if self.after_commit {
-            self.after_commit = false;
-            if gate.hit(CrashPoint::AfterCommit) {
-                return true;
-            }
+        if gate.next_action() {
+            return true;
         }
         match self.kind {
             b'Q' => {
@@ -491,7 +508,7 @@ impl Scanner {
                     if gate.hit(CrashPoint::BeforeCommit) {
                         return true;
                     }
-                    self.after_commit = true;
+                    gate.commit_sent();
                     false
                 } else if text.starts_with("ROLLBACK") {
                     false
@@ -629,7 +646,7 @@ impl Queue for GatedQueue {
         if messages.is_empty() {
             return Ok(());
         }
-        if self.gate.fired().is_some() {
+        if self.gate.next_action() {
             std::future::pending::<()>().await;
         }
         self.inner.send(messages).await?;

@@ -20,6 +20,7 @@ pub mod locks;
 pub mod messages;
 pub mod metrics;
 pub mod migrate;
+pub mod notify;
 pub mod queue;
 pub mod runtime;
 pub mod telemetry;

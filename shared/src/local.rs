@@ -29,6 +29,7 @@ use crate::db::Connector;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::messages::Envelope;
+use crate::notify::Notifier;
 use crate::queue::local::{LocalQueue, SentRecord};
 use crate::queue::OutMessage;
 use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
@@ -97,6 +98,7 @@ pub struct Runner {
     outbox_seq: u64,
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
+    notifier: Option<Arc<Notifier>>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -112,6 +114,7 @@ impl Runner {
             outbox_seq: 0,
             chaos: None,
             planned: VecDeque::new(),
+            notifier: None,
             runs: Vec::new(),
         }
     }
@@ -146,6 +149,12 @@ impl Runner {
 
     fn tapped(&self) -> bool {
         self.chaos.is_some() || !self.planned.is_empty()
+    }
+
+    /// Give the B28 functions their instance and delivery means.
+    pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Runner {
+        self.notifier = Some(notifier);
+        self
     }
 
     /// Also write every sent message to `dir` (`--outbox`).
@@ -208,6 +217,7 @@ impl Runner {
             queue: &self.queue,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: self.notifier.as_deref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
@@ -292,6 +302,7 @@ impl Runner {
             function,
             now,
             queue: &queue,
+            notifier: self.notifier.as_deref(),
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
         };
@@ -313,7 +324,9 @@ impl Runner {
         // (the tap and the gated queue refused it all): it is a crash all the same.
         let outcome = match outcome {
             Some(o) if gate.fired().is_none() => {
-                if o.is_success() && gate.hit(crate::chaos::CrashPoint::BeforeAck) {
+                if gate.next_action()
+                    || (o.is_success() && gate.hit(crate::chaos::CrashPoint::BeforeAck))
+                {
                     None
                 } else {
                     Some(o)
@@ -407,12 +420,15 @@ impl Runner {
         let recorder = LocalQueue::new(now);
         let mut client = self.connector.connect(function.name()).await?;
         let mut tx = client.transaction().await?;
+        // No email and no web-hook request either (common.md §11).
+        let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         let inv = Invocation {
             function,
             now,
             queue: &recorder,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: dry_notifier.as_ref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some("dry-run".into()),

@@ -1,8 +1,11 @@
 //! Chaos equivalence: every batch, run until idle on the rich demo data set (without
-//! its ghost user, so phase 2 creates one), ends in the same database state under
-//! duplicated, reordered and crashed deliveries as in a clean run. Nothing is lost
-//! (no dead letter, no row left that the clean run removed) and nothing is done
-//! twice (no count, attempt or row that differs).
+//! its ghost user, so phase 2 creates one; its web hooks pointed at public names that
+//! reach a real receiver), ends in the same database state under duplicated,
+//! reordered and crashed deliveries as in a clean run, and B28 delivers the same set
+//! of notices (by email `Message-ID` and web-hook `Idempotency-Key`), every repeat
+//! with the same key and content. Nothing is lost (no dead letter, no row left that
+//! the clean run removed, no notice missing) and nothing is done twice (no count,
+//! attempt or row that differs).
 //!
 //! CI runs a few seeds; `HK_CHAOS_SEEDS=<n>` (and `HK_CHAOS_FIRST_SEED`) run more,
 //! `HK_CHAOS_RATES` (default `duplicate=0.3,reorder,crash=0.25`) changes the rates.
@@ -11,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use integration_tests::fixtures::{M, U};
+use integration_tests::notice::{publish_demo_hooks, repeats_are_identical, Notices};
 use integration_tests::state::{canonical, demo_without_ghost, first_difference, Baseline};
 use integration_tests::{t, Fx, TestDb};
 use shared::chaos::{ChaosSpec, ChaosStats, CrashPoint};
@@ -21,11 +25,12 @@ use shared::Function;
 const NOW: &str = "2025-03-10T00:10:00Z";
 
 /// Each batch's cron function; its run until idle includes every child it starts.
-const BATCHES: [Function; 4] = [
+const BATCHES: [Function; 5] = [
     Function::RemoveExpiredMembers,
     Function::SchedulePruneDeletions,
     Function::AdjournedGroupDeletion,
     Function::PlaceholderUserCleanup,
+    Function::PatExpiring,
 ];
 
 /// Budgets of 0: one unit of progress per invocation, so every chain has many hops
@@ -40,9 +45,12 @@ fn settings() -> Settings {
     }
 }
 
-/// The demo data set without its ghost user (phase 2 creates one).
+/// The demo data set without its ghost user (phase 2 creates one), its hooks on
+/// public names.
 async fn data() -> TestDb {
-    demo_without_ghost(t(NOW)).await
+    let db = demo_without_ghost(t(NOW)).await;
+    publish_demo_hooks(&db).await;
+    db
 }
 
 /// A small B38 data set: a human and a project bot whose memberships expired; the
@@ -76,18 +84,27 @@ struct Outcome {
     dead: Vec<BTreeSet<String>>,
     /// Chaos statistics, summed over the batches.
     stats: ChaosStats,
+    /// Emails that arrived, by `Message-ID`.
+    emails: BTreeMap<String, Vec<String>>,
+    /// Web hooks that arrived, by `Idempotency-Key`.
+    hooks: BTreeMap<String, Vec<String>>,
 }
 
 async fn run_all(spec: Option<&ChaosSpec>) -> Outcome {
     let db = data().await;
     let base = Baseline::capture(&db).await;
+    let notices = Notices::start().await;
     let mut out = Outcome {
         states: Vec::new(),
         dead: Vec::new(),
         stats: ChaosStats::default(),
+        emails: BTreeMap::new(),
+        hooks: BTreeMap::new(),
     };
     for (i, f) in BATCHES.iter().enumerate() {
-        let mut r = db.runner_with(t(NOW), settings());
+        let mut r = db
+            .runner_with(t(NOW), settings())
+            .with_notifier(notices.notifier.clone());
         if let Some(s) = spec {
             // A different but reproducible stream per batch.
             r = r.with_chaos(ChaosSpec {
@@ -113,6 +130,8 @@ async fn run_all(spec: Option<&ChaosSpec>) -> Outcome {
         }
         out.states.push((*f, canonical(&db, &base).await));
     }
+    out.emails = notices.emails();
+    out.hooks = notices.webhooks();
     out
 }
 
@@ -137,7 +156,15 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
         clean.dead
     );
     // The clean run really did work in every batch (the equivalence is not vacuous).
+    // The clean run delivered each notice once, and there are notices of both kinds.
+    assert!(!clean.emails.is_empty() && !clean.hooks.is_empty());
+    assert!(clean
+        .emails
+        .values()
+        .chain(clean.hooks.values())
+        .all(|c| c.len() == 1));
     let mut total = ChaosStats::default();
+    let mut repeats = 0;
     for seed in seeds() {
         let rates = std::env::var("HK_CHAOS_RATES")
             .unwrap_or_else(|_| "duplicate=0.3,reorder,crash=0.25".into());
@@ -149,6 +176,26 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
             }
         }
         assert_eq!(run.dead, clean.dead, "{spec}: dead letters differ");
+        // The same notices: none missing, none extra; a repeat has the same key and
+        // content (the receivers' deduplication handles it).
+        assert_eq!(
+            run.emails.keys().collect::<Vec<_>>(),
+            clean.emails.keys().collect::<Vec<_>>(),
+            "{spec}: emails"
+        );
+        assert_eq!(
+            run.hooks.keys().collect::<Vec<_>>(),
+            clean.hooks.keys().collect::<Vec<_>>(),
+            "{spec}: web hooks"
+        );
+        for (k, copies) in run.emails.iter().chain(run.hooks.iter()) {
+            let want = clean.emails.get(k).or_else(|| clean.hooks.get(k)).unwrap();
+            assert_eq!(
+                &copies[0], &want[0],
+                "{spec}: {k} differs from the clean run"
+            );
+        }
+        repeats += repeats_are_identical(&run.emails) + repeats_are_identical(&run.hooks);
         eprintln!("chaos {spec}: {}", run.stats);
         total.deliveries += run.stats.deliveries;
         total.duplicated += run.stats.duplicated;
@@ -157,7 +204,12 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
             *total.crashes.entry(p).or_default() += n;
         }
     }
-    eprintln!("chaos total over {} seed(s): {total}", seeds().len());
+    eprintln!(
+        "chaos total over {} seed(s): {total}; notices: {} emails and {} web hooks per run, {repeats} repeated deliveries (same key, same content)",
+        seeds().len(),
+        clean.emails.len(),
+        clean.hooks.len()
+    );
     assert!(total.duplicated > 0, "no message was duplicated: {total}");
     assert!(total.crashes_total() > 0, "no crash was injected: {total}");
     assert!(total.reordered > 0, "no delivery was reordered: {total}");
@@ -210,5 +262,66 @@ async fn a_crash_at_each_point_is_redelivered_and_the_end_state_is_the_clean_one
             .find(|x| x.message_key == key && x.error.is_none())
             .expect("redelivered");
         assert!(again.now >= crashed[0].now + chrono::Duration::seconds(30));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_notice_is_delivered_when_b28_crashes_at_each_point() {
+    let f = Function::PatExpiring;
+    let run = |planned: Option<CrashPoint>| async move {
+        let db = data().await;
+        let base = Baseline::capture(&db).await;
+        let notices = Notices::start().await;
+        let mut r = db
+            .runner_with(t(NOW), settings())
+            .with_notifier(notices.notifier.clone());
+        if let Some(point) = planned {
+            // The cron, and two deliveries (an email and, later, a web hook).
+            r.plan_crash(Some(f), point, 1);
+            r.plan_crash(Some(Function::DeliverNotification), point, 1);
+            r.plan_crash(Some(Function::DeliverNotification), point, 1);
+        }
+        r.run_until_idle(f, &Envelope::cron(f, "c", t(NOW)).to_body())
+            .await
+            .unwrap();
+        assert!(r.dead_letters().is_empty());
+        let crashes = r
+            .runs
+            .iter()
+            .filter(|x| x.error.as_deref().is_some_and(|e| e.starts_with("chaos:")))
+            .count();
+        (
+            canonical(&db, &base).await,
+            notices.emails(),
+            notices.webhooks(),
+            crashes,
+        )
+    };
+    let (state, emails, hooks, _) = run(None).await;
+    for point in CrashPoint::ALL {
+        let (s, e, h, crashes) = run(Some(point)).await;
+        // deliver-notification sends nothing, so only the cron can crash after an
+        // enqueue; every other point is reached by the cron and the deliveries.
+        let least = if point == CrashPoint::AfterEnqueue {
+            1
+        } else {
+            2
+        };
+        assert!(crashes >= least, "{point}: {crashes} crashes");
+        if let Some(d) = first_difference(&state, &s) {
+            panic!("{point}: {d}");
+        }
+        assert_eq!(
+            e.keys().collect::<Vec<_>>(),
+            emails.keys().collect::<Vec<_>>(),
+            "{point}"
+        );
+        assert_eq!(
+            h.keys().collect::<Vec<_>>(),
+            hooks.keys().collect::<Vec<_>>(),
+            "{point}"
+        );
+        repeats_are_identical(&e);
+        repeats_are_identical(&h);
     }
 }

@@ -22,6 +22,7 @@ use shared::config::Config;
 use shared::db::Session;
 use shared::lambda::{handle_event, Deps};
 use shared::messages::Envelope;
+use shared::notify::{Notifier, NotifyConfig};
 use shared::queue::local::LocalQueue;
 use shared::telemetry::capture;
 use shared::Function;
@@ -298,18 +299,27 @@ fn record(i: usize, body: String, receive_count: &str) -> SqsMessage {
     m
 }
 
-fn deps(db: &TestDb, function: Function) -> Deps {
+async fn deps(db: &TestDb, function: Function) -> Deps {
     let env: HashMap<&str, String> = HashMap::from([
         ("DATABASE_URL", db.url.clone()),
         ("TRANSPORT", "local".into()),
     ]);
     let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
+    // B28's functions get what `hk` gives them (the log email transport here).
+    let notify = NotifyConfig::from_lookup(&|k: &str| match k {
+        "EMAIL_TRANSPORT" => Some("log".into()),
+        other => shared::notify::hk_default(other),
+    })
+    .unwrap();
     Deps {
         function,
         session: Session::new(db.connector(), function.name()),
         config,
         queue: Arc::new(LocalQueue::new(t(NOW))),
         clock: Arc::new(FixedClock(t(NOW))),
+        notifier: Notifier::for_function(function, &notify, None)
+            .await
+            .unwrap(),
     }
 }
 
@@ -321,7 +331,13 @@ fn the_lambda_glue_fails_exactly_the_malformed_records_and_logs_each_one() {
         .unwrap();
     // An empty schema: whatever a well-formed record asks for is a harmless no-op.
     let db = rt.block_on(TestDb::new());
-    let all: HashMap<Function, Deps> = Function::ALL.iter().map(|f| (*f, deps(&db, *f))).collect();
+    let all: HashMap<Function, Deps> = rt.block_on(async {
+        let mut m = HashMap::new();
+        for f in Function::ALL {
+            m.insert(*f, deps(&db, *f).await);
+        }
+        m
+    });
     let events = arb_function().prop_flat_map(|f| {
         (
             Just(f),

@@ -38,6 +38,7 @@ fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
         config,
         queue,
         clock: Arc::new(FixedClock(t(NOW))),
+        notifier: None,
     }
 }
 
