@@ -11,6 +11,7 @@ use std::time::Duration;
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
 use integration_tests::fixtures::U;
+use integration_tests::notice::{publish_demo_hooks, repeats_are_identical, Notices};
 use integration_tests::state::{canonical, demo_without_ghost, first_difference, Baseline};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
@@ -28,28 +29,50 @@ const NOW: &str = "2025-03-10T00:10:00Z";
 /// the same day is what a retried cron or an operator's rerun looks like).
 const LATER: &str = "2025-03-10T00:20:00Z";
 
-const CRONS: [Function; 4] = [
+const CRONS: [Function; 5] = [
     Function::RemoveExpiredMembers,
     Function::SchedulePruneDeletions,
     Function::AdjournedGroupDeletion,
     Function::PlaceholderUserCleanup,
+    Function::PatExpiring,
 ];
+
+/// The demo data set without its ghost user, its hooks on public names.
+async fn data() -> TestDb {
+    let db = demo_without_ghost(t(NOW)).await;
+    publish_demo_hooks(&db).await;
+    db
+}
+
+type Delivered = (Vec<String>, Vec<String>);
+
+fn delivered(n: &Notices) -> Delivered {
+    (
+        n.emails().into_keys().collect(),
+        n.webhooks().into_keys().collect(),
+    )
+}
 
 fn cron(f: Function, at: &str, run: &str) -> String {
     Envelope::cron(f, run, t(at)).to_body()
 }
 
 /// Run `f`'s cron until idle at NOW (with `fail_once` making the first send to every
-/// receiver fail), then a second tick at LATER; returns the canonical state and every
-/// dead-lettered key.
+/// receiver fail), then a second tick at LATER; returns the canonical state, every
+/// dead-lettered key and the notices delivered.
 async fn two_ticks(
     f: Function,
     fail_once: bool,
-) -> (std::collections::BTreeMap<String, Vec<String>>, Vec<String>) {
-    let db = demo_without_ghost(t(NOW)).await;
+) -> (
+    std::collections::BTreeMap<String, Vec<String>>,
+    Vec<String>,
+    Delivered,
+) {
+    let db = data().await;
     let base = Baseline::capture(&db).await;
+    let notices = Notices::start().await;
     let mut dead = Vec::new();
-    let mut r = db.runner(t(NOW));
+    let mut r = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
     if fail_once {
         let seen: Arc<Mutex<HashSet<Function>>> = Arc::default();
         r.queue()
@@ -61,32 +84,39 @@ async fn two_ticks(
             r.runs.iter().any(|x| x.outcome == "retryable")
                 || r.runs.iter().any(|x| {
                     x.report.as_ref().is_some_and(|rep| {
-                        ["failed_rows", "failed_groups", "failed_count"]
-                            .iter()
-                            .any(|k| rep[*k].as_i64().unwrap_or(0) > 0)
+                        [
+                            "failed_rows",
+                            "failed_groups",
+                            "failed_count",
+                            "total_user_failures",
+                            "total_failed_notifications_for_resource_bots",
+                        ]
+                        .iter()
+                        .any(|k| rep[*k].as_i64().unwrap_or(0) > 0)
                     })
                 }),
             "{f}: the injected send failure had no effect"
         );
     }
     dead.extend(r.dead_letters().into_iter().map(|m| m.envelope.message_key));
-    let mut r = db.runner(t(LATER));
+    let mut r = db.runner(t(LATER)).with_notifier(notices.notifier.clone());
     r.run_until_idle(f, &cron(f, LATER, "tick-2"))
         .await
         .unwrap();
     dead.extend(r.dead_letters().into_iter().map(|m| m.envelope.message_key));
-    (canonical(&db, &base).await, dead)
+    (canonical(&db, &base).await, dead, delivered(&notices))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_failing_after_a_claim_rolls_it_back_and_the_work_is_retried_not_lost() {
     for f in CRONS {
-        let (clean, clean_dead) = two_ticks(f, false).await;
-        let (got, dead) = two_ticks(f, true).await;
+        let (clean, clean_dead, clean_notices) = two_ticks(f, false).await;
+        let (got, dead, notices) = two_ticks(f, true).await;
         assert!(clean_dead.is_empty() && dead.is_empty(), "{f}: {dead:?}");
         if let Some(d) = first_difference(&clean, &got) {
             panic!("{f}: a failed send lost or doubled work: {d}");
         }
+        assert_eq!(notices, clean_notices, "{f}: notices delivered");
     }
 }
 
@@ -333,7 +363,8 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
         let tx = holder.transaction().await.unwrap();
         tx.batch_execute(
             "LOCK TABLE members, members_deletion_schedules, group_deletion_schedules,
-                        application_settings, import_placeholder_user_details
+                        application_settings, import_placeholder_user_details,
+                        personal_access_tokens
              IN ACCESS EXCLUSIVE MODE",
         )
         .await
@@ -341,8 +372,9 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
         let (log, _g) = capture();
         let body_a = Envelope::cron(f, "run-a", t(NOW)).to_body();
         let body_b = Envelope::cron(f, "run-b", t(NOW)).to_body();
-        let mut a = db.runner(t(NOW));
-        let mut b = db.runner(t(NOW));
+        let notices = Notices::start().await;
+        let mut a = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
+        let mut b = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
         let second = async {
             blocked_backend(&db, f.name()).await;
             let (run_b, _) = b.invoke(f, &body_b, 1).await.unwrap();
@@ -369,6 +401,10 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
             Function::PlaceholderUserCleanup => {
                 ("enqueued_count", rep["enqueued_count"].as_i64() > Some(0))
             }
+            Function::PatExpiring => (
+                "total_user_tokens_marked",
+                rep["total_user_tokens_marked"].as_i64() > Some(0),
+            ),
             _ => (
                 "destroyed_count_total",
                 rep["destroyed_count_total"].as_i64() > Some(0),
@@ -383,10 +419,11 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_clean_run_replayed_and_forged_messages_change_nothing() {
-    let db = demo_without_ghost(t(NOW)).await;
+    let db = data().await;
+    let notices = Notices::start().await;
     let mut sent = Vec::new();
     for f in CRONS {
-        let mut r = db.runner(t(NOW));
+        let mut r = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
         r.run_until_idle(f, &cron(f, NOW, "clean")).await.unwrap();
         assert!(r.dead_letters().is_empty());
         sent.extend(r.queue().sent().into_iter().map(|s| s.message));
@@ -452,7 +489,8 @@ async fn after_a_clean_run_replayed_and_forged_messages_change_nothing() {
             json!({"user_id": u, "initiator_user_id": null, "reason": "forged"}),
         ));
     }
-    let mut r = db.runner(t(LATER));
+    let first = delivered(&notices);
+    let mut r = db.runner(t(LATER)).with_notifier(notices.notifier.clone());
     let (log, _g) = capture();
     for m in &sent {
         r.invoke(m.receiver, &m.envelope.to_body(), 1)
@@ -485,6 +523,11 @@ async fn after_a_clean_run_replayed_and_forged_messages_change_nothing() {
         "{}",
         log.dump()
     );
+    // Replayed deliveries repeat notices under the same keys: nothing new, nothing
+    // different.
+    assert_eq!(delivered(&notices), first);
+    repeats_are_identical(&notices.emails());
+    repeats_are_identical(&notices.webhooks());
     assert!(
         sent.len() > 10,
         "the clean run sent {} messages",

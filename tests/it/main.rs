@@ -16,4 +16,5 @@ mod glue;
 mod queue_sqs;
 mod schema;
 mod secrets;
+mod ssrf;
 mod template;
