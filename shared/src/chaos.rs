@@ -88,13 +88,24 @@ impl CrashPoint {
             .expect("listed")
     }
 
-    /// The largest ordinal a random plan picks for this point: statements are
-    /// counted in tens, transactions and sends in a few.
+    /// The largest ordinal a random plan picks for this point near the start of a
+    /// handler: statements are counted in tens, transactions and sends in a few.
     fn max_nth(self) -> u32 {
         match self {
             CrashPoint::Statement => 12,
             CrashPoint::BeforeAck => 1,
             _ => 4,
+        }
+    }
+
+    /// The largest ordinal of a deep plan (a page of 1000 members is 1000
+    /// transactions and some 8000 statements).
+    fn max_deep_nth(self) -> u32 {
+        match self {
+            CrashPoint::Statement => 8000,
+            CrashPoint::BeforeAck => 1,
+            CrashPoint::AfterEnqueue => 100,
+            _ => 1000,
         }
     }
 }
@@ -284,17 +295,25 @@ impl Chaos {
             return None;
         }
         let point = CrashPoint::ALL[rng.gen_range(0..CrashPoint::ALL.len())];
-        // Statements: uniform. Transactions and sends: the first pass half the time,
-        // the second a quarter, … (short handlers pass them only once or twice).
-        let nth = match point {
-            CrashPoint::Statement => rng.gen_range(1..=point.max_nth()),
-            _ => {
-                let mut n = 1;
-                while n < point.max_nth() && rng.gen_bool(0.5) {
-                    n += 1;
+        let nth = if rng.gen_bool(0.5) {
+            // Near the start. Statements: uniform. Transactions and sends: the first
+            // pass half the time, the second a quarter, … (short handlers pass them
+            // only once or twice).
+            match point {
+                CrashPoint::Statement => rng.gen_range(1..=point.max_nth()),
+                _ => {
+                    let mut n = 1;
+                    while n < point.max_nth() && rng.gen_bool(0.5) {
+                        n += 1;
+                    }
+                    n
                 }
-                n
             }
+        } else {
+            // Anywhere: log-uniform up to deep inside a long page (a handler that
+            // ends earlier is simply not aborted).
+            let max = f64::from(point.max_deep_nth());
+            (rng.gen_range(0.0..=max.ln()).exp().floor() as u32).clamp(1, point.max_deep_nth())
         };
         Some((point, nth))
     }
