@@ -42,6 +42,14 @@ export SAM_CLI_TELEMETRY=0
 AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/cfn-lint infra/template.yaml
 AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/sam validate --lint
 
+step "SAM template security: checkov (.venv-checkov)"
+if [ ! -x .venv-checkov/bin/python ]; then python3 -m venv .venv-checkov; fi
+.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+# No failed check allowed; every suppression is a Metadata skip with its reason next
+# to the resource. --skip-download: offline, no calls to Prisma Cloud.
+.venv-checkov/bin/checkov -f infra/template.yaml --framework cloudformation \
+  --skip-download --compact --quiet
+
 step "rustfmt"
 cargo fmt --all -- --check
 

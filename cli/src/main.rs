@@ -15,6 +15,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
+use shared::chaos::ChaosSpec;
 use shared::config::Config;
 use shared::db::Connector;
 use shared::local::{Run, Runner};
@@ -336,6 +337,16 @@ struct RunArgs {
     /// Also write every sent message to this directory.
     #[arg(long)]
     outbox: Option<PathBuf>,
+    /// Chaos for --until-idle: `seed=N,duplicate=P,reorder[=S],crash=P` duplicates
+    /// sent messages, delivers out of order within S seconds (60) and aborts
+    /// handlers at random points (before/after a transaction, at a statement, after
+    /// an enqueue, before the ack); what was not acknowledged comes back after 30 s.
+    #[arg(long, requires = "until_idle", value_parser = parse_chaos)]
+    chaos: Option<ChaosSpec>,
+}
+
+fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
+    s.parse()
 }
 
 fn parse_now(s: Option<&str>) -> Result<DateTime<Utc>> {
@@ -507,6 +518,9 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if let Some(dir) = a.outbox.clone() {
         runner = runner.with_outbox(dir)?;
     }
+    if let Some(spec) = a.chaos.clone() {
+        runner = runner.with_chaos(spec);
+    }
     let body = match (&a.message, &a.message_file) {
         (Some(m), _) => m.clone(),
         (None, Some(p)) => {
@@ -545,6 +559,16 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     if !a.json && a.until_idle {
         print_summary(&runner.runs, runner.dead_letters().len());
+    }
+    if let (Some(spec), Some(stats)) = (&a.chaos, runner.chaos_stats()) {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"chaos": spec.to_string(), "stats": stats.to_json()})
+            );
+        } else {
+            println!("chaos {spec}: {stats}");
+        }
     }
     Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
 }

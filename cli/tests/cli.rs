@@ -505,3 +505,59 @@ async fn demo_runs_every_cron_batch_to_completion_and_prints_the_summary() {
     }
     let _ = std::fs::remove_dir_all(mail);
 }
+
+#[tokio::test]
+async fn run_until_idle_under_chaos_ends_in_the_clean_state_and_reports_what_it_did() {
+    use integration_tests::state::{canonical, first_difference, Baseline};
+    let args = |extra: &[&str]| -> Vec<String> {
+        [
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--json",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |db: &TestDb, a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        hk(db, &a)
+    };
+    let clean = fixture().await;
+    let base = Baseline::capture(&clean).await;
+    assert!(run(&clean, args(&[])).status.success());
+    let want = canonical(&clean, &base).await;
+    // Seeds whose runs crash at least once (the crash decisions are reproducible).
+    let mut crashes = 0;
+    for seed in 1..=4 {
+        let db = fixture().await;
+        let spec = format!("seed={seed},duplicate=0.5,reorder=20,crash=0.6");
+        let o = run(&db, args(&["--chaos", &spec]));
+        assert!(
+            o.status.success(),
+            "{}\n{}",
+            stdout(&o),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let last: Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+        assert_eq!(last["chaos"], spec.as_str());
+        assert!(last["stats"]["deliveries"].as_u64().unwrap() >= 2);
+        crashes += last["stats"]["crashes"].as_u64().unwrap();
+        let got = canonical(&db, &base).await;
+        if let Some(d) = first_difference(&want, &got) {
+            panic!("seed {seed}: {d}");
+        }
+    }
+    assert!(crashes > 0, "no seed crashed a handler");
+    // A bad specification, or chaos without --until-idle, is refused.
+    let db = fixture().await;
+    let o = run(&db, args(&["--chaos", "crash=2"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("between 0 and 1"));
+    let o = hk(&db, &["run", "remove-expired-members", "--chaos", "seed=1"]);
+    assert_eq!(o.status.code(), Some(2));
+}

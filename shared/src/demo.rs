@@ -10,8 +10,9 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz;
 
 /// The demo SQL files, applied in order; each batch adds its own file (fixed id
-/// ranges per file, see the file headers).
-const DEMO_SQL: &[&str] = &[
+/// ranges per file, see the file headers). Public so tests can tell when a cached
+/// copy of the seeded data is stale.
+pub const DEMO_SQL: &[&str] = &[
     include_str!("../demo/demo.sql"),
     include_str!("../demo/b43.sql"),
     include_str!("../demo/b51.sql"),

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod batches;
+pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod db;
