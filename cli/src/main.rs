@@ -231,6 +231,10 @@ async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             )
             .await?;
             let failed: u64 = stats.failed.values().sum();
+            if stats.work_left {
+                eprintln!("hk: stopped after --max-seconds {max_seconds} with messages or schedules still pending");
+                return Ok(ExitCode::from(1));
+            }
             println!(
                 "pump done: delivered {:?}, failed {:?}, schedules fired {}",
                 stats.delivered, stats.failed, stats.schedules_fired

@@ -278,7 +278,7 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
             &invoke,
             "--until-idle",
             "--max-seconds",
-            "120",
+            "900",
         ],
     );
     assert!(o.status.success(), "pump failed");
