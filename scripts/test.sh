@@ -28,9 +28,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "Python test tools (.venv: moto)"
+step "Python test tools (.venv: moto, cargo-lambda, zig; .venv-sam: SAM CLI, cfn-lint)"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+# SAM pins boto3/click versions moto does not want: a venv of its own.
+if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
+.venv-sam/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
+# cargo-lambda (and the python3 that finds zig) for the watch test and the Lambda build.
+export PATH="$ROOT/.venv/bin:$PATH"
+
+step "SAM template: cfn-lint and sam validate --lint (offline)"
+export SAM_CLI_TELEMETRY=0
+AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/cfn-lint infra/template.yaml
+AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/sam validate --lint
+
+step "SAM template security: checkov (.venv-checkov)"
+if [ ! -x .venv-checkov/bin/python ]; then python3 -m venv .venv-checkov; fi
+.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+# No failed check allowed; every suppression is a Metadata skip with its reason next
+# to the resource. --skip-download: offline, no calls to Prisma Cloud.
+.venv-checkov/bin/checkov -f infra/template.yaml --framework cloudformation \
+  --skip-download --compact --quiet
 
 step "rustfmt"
 cargo fmt --all -- --check
@@ -70,6 +88,9 @@ fi
 
 step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted)"
 target/debug/hk bench all --scale small --bin-dir target/debug --doc "$STATE/benchmarks.md"
+
+step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
+bash scripts/package-lambdas.sh --x86-64 --check
 
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo

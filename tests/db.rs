@@ -71,6 +71,91 @@ async fn ensure_template(admin: &Client, base: &str) {
 }
 
 impl TestDb {
+    /// Create `t_<uuid>` from a template database named `template` that `init` fills
+    /// once per cluster (starting from the migrated schema): for data sets that are
+    /// slow to build. The name must change whenever what `init` does changes.
+    pub async fn from_template<F, Fut>(template: &str, init: F) -> TestDb
+    where
+        F: FnOnce(TestDb) -> Fut,
+        Fut: std::future::Future<Output = TestDb>,
+    {
+        let base = base_url();
+        let admin = Connector::from_url(&base)
+            .unwrap()
+            .connect("tests")
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL: {e}"));
+        ensure_template(&admin, &base).await;
+        admin
+            .execute("SELECT pg_advisory_lock(4243)", &[])
+            .await
+            .expect("lock");
+        let exists = admin
+            .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&template])
+            .await
+            .expect("query")
+            .is_some();
+        if !exists {
+            let build = format!("{template}_build");
+            admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {build}"))
+                .await
+                .expect("drop stale build");
+            admin
+                .batch_execute(&format!("CREATE DATABASE {build} TEMPLATE {TEMPLATE}"))
+                .await
+                .expect("create build database");
+            let url = with_db(&base, &build);
+            let client = Connector::from_url(&url)
+                .unwrap()
+                .connect("tests")
+                .await
+                .expect("connect build database");
+            let filled = init(TestDb {
+                url,
+                name: build.clone(),
+                client,
+            })
+            .await;
+            drop(filled);
+            // Let the build database's sessions end before it is renamed.
+            for _ in 0..500 {
+                let n: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                        &[&build],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if n == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            admin
+                .batch_execute(&format!("ALTER DATABASE {build} RENAME TO {template}"))
+                .await
+                .expect("rename template");
+        }
+        admin
+            .execute("SELECT pg_advisory_unlock(4243)", &[])
+            .await
+            .expect("unlock");
+        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
+            .await
+            .expect("create test database");
+        let url = with_db(&base, &name);
+        let client = Connector::from_url(&url)
+            .unwrap()
+            .connect("tests")
+            .await
+            .expect("connect test database");
+        TestDb { url, name, client }
+    }
+
     /// Create `t_<uuid>` from the migrated template and connect to it.
     pub async fn new() -> TestDb {
         let base = base_url();

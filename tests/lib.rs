@@ -8,6 +8,9 @@
 pub mod aws;
 pub mod db;
 pub mod fixtures;
+pub mod notice;
+pub mod sinks;
+pub mod state;
 
 pub use db::TestDb;
 pub use fixtures::Fx;

@@ -225,6 +225,8 @@ pub struct PumpStats {
     pub failed: BTreeMap<String, u64>,
     /// One-time schedules fired.
     pub schedules_fired: u64,
+    /// `--until-idle` stopped at `--max-seconds` with messages or schedules left.
+    pub work_left: bool,
 }
 
 struct Target {
@@ -403,6 +405,21 @@ pub async fn pump(
             );
         }
         if started.elapsed() >= max {
+            if until_idle {
+                let mut depth = 0;
+                for t in &targets {
+                    depth += queue_depth(aws, &t.url).await?;
+                }
+                let pending = aws
+                    .scheduler
+                    .list_schedules()
+                    .group_name(prefix)
+                    .send()
+                    .await?
+                    .schedules()
+                    .len();
+                stats.work_left = depth > 0 || pending > 0;
+            }
             return Ok(stats);
         }
         if !busy {

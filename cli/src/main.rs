@@ -8,15 +8,18 @@ mod pg;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, SubsecRound, Utc};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
+use shared::chaos::ChaosSpec;
 use shared::config::Config;
 use shared::db::Connector;
 use shared::local::{Run, Runner};
+use shared::notify::Notifier;
 use shared::Function;
 
 #[derive(Parser)]
@@ -254,6 +257,10 @@ async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             )
             .await?;
             let failed: u64 = stats.failed.values().sum();
+            if stats.work_left {
+                eprintln!("hk: stopped after --max-seconds {max_seconds} with messages or schedules still pending");
+                return Ok(ExitCode::from(1));
+            }
             println!(
                 "pump done: delivered {:?}, failed {:?}, schedules fired {}",
                 stats.delivered, stats.failed, stats.schedules_fired
@@ -360,6 +367,16 @@ struct RunArgs {
     /// Also write every sent message to this directory.
     #[arg(long)]
     outbox: Option<PathBuf>,
+    /// Chaos for --until-idle: `seed=N,duplicate=P,reorder[=S],crash=P` duplicates
+    /// sent messages, delivers out of order within S seconds (60) and aborts
+    /// handlers at random points (before/after a transaction, at a statement, after
+    /// an enqueue, before the ack); what was not acknowledged comes back after 30 s.
+    #[arg(long, requires = "until_idle", value_parser = parse_chaos)]
+    chaos: Option<ChaosSpec>,
+}
+
+fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
+    s.parse()
 }
 
 fn parse_now(s: Option<&str>) -> Result<DateTime<Utc>> {
@@ -376,15 +393,30 @@ fn database_url() -> Result<String> {
         .map_err(|_| anyhow!("DATABASE_URL is not set (start a local database with `hk db up`)"))
 }
 
-/// The configuration of local mode: the environment, with `TRANSPORT=local`.
+/// The configuration of local mode: the environment, with `TRANSPORT=local` and the
+/// embedded B28 defaults (`file` emails, the demo `db_key_base`) for unset variables.
 fn local_config() -> Result<Config> {
     Ok(Config::from_lookup(|k| {
         if k == "TRANSPORT" {
             Some("local".into())
         } else {
-            std::env::var(k).ok()
+            local_env(k)
         }
     })?)
+}
+
+/// A variable of local mode: the environment, else `hk`'s embedded B28 default.
+fn local_env(k: &str) -> Option<String> {
+    std::env::var(k)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .or_else(|| shared::notify::hk_default(k))
+}
+
+/// B28's instance and delivery means for local runs.
+async fn local_notifier() -> Result<Arc<Notifier>> {
+    let cfg = shared::notify::NotifyConfig::from_lookup(&local_env)?;
+    Ok(Arc::new(Notifier::full(&cfg, None).await?))
 }
 
 async fn connector(config: &Config) -> Result<Connector> {
@@ -507,8 +539,17 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
     let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now);
+    if matches!(
+        function,
+        Function::PatExpiring | Function::DeliverNotification
+    ) {
+        runner = runner.with_notifier(local_notifier().await?);
+    }
     if let Some(dir) = a.outbox.clone() {
         runner = runner.with_outbox(dir)?;
+    }
+    if let Some(spec) = a.chaos.clone() {
+        runner = runner.with_chaos(spec);
     }
     let body = match (&a.message, &a.message_file) {
         (Some(m), _) => m.clone(),
@@ -548,6 +589,16 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     if !a.json && a.until_idle {
         print_summary(&runner.runs, runner.dead_letters().len());
+    }
+    if let (Some(spec), Some(stats)) = (&a.chaos, runner.chaos_stats()) {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"chaos": spec.to_string(), "stats": stats.to_json()})
+            );
+        } else {
+            println!("chaos {spec}: {stats}");
+        }
     }
     Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
 }
@@ -631,8 +682,10 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
     let before = shared::demo::table_counts(&connector.connect("hk").await?).await?;
     let mut all: Vec<Run> = Vec::new();
     let mut code = 0;
+    let notifier = local_notifier().await?;
     for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
-        let mut runner = Runner::new(connector.clone(), Default::default(), now);
+        let mut runner =
+            Runner::new(connector.clone(), Default::default(), now).with_notifier(notifier.clone());
         let body = runner.cron_message(*f).to_body();
         runner.run_until_idle(*f, &body).await?;
         code = code.max(runner.exit_code(false));
@@ -665,9 +718,15 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
             results.join(" ")
         );
     }
-    println!("\n{:<26} {:>8} {:>8}", "table", "before", "after");
+    println!("\n{:<32} {:>8} {:>8}", "table", "before", "after");
     for ((t, b), (_, a)) in before.iter().zip(after.iter()) {
-        println!("{t:<26} {b:>8} {a:>8}");
+        println!("{t:<32} {b:>8} {a:>8}");
+    }
+    if let Some(d) = &notifier.delivery {
+        println!(
+            "\nemails: {}; web hooks to local or private addresses are refused",
+            d.mailer.describe()
+        );
     }
     Ok(ExitCode::from(code as u8))
 }

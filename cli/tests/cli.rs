@@ -369,3 +369,195 @@ async fn run_schedule_prune_deletions_until_idle_drains_every_demo_schedule() {
         vec![30001, 30002, 30003, 30015, 30021]
     );
 }
+
+#[tokio::test]
+async fn pat_expiring_on_the_demo_data_writes_eml_files_and_refuses_local_hooks() {
+    let db = TestDb::new().await;
+    db.exec("TRUNCATE users CASCADE").await;
+    let o = hk(&db, &["seed", "demo", "--now", "2026-03-01T01:00:00Z"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // As `hk demo` does: B38 first (it removes the expired deploy bot), then B28.
+    let o = hk(
+        &db,
+        &[
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+        ],
+    );
+    assert!(o.status.success());
+    let dir = std::env::temp_dir().join(format!("hk-cli-mail-{}", db.name));
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args([
+            "run",
+            "pat-expiring",
+            "--now",
+            "2026-03-01T01:00:00Z",
+            "--until-idle",
+            "--json",
+        ])
+        .env("DATABASE_URL", &db.url)
+        .env("EMAIL_FILE_DIR", &dir)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("hk runs");
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let runs: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let batch = &runs[0]["report"];
+    assert_eq!(batch["status"], "completed");
+    assert_eq!(batch["total_user_tokens_marked"], 3);
+    assert_eq!(batch["total_user_emails_suppressed"], 1);
+    assert_eq!(batch["total_resource_bot_without_membership"], 1);
+    assert_eq!(
+        batch["total_notification_delivered_for_resource_access_tokens"],
+        2
+    );
+    // erin (7 and 30 days), grace and heidi for the project bot, heidi for the group bot.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "{files:?}");
+    assert!(files.iter().all(|f| f.ends_with("@gitlab.example.com.eml")));
+    // The demo hook points at a loopback address: refused and recorded, no traffic.
+    assert_eq!(
+        db.scalar::<i16>("SELECT recent_failures FROM web_hooks WHERE id = 6001")
+            .await,
+        1
+    );
+    assert!(
+        db.exists(
+            "personal_access_tokens WHERE id = 6007 AND seven_days_notification_sent_at IS NULL"
+        )
+        .await,
+        "the orphan bot's token stays unmarked"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn demo_runs_every_cron_batch_to_completion_and_prints_the_summary() {
+    let db = TestDb::new().await;
+    let mail = std::env::temp_dir().join(format!("hk-demo-mail-{}", db.name));
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(["demo", "--now", "2026-03-01T00:10:00Z"])
+        .env("DATABASE_URL", &db.url)
+        .env("EMAIL_FILE_DIR", &mail)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("hk runs");
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for f in [
+        "remove-expired-members",
+        "delete-user",
+        "schedule-prune-deletions",
+        "prune-deletions",
+        "adjourned-group-deletion",
+        "group-destroy",
+        "placeholder-user-cleanup",
+        "delete-placeholder-user",
+        "pat-expiring",
+        "deliver-notification",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(f)),
+            "no summary row for {f}:\n{out}"
+        );
+    }
+    // No run was left failing: the retryable/permanent columns are all zero.
+    for l in out.lines().filter(|l| l.contains("status:")) {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!((cols[3], cols[4]), ("0", "0"), "{l}");
+    }
+    // The before/after table covers what the batches change.
+    for t in [
+        "members_deletion_schedules",
+        "group_deletion_schedules",
+        "import_placeholder_user_details",
+        "namespaces",
+    ] {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(t))
+            .unwrap_or_else(|| panic!("no row for {t}:\n{out}"));
+        let n: Vec<i64> = row
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert!(n[1] < n[0], "{t} did not shrink: {row}");
+    }
+    let _ = std::fs::remove_dir_all(mail);
+}
+
+#[tokio::test]
+async fn run_until_idle_under_chaos_ends_in_the_clean_state_and_reports_what_it_did() {
+    use integration_tests::state::{canonical, first_difference, Baseline};
+    let args = |extra: &[&str]| -> Vec<String> {
+        [
+            "run",
+            "remove-expired-members",
+            "--now",
+            "2026-03-01T00:10:00Z",
+            "--until-idle",
+            "--json",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |db: &TestDb, a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        hk(db, &a)
+    };
+    let clean = fixture().await;
+    let base = Baseline::capture(&clean).await;
+    assert!(run(&clean, args(&[])).status.success());
+    let want = canonical(&clean, &base).await;
+    // Seeds whose runs crash at least once (the crash decisions are reproducible).
+    let mut crashes = 0;
+    for seed in 1..=4 {
+        let db = fixture().await;
+        let spec = format!("seed={seed},duplicate=0.5,reorder=20,crash=0.6");
+        let o = run(&db, args(&["--chaos", &spec]));
+        assert!(
+            o.status.success(),
+            "{}\n{}",
+            stdout(&o),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let last: Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+        assert_eq!(last["chaos"], spec.as_str());
+        assert!(last["stats"]["deliveries"].as_u64().unwrap() >= 2);
+        crashes += last["stats"]["crashes"].as_u64().unwrap();
+        let got = canonical(&db, &base).await;
+        if let Some(d) = first_difference(&want, &got) {
+            panic!("seed {seed}: {d}");
+        }
+    }
+    assert!(crashes > 0, "no seed crashed a handler");
+    // A bad specification, or chaos without --until-idle, is refused.
+    let db = fixture().await;
+    let o = run(&db, args(&["--chaos", "crash=2"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("between 0 and 1"));
+    let o = hk(&db, &["run", "remove-expired-members", "--chaos", "seed=1"]);
+    assert_eq!(o.status.code(), Some(2));
+}

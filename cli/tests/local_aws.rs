@@ -103,6 +103,8 @@ async fn fixture() -> TestDb {
         U::human(11),
         U::bot(20).blocked(),
         U::bot(21),
+        U::bot(22).blocked(),
+        U::bot(23).blocked(),
         U::ghost(5),
     ])
     .await;
@@ -112,9 +114,17 @@ async fn fixture() -> TestDb {
         M::pm(3, 200, 21, 40).expires("2025-03-09"),
     ])
     .await;
-    fx.ghost_migration(20, None).await;
+    for u in [20, 22, 23] {
+        fx.ghost_migration(u, None).await;
+    }
     fx.contribution("issues", 1, 200, 20).await;
     db
+}
+
+fn delete_user_body(user: i64) -> String {
+    format!(
+        r#"{{"version":1,"type":"delete-user.run","message_key":"delete-user:{user}","run_id":"r","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{{"user_id":{user},"initiator_user_id":null,"reason":"Membership expired"}}}}"#
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,10 +168,9 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
         .unwrap()
         .queue_url
         .unwrap();
-    let body = r#"{"version":1,"type":"delete-user.run","message_key":"delete-user:20","run_id":"r","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{"user_id":20,"initiator_user_id":null,"reason":"Membership expired"}}"#;
     sqs.send_message()
         .queue_url(&dlq)
-        .message_body(body)
+        .message_body(delete_user_body(20))
         .send()
         .await
         .unwrap();
@@ -195,6 +204,67 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("moved 1 message(s)"));
     assert!(String::from_utf8_lossy(&o.stdout).contains("delete-user.run: 1"));
+    // A JSON-lines file replayed to the queue.
+    let lines = dir.join("replay.jsonl");
+    std::fs::write(&lines, delete_user_body(22) + "\n").unwrap();
+    let o = hk(
+        &db,
+        &[
+            "replay",
+            "file",
+            lines.to_str().unwrap(),
+            "--queue",
+            "--to",
+            "delete-user",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            &prefix,
+        ],
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("sent 1 message(s)"));
+    // A one-time schedule that is due (moto stores schedules but never fires them).
+    let scheduler = aws_sdk_scheduler::Client::new(&moto);
+    let du_url = sqs
+        .get_queue_url()
+        .queue_name(format!("{prefix}-delete-user"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let queue_arn = sqs
+        .get_queue_attributes()
+        .queue_url(du_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    scheduler
+        .create_schedule()
+        .name("hk-due-delete-user-23")
+        .group_name(&prefix)
+        .schedule_expression("at(2025-03-10T00:30:00)")
+        .flexible_time_window(
+            aws_sdk_scheduler::types::FlexibleTimeWindow::builder()
+                .mode(aws_sdk_scheduler::types::FlexibleTimeWindowMode::Off)
+                .build()
+                .unwrap(),
+        )
+        .target(
+            aws_sdk_scheduler::types::Target::builder()
+                .arn(queue_arn)
+                .role_arn("arn:aws:iam::123456789012:role/hk-local-scheduler")
+                .input(delete_user_body(23))
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
     let o = hk(
         &db,
         &[
@@ -208,14 +278,32 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
             &invoke,
             "--until-idle",
             "--max-seconds",
-            "120",
+            "900",
         ],
     );
     assert!(o.status.success(), "pump failed");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
-        !db.exists("users WHERE id = 20").await,
-        "the replayed delete-user ran under cargo lambda watch"
+        out.contains("fired schedule hk-due-delete-user-23"),
+        "{out}"
     );
+    assert!(out.contains("schedules fired 1"), "{out}");
+    let left = scheduler
+        .list_schedules()
+        .group_name(&prefix)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        left.schedules().is_empty(),
+        "a fired one-time schedule is deleted"
+    );
+    for u in [20, 22, 23] {
+        assert!(
+            !db.exists(&format!("users WHERE id = {u}")).await,
+            "delete-user for U{u} ran under cargo lambda watch"
+        );
+    }
     assert_eq!(
         db.scalar::<i64>("SELECT author_id FROM issues WHERE id = 1")
             .await,

@@ -97,6 +97,8 @@ pub struct Config {
     pub scheduler: Option<SchedulerTarget>,
     /// Budgets and the deadline margin.
     pub settings: Settings,
+    /// B28 notification settings (instance, email, web hooks).
+    pub notify: crate::notify::NotifyConfig,
 }
 
 impl Config {
@@ -180,6 +182,7 @@ impl Config {
             queues,
             scheduler,
             settings,
+            notify: crate::notify::NotifyConfig::from_lookup(&get)?,
         })
     }
 

@@ -141,6 +141,53 @@ impl Connector {
                 tracing::debug!(error = %e, "database connection ended");
             }
         });
+        self.configure(&client).await?;
+        Ok(client)
+    }
+
+    /// Open a session for `application_name` over a plain TCP socket that `wrap`
+    /// wraps, with the settings of §7.1. Only the local chaos mode uses it
+    /// ([`crate::chaos::TappedStream`] sees the protocol), so it refuses TLS (whose
+    /// bytes a tap could not read) and Unix sockets.
+    pub async fn connect_wrapped<S, F>(&self, application_name: &str, wrap: F) -> Result<Client>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        F: FnOnce(tokio::net::TcpStream) -> S,
+    {
+        if self.pg.get_ssl_mode() == SslMode::Require {
+            return Err(Error::Config(
+                "chaos mode taps the database protocol: use a local database without sslmode=require"
+                    .into(),
+            ));
+        }
+        let host = match self.pg.get_hosts().first() {
+            Some(Host::Tcp(h)) => h.clone(),
+            _ => {
+                return Err(Error::Config(
+                    "chaos mode needs a TCP database host, not a Unix socket".into(),
+                ))
+            }
+        };
+        let port = self.pg.get_ports().first().copied().unwrap_or(5432);
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| Error::Retryable(format!("cannot connect to {host}:{port}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let mut pg = self.pg.clone();
+        pg.application_name(application_name);
+        pg.ssl_mode(SslMode::Disable);
+        let (client, conn) = pg.connect_raw(wrap(tcp), tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "database connection ended");
+            }
+        });
+        self.configure(&client).await?;
+        Ok(client)
+    }
+
+    /// The session settings of §7.1.
+    async fn configure(&self, client: &Client) -> Result<()> {
         client
             .batch_execute(&format!(
                 "SET TimeZone = 'UTC'; SET statement_timeout = {}; SET lock_timeout = {}; \
@@ -149,7 +196,7 @@ impl Connector {
                 self.statement_timeout_ms, self.lock_timeout_ms
             ))
             .await?;
-        Ok(client)
+        Ok(())
     }
 }
 

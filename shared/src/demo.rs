@@ -10,13 +10,19 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz;
 
 /// The demo SQL files, applied in order; each batch adds its own file (fixed id
-/// ranges per file, see the file headers).
-const DEMO_SQL: &[&str] = &[
+/// ranges per file, see the file headers). Public so tests can tell when a cached
+/// copy of the seeded data is stale.
+pub const DEMO_SQL: &[&str] = &[
     include_str!("../demo/demo.sql"),
     include_str!("../demo/b43.sql"),
     include_str!("../demo/b51.sql"),
     include_str!("../demo/b70.sql"),
+    include_str!("../demo/b28.sql"),
 ];
+
+/// The `db_key_base` that encrypted the demo web hooks of `demo/b28.sql`; `hk` uses it
+/// when `GITLAB_DB_KEY_BASE` is not set. Demo data only, never a real secret.
+pub const DEMO_DB_KEY_BASE: &str = "293f479f10e22dace33abef477105078343622853c3f22fe9a0b3f81bf494521c3042e7172950a3ef946e5dddd856591d6dbdfe71f0cf431f318361d7edffd07";
 
 /// Seed the demo data into an empty, migrated database.
 pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Result<()> {
@@ -58,13 +64,21 @@ pub async fn seed(client: &mut tokio_postgres::Client, today: NaiveDate) -> Resu
 
 /// Row counts of the tables the batches change, in a fixed order (demo summary).
 pub async fn table_counts(client: &tokio_postgres::Client) -> Result<Vec<(String, i64)>> {
-    const TABLES: [&str; 9] = [
+    const TABLES: [&str; 17] = [
         "users",
         "members",
         "project_authorizations",
         "notification_settings",
         "personal_access_tokens",
         "ghost_user_migrations",
+        "members_deletion_schedules",
+        "group_deletion_schedules",
+        "namespaces",
+        "projects",
+        "routes",
+        "web_hooks",
+        "import_placeholder_user_details",
+        "import_source_users",
         "issues",
         "merge_requests",
         "notes",
@@ -78,4 +92,35 @@ pub async fn table_counts(client: &tokio_postgres::Client) -> Result<Vec<(String
         out.push((t.to_string(), n));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::notify::crypto::{encrypt_with_iv, KeyRing};
+
+    /// The demo hooks were encrypted with Python's `cryptography` AESGCM (an
+    /// independent implementation); this module's decryption must open them, and its
+    /// encryption must produce the same stored strings.
+    #[test]
+    fn the_demo_hook_secrets_decrypt_with_the_demo_key() {
+        let ring = KeyRing::from_list(DEMO_DB_KEY_BASE);
+        let sql = include_str!("../demo/b28.sql");
+        let cases = [
+            ("http://127.0.0.1:9/hooks/site", [1u8; 12]),
+            ("demo-hook-token", [2; 12]),
+            ("http://10.0.0.5/hooks/acme", [3; 12]),
+            ("http://127.0.0.1:9/hooks/unsubscribed", [4; 12]),
+        ];
+        for (plain, iv) in cases {
+            let (v, ivb) = encrypt_with_iv(plain, DEMO_DB_KEY_BASE, iv);
+            let escaped = |s: &str| s.replace('\n', "\\n");
+            assert!(sql.contains(&escaped(&v)), "{plain}: {v:?} not in b28.sql");
+            assert!(
+                sql.contains(&escaped(&ivb)),
+                "{plain}: {ivb:?} not in b28.sql"
+            );
+            assert_eq!(ring.decrypt(&v, &ivb).unwrap(), plain);
+        }
+    }
 }

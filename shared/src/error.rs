@@ -31,6 +31,15 @@ pub enum Error {
     /// A condition that the batch file calls retryable (for example a blocked user).
     #[error("{0}")]
     Retryable(String),
+    /// A retryable delivery failure of `deliver-notification` (SMTP, secret
+    /// decryption): `class` is its `error_class`. The text never holds a secret.
+    #[error("{message}")]
+    Delivery {
+        /// The `error_class` (`smtp`, `decrypt`, …).
+        class: &'static str,
+        /// What failed, without addresses, URLs or tokens.
+        message: String,
+    },
 }
 
 fn db_message(e: &tokio_postgres::Error) -> String {
@@ -53,6 +62,7 @@ impl Error {
             Error::Config(_) => "config",
             Error::Invariant(_) => "invariant",
             Error::Retryable(_) => "retryable",
+            Error::Delivery { class, .. } => class,
         }
     }
 

@@ -26,6 +26,10 @@ pub enum Function {
     PlaceholderUserCleanup,
     /// B70 child: deletes one placeholder user.
     DeletePlaceholderUser,
+    /// B28 cron batch: expiring personal and resource access tokens.
+    PatExpiring,
+    /// B28 child: delivers one email or one web hook.
+    DeliverNotification,
 }
 
 impl Function {
@@ -39,6 +43,8 @@ impl Function {
         Function::GroupDestroy,
         Function::PlaceholderUserCleanup,
         Function::DeletePlaceholderUser,
+        Function::PatExpiring,
+        Function::DeliverNotification,
     ];
 
     /// The function name, e.g. `remove-expired-members`.
@@ -52,6 +58,8 @@ impl Function {
             Function::GroupDestroy => "group-destroy",
             Function::PlaceholderUserCleanup => "placeholder-user-cleanup",
             Function::DeletePlaceholderUser => "delete-placeholder-user",
+            Function::PatExpiring => "pat-expiring",
+            Function::DeliverNotification => "deliver-notification",
         }
     }
 
@@ -71,6 +79,10 @@ impl Function {
             Function::GroupDestroy => &["group-destroy.run"],
             Function::PlaceholderUserCleanup => &["placeholder-user-cleanup.run"],
             Function::DeletePlaceholderUser => &["delete-placeholder-user.run"],
+            Function::PatExpiring => &["pat-expiring.run"],
+            Function::DeliverNotification => {
+                &["deliver-notification.email", "deliver-notification.webhook"]
+            }
         }
     }
 
@@ -93,6 +105,8 @@ impl Function {
             Function::GroupDestroy => None,
             Function::PlaceholderUserCleanup => Some("cron(0 0 * * ? *)"),
             Function::DeletePlaceholderUser => None,
+            Function::PatExpiring => Some("cron(0 1 * * ? *)"),
+            Function::DeliverNotification => None,
         }
     }
 
@@ -108,6 +122,7 @@ impl Function {
             Function::GroupDestroy => Duration::from_secs(900),
             Function::PlaceholderUserCleanup => Duration::from_secs(300),
             Function::DeletePlaceholderUser => Duration::from_secs(300),
+            Function::PatExpiring | Function::DeliverNotification => Duration::from_secs(300),
         }
     }
 
@@ -124,6 +139,9 @@ impl Function {
             Function::PlaceholderUserCleanup => 1000,
             // Never sends itself a continuation.
             Function::DeletePlaceholderUser => 0,
+            Function::PatExpiring => 100,
+            // Never continues itself: every message is one delivery.
+            Function::DeliverNotification => 0,
         }
     }
 
@@ -150,6 +168,8 @@ impl Function {
                 Function::DeletePlaceholderUser,
             ],
             Function::DeletePlaceholderUser => &[Function::DeleteUser],
+            Function::PatExpiring => &[Function::PatExpiring, Function::DeliverNotification],
+            Function::DeliverNotification => &[],
         }
     }
 

@@ -36,6 +36,9 @@ pub struct Deps {
     pub session: Session,
     /// The clock (the system clock in Lambda).
     pub clock: Arc<dyn Clock>,
+    /// B28's instance and delivery means (mailer, web-hook client, keys), built once;
+    /// `None` for functions that send no notification.
+    pub notifier: Option<crate::notify::Notifier>,
 }
 
 /// An error that fails the whole invocation (never a single record's failure).
@@ -83,8 +86,11 @@ impl Deps {
             config.scheduler.clone(),
             Arc::new(SystemClock),
         );
+        let notifier =
+            crate::notify::Notifier::for_function(function, &config.notify, Some(&aws)).await?;
         Ok(Deps {
             function,
+            notifier,
             session: Session::new(connector, function.name()),
             config,
             queue: Arc::new(queue),
@@ -208,6 +214,7 @@ pub async fn handle_event(
                 remaining(ctx.deadline, deps.function),
                 deps.config.settings.deadline_margin,
             ),
+            notifier: deps.notifier.as_ref(),
         };
         let body = rec.body.as_deref().unwrap_or("");
         let outcome = match deps.session.client().await {

@@ -7,6 +7,7 @@
 
 pub mod batches;
 pub mod bench;
+pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod db;
@@ -20,6 +21,7 @@ pub mod locks;
 pub mod messages;
 pub mod metrics;
 pub mod migrate;
+pub mod notify;
 pub mod queue;
 pub mod runtime;
 pub mod telemetry;

@@ -6,17 +6,30 @@
 //! virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
 //! rolled back, nothing delivered). Tests drive batches "until idle" through it.
+//!
+//! With `--chaos` (or a planned crash in tests) every delivery runs behind a
+//! [`crate::chaos::CrashGate`]: its session is tapped, its transport gated, and when
+//! the gate fires the handler future is dropped mid-flight and the message is not
+//! acknowledged; the runner waits until PostgreSQL has ended the dead session (as the
+//! visibility timeout would in AWS) and redelivers per the same 30 s / 5 receives.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::chaos::{
+    Chaos, ChaosSpec, ChaosStats, CrashGate, GatedQueue, PlannedCrash, TappedStream,
+};
 use crate::config::Settings;
 use crate::db::Connector;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::messages::Envelope;
+use crate::notify::Notifier;
 use crate::queue::local::{LocalQueue, SentRecord};
 use crate::queue::OutMessage;
 use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
@@ -83,6 +96,9 @@ pub struct Runner {
     queue: LocalQueue,
     outbox: Option<PathBuf>,
     outbox_seq: u64,
+    chaos: Option<Arc<Chaos>>,
+    planned: VecDeque<PlannedCrash>,
+    notifier: Option<Arc<Notifier>>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -96,8 +112,49 @@ impl Runner {
             queue: LocalQueue::new(now),
             outbox: None,
             outbox_seq: 0,
+            chaos: None,
+            planned: VecDeque::new(),
+            notifier: None,
             runs: Vec::new(),
         }
+    }
+
+    /// Arm chaos (`--chaos`): duplicates, reordering and crashes drawn from the seed.
+    pub fn with_chaos(mut self, spec: ChaosSpec) -> Runner {
+        self.chaos = Some(Arc::new(Chaos::new(spec)));
+        self
+    }
+
+    /// What chaos did so far (`None` when it is not armed).
+    pub fn chaos_stats(&self) -> Option<ChaosStats> {
+        self.chaos.as_ref().map(|c| c.stats())
+    }
+
+    /// Fault injection: abort a delivery to `function` (any function for `None`) at
+    /// the `nth` pass of `point`. Planned crashes are used in order; each one applies
+    /// to the matching deliveries until one of them reaches the point and crashes
+    /// there, and takes precedence over random chaos.
+    pub fn plan_crash(
+        &mut self,
+        function: Option<Function>,
+        point: crate::chaos::CrashPoint,
+        nth: u32,
+    ) {
+        self.planned.push_back(PlannedCrash {
+            function,
+            point,
+            nth,
+        });
+    }
+
+    fn tapped(&self) -> bool {
+        self.chaos.is_some() || !self.planned.is_empty()
+    }
+
+    /// Give the B28 functions their instance and delivery means.
+    pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Runner {
+        self.notifier = Some(notifier);
+        self
     }
 
     /// Also write every sent message to `dir` (`--outbox`).
@@ -149,6 +206,9 @@ impl Runner {
         body: &str,
         receive_count: u32,
     ) -> Result<(Run, RecordOutcome)> {
+        if self.tapped() {
+            return self.invoke_gated(function, body, receive_count).await;
+        }
         let now = self.queue.now();
         let mut client = self.connector.connect(function.name()).await?;
         let inv = Invocation {
@@ -157,6 +217,7 @@ impl Runner {
             queue: &self.queue,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: self.notifier.as_deref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
@@ -196,9 +257,151 @@ impl Runner {
         self.drain().await
     }
 
+    /// The next delivery: FIFO, or drawn within the reordering window under chaos.
+    fn next_pending(&self) -> Option<crate::queue::local::Pending> {
+        match &self.chaos {
+            Some(c) => match c.spec().reorder {
+                Some(w) => self.queue.pop_within(i64::from(w), |n| c.pick(n)),
+                None => self.queue.pop(),
+            },
+            None => self.queue.pop(),
+        }
+    }
+
+    /// One delivery behind a crash gate (chaos or a planned crash).
+    async fn invoke_gated(
+        &mut self,
+        function: Function,
+        body: &str,
+        receive_count: u32,
+    ) -> Result<(Run, RecordOutcome)> {
+        let planned_at = self
+            .planned
+            .iter()
+            .position(|p| p.function.is_none_or(|f| f == function));
+        let planned = planned_at.and_then(|i| self.planned.get(i).copied());
+        let target = match (&self.chaos, planned) {
+            (_, Some(p)) => Some((p.point, p.nth)),
+            (Some(c), None) => c.plan_delivery(receive_count),
+            (None, None) => None,
+        };
+        let gate = CrashGate::new(target);
+        let tap = gate.clone();
+        let now = self.queue.now();
+        let mut client = self
+            .connector
+            .connect_wrapped(function.name(), move |s| TappedStream::new(s, tap))
+            .await?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
+        gate.arm();
+        let queue = GatedQueue::new(self.queue.clone(), gate.clone(), self.chaos.clone());
+        let inv = Invocation {
+            function,
+            now,
+            queue: &queue,
+            notifier: self.notifier.as_deref(),
+            settings: &self.settings,
+            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+        };
+        let meta = RecordMeta {
+            sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
+            receive_count,
+            aws_request_id: None,
+        };
+        let before = self.queue.sent().len();
+        let outcome = {
+            let record = process_record(&inv, &mut client, body, &meta);
+            tokio::select! {
+                biased;
+                _ = gate.wait() => None,
+                o = record => Some(o),
+            }
+        };
+        // A record that finished after the gate fired did nothing after that point
+        // (the tap and the gated queue refused it all): it is a crash all the same.
+        let outcome = match outcome {
+            Some(o) if gate.fired().is_none() => {
+                if gate.next_action()
+                    || (o.is_success() && gate.hit(crate::chaos::CrashPoint::BeforeAck))
+                {
+                    None
+                } else {
+                    Some(o)
+                }
+            }
+            _ => None,
+        };
+        drop(client);
+        // A planned crash is used up once it fired; until then it waits for the next
+        // delivery of its function that reaches the point.
+        if let (Some(i), Some(_)) = (planned_at, gate.fired()) {
+            self.planned.remove(i);
+        }
+        let outcome = match outcome {
+            Some(o) => o,
+            None => {
+                let point = gate.fired().expect("the gate fired");
+                if let Some(c) = &self.chaos {
+                    c.record_crash(point);
+                }
+                let env = serde_json::from_str::<Value>(body).ok();
+                let key = env
+                    .as_ref()
+                    .and_then(|e| e.get("message_key"))
+                    .and_then(|k| k.as_str());
+                tracing::warn!(
+                    function = function.name(),
+                    message_key = key,
+                    receive_count,
+                    point = point.name(),
+                    "chaos: handler aborted"
+                );
+                self.await_session_end(pid).await?;
+                RecordOutcome::Retryable {
+                    error_class: "crash".into(),
+                    error: format!("chaos: handler aborted at {point}"),
+                    discard_session: true,
+                    report: None,
+                }
+            }
+        };
+        let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
+        self.write_outbox(&sent)?;
+        let env = serde_json::from_str::<Value>(body).ok();
+        let run = run_of(function, now, env.as_ref(), &outcome, sent);
+        self.runs.push(run.clone());
+        Ok((run, outcome))
+    }
+
+    /// Wait until PostgreSQL has ended the aborted session `pid`, so its transaction
+    /// is rolled back and its session locks are free before anything is redelivered
+    /// (in AWS the visibility timeout gives the server that time).
+    async fn await_session_end(&self, pid: i32) -> Result<()> {
+        let admin = self.connector.connect("hk-chaos").await?;
+        for _ in 0..1000 {
+            let alive: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                    &[&pid],
+                )
+                .await?
+                .get(0);
+            if alive == 0 {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(Error::Invariant(format!(
+            "the aborted session {pid} did not end within 10 s"
+        )))
+    }
+
     /// Deliver queued messages until none is left.
     pub async fn drain(&mut self) -> Result<()> {
-        while let Some(p) = self.queue.pop() {
+        while let Some(p) = self.next_pending() {
             let body = p.message.envelope.to_body();
             let (_, outcome) = self
                 .invoke(p.message.receiver, &body, p.receive_count)
@@ -217,12 +420,15 @@ impl Runner {
         let recorder = LocalQueue::new(now);
         let mut client = self.connector.connect(function.name()).await?;
         let mut tx = client.transaction().await?;
+        // No email and no web-hook request either (common.md §11).
+        let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         let inv = Invocation {
             function,
             now,
             queue: &recorder,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
+            notifier: dry_notifier.as_ref(),
         };
         let meta = RecordMeta {
             sqs_message_id: Some("dry-run".into()),

@@ -320,6 +320,126 @@ pub fn delete_placeholder_user_key(placeholder_user_id: i64, attempt: i64) -> St
     format!("delete-placeholder-user:{placeholder_user_id}:{attempt}")
 }
 
+/// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
+/// (b28 §4), because claimed tokens no longer match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PatExpiringRun {}
+
+/// The resource of a project or group bot (b28 §10.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceType {
+    /// A project access token's project.
+    Project,
+    /// A group access token's group.
+    Group,
+}
+
+impl ResourceType {
+    /// `project` or `group`, as in payloads and emails.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceType::Project => "project",
+            ResourceType::Group => "group",
+        }
+    }
+}
+
+/// `deliver-notification.email` payload (b28 §10.2). Addresses never travel: the
+/// deliverer reads the recipient's address at delivery time (common.md §9.11).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "template")]
+pub enum EmailNotification {
+    /// A human's own tokens.
+    #[serde(rename = "access_token_about_to_expire")]
+    AccessTokenAboutToExpire {
+        /// The token owner.
+        recipient_user_id: i64,
+        /// 7, 30 or 60.
+        days_to_expire: u32,
+        /// At most 100 names, by `(expires_at, id)`.
+        token_names: Vec<String>,
+    },
+    /// A project or group bot's token, sent to an owner or maintainer.
+    #[serde(rename = "bot_resource_access_token_about_to_expire")]
+    BotResourceAccessTokenAboutToExpire {
+        /// The owner or maintainer.
+        recipient_user_id: i64,
+        /// 7, 30 or 60.
+        days_to_expire: u32,
+        /// The bot.
+        bot_user_id: i64,
+        /// The reported token's name.
+        token_name: String,
+        /// `project` or `group`.
+        resource_type: ResourceType,
+        /// The project or group id.
+        resource_id: i64,
+        /// Its full path.
+        resource_full_path: String,
+        /// Its name.
+        resource_name: String,
+    },
+}
+
+impl EmailNotification {
+    /// The template name (`template` field).
+    pub fn template(&self) -> &'static str {
+        match self {
+            EmailNotification::AccessTokenAboutToExpire { .. } => "access_token_about_to_expire",
+            EmailNotification::BotResourceAccessTokenAboutToExpire { .. } => {
+                "bot_resource_access_token_about_to_expire"
+            }
+        }
+    }
+
+    /// The recipient.
+    pub fn recipient_user_id(&self) -> i64 {
+        match self {
+            EmailNotification::AccessTokenAboutToExpire {
+                recipient_user_id, ..
+            }
+            | EmailNotification::BotResourceAccessTokenAboutToExpire {
+                recipient_user_id, ..
+            } => *recipient_user_id,
+        }
+    }
+}
+
+/// `deliver-notification.webhook` payload (b28 §10.3). The hook's URL and token are
+/// read and decrypted at delivery time; `body` is sent unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebhookNotification {
+    /// `web_hooks.id`.
+    pub hook_id: i64,
+    /// The message key without `:hook:<hook_id>` (for `X-Gitlab-Event-UUID`).
+    pub event_key: String,
+    /// GitLab's resource-access-token hook body.
+    pub body: Value,
+}
+
+/// Key of a human's email (b28 §10.2): `pat-expiring:<iv>:user:<user_id>:<today>`.
+pub fn user_email_key(interval: &str, user_id: i64, today: NaiveDate) -> String {
+    format!("pat-expiring:{interval}:user:{user_id}:{today}")
+}
+
+/// Key of a bot email (b28 §10.2):
+/// `pat-expiring:<iv>:bot:<bot_user_id>:recipient:<user_id>:<today>`.
+pub fn bot_email_key(interval: &str, bot_user_id: i64, user_id: i64, today: NaiveDate) -> String {
+    format!("pat-expiring:{interval}:bot:{bot_user_id}:recipient:{user_id}:{today}")
+}
+
+/// Event key of a bot's web hooks (b28 §10.3):
+/// `pat-expiring:seven_days:bot:<bot_user_id>:token:<token_id>`.
+pub fn webhook_event_key(bot_user_id: i64, token_id: i64) -> String {
+    format!("pat-expiring:seven_days:bot:{bot_user_id}:token:{token_id}")
+}
+
+/// Key of one web-hook message: the event key plus `:hook:<hook_id>`.
+pub fn webhook_key(event_key: &str, hook_id: i64) -> String {
+    format!("{event_key}:hook:{hook_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,6 +536,52 @@ mod tests {
         );
         let r = d.resend(now);
         assert_eq!((r.hop, r.message_key.as_str()), (1, "delete-user:20"));
+    }
+
+    #[test]
+    fn b28_payloads_and_keys_have_the_wire_shape_of_the_spec() {
+        let today: NaiveDate = "2025-03-10".parse().unwrap();
+        assert_eq!(
+            user_email_key("seven_days", 10, today),
+            "pat-expiring:seven_days:user:10:2025-03-10"
+        );
+        assert_eq!(
+            bot_email_key("thirty_days", 20, 11, today),
+            "pat-expiring:thirty_days:bot:20:recipient:11:2025-03-10"
+        );
+        let ev = webhook_event_key(20, 7);
+        assert_eq!(ev, "pat-expiring:seven_days:bot:20:token:7");
+        assert_eq!(webhook_key(&ev, 3), format!("{ev}:hook:3"));
+        let human = EmailNotification::AccessTokenAboutToExpire {
+            recipient_user_id: 10,
+            days_to_expire: 7,
+            token_names: vec!["deploy".into(), "ci".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(&human).unwrap(),
+            serde_json::json!({"template":"access_token_about_to_expire","recipient_user_id":10,
+                "days_to_expire":7,"token_names":["deploy","ci"]})
+        );
+        let bot: EmailNotification = serde_json::from_value(serde_json::json!({
+            "template":"bot_resource_access_token_about_to_expire","recipient_user_id":11,
+            "days_to_expire":30,"bot_user_id":20,"token_name":"T20","resource_type":"group",
+            "resource_id":101,"resource_full_path":"acme/web","resource_name":"web"}))
+        .unwrap();
+        assert_eq!(bot.template(), "bot_resource_access_token_about_to_expire");
+        assert_eq!(bot.recipient_user_id(), 11);
+        assert_eq!(human.template(), "access_token_about_to_expire");
+        // A bot email without its bot fields, or an unknown template, is malformed.
+        assert!(
+            serde_json::from_value::<EmailNotification>(serde_json::json!({
+            "template":"bot_resource_access_token_about_to_expire","recipient_user_id":11,
+            "days_to_expire":30}))
+            .is_err()
+        );
+        assert!(
+            serde_json::from_value::<EmailNotification>(serde_json::json!({
+            "template":"welcome","recipient_user_id":11}))
+            .is_err()
+        );
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct Invocation<'a> {
     pub settings: &'a Settings,
     /// The deadline guard.
     pub deadline: Deadline,
+    /// B28's instance facts and delivery means (`pat-expiring`,
+    /// `deliver-notification`); `None` for the other functions.
+    pub notifier: Option<&'a crate::notify::Notifier>,
 }
 
 impl Invocation<'_> {
@@ -177,6 +180,10 @@ where
         }
         Function::DeletePlaceholderUser => {
             crate::workers::delete_placeholder_user::handle(inv, client, env).await
+        }
+        Function::PatExpiring => crate::batches::pat_expiring::handle(inv, client, env).await,
+        Function::DeliverNotification => {
+            crate::workers::deliver_notification::handle(inv, client, env).await
         }
     }
 }

@@ -760,6 +760,7 @@ async fn fifteen_hundred_placeholders_get_fifteen_hundred_children_sent_ten_per_
     };
     let settings = Settings::default();
     let inv = Invocation {
+        notifier: None,
         function: F,
         now: t(NOW),
         queue: &q,
@@ -1056,6 +1057,7 @@ fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
         ("TRANSPORT", "local".into()),
     ]);
     Deps {
+        notifier: None,
         function,
         session: Session::new(db.connector(), function.name()),
         config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),

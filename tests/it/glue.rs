@@ -38,6 +38,7 @@ fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
         config,
         queue,
         clock: Arc::new(FixedClock(t(NOW))),
+        notifier: None,
     }
 }
 
@@ -195,15 +196,31 @@ async fn a_panic_fails_only_its_record_and_releases_the_session_lock() {
     let mut second = ev.records[0].clone();
     second.message_id = Some("second".into());
     ev.records.push(second);
+    // Record 3: a continuation whose page starts after the bot's membership: it never
+    // meets the panic and must succeed on the same (reset) session.
+    let mut third = ev.records[0].clone();
+    third.message_id = Some("third".into());
+    third.body = Some(
+        serde_json::json!({"version":1,"type":"remove-expired-members.run",
+            "message_key":"remove-expired-members:8f0c2c1e:1","run_id":"8f0c2c1e","hop":1,
+            "issued_at":NOW,"payload":{"cursor":{"expires_at":"2025-03-09","id":18}}})
+        .to_string(),
+    );
+    ev.records.push(third);
     let (log, _g) = capture();
     let resp = handle_event(&deps, LambdaEvent::new(ev, Context::default()))
         .await
         .unwrap();
     // The first record panicked; the reset released its overlap lock, so the second
-    // record ran (it panics again on the same bot, which is also just its own failure).
+    // record ran (it panics again on the same bot, which is also just its own failure)
+    // and the third succeeded.
     assert_eq!(
         failures(&resp),
         vec!["0b9e4e1e-6d8f-4c3e-9f0e-1a2b3c4d5e01", "second"]
+    );
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "the third record removed the human's expired membership"
     );
     let panics = log.with_message("record failed: handler panicked");
     assert_eq!(panics.len(), 2, "{}", log.dump());
@@ -241,4 +258,61 @@ async fn a_typical_delete_user_event_is_processed() {
     .unwrap();
     assert!(failures(&resp).is_empty());
     assert!(!db.exists("users WHERE id = 20").await);
+}
+
+#[tokio::test]
+async fn a_session_terminated_mid_record_fails_that_record_and_the_next_one_reconnects() {
+    let db = fixture().await;
+    let deps = deps(
+        &db,
+        Function::RemoveExpiredMembers,
+        Arc::new(LocalQueue::new(t(NOW))),
+    );
+    let mut ev = event("events/remove-expired-members.json");
+    let mut second = ev.records[0].clone();
+    second.message_id = Some("second".into());
+    ev.records.push(second);
+    // Another session holds member 10, so record 1 waits inside its transaction.
+    let mut holder = db.session().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute("SELECT 1 FROM members WHERE id = 10 FOR UPDATE")
+        .await
+        .unwrap();
+    let (log, _g) = capture();
+    let cut = async {
+        let pid: i32 = loop {
+            if let Some(r) = db
+                .client
+                .query_opt(
+                    "SELECT pid FROM pg_stat_activity
+                     WHERE application_name = 'remove-expired-members' AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+            {
+                break r.get(0);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        db.client
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+    };
+    let (resp, ()) = tokio::join!(
+        handle_event(&deps, LambdaEvent::new(ev, Context::default())),
+        cut
+    );
+    let resp = resp.unwrap();
+    assert_eq!(
+        failures(&resp),
+        vec!["0b9e4e1e-6d8f-4c3e-9f0e-1a2b3c4d5e01"]
+    );
+    let failed = log.one("record failed");
+    assert_eq!(failed["error_class"], "db");
+    // Record 2 ran on a new session and did the work.
+    assert!(!db.exists("members WHERE id = 10").await);
+    assert_eq!(log.done()["updated_rows"], 1);
 }

@@ -4,6 +4,7 @@
 //! Batches take the overlap lock first and release it before any continuation.
 
 pub mod adjourned_group_deletion;
+pub mod pat_expiring;
 pub mod placeholder_user_cleanup;
 pub mod remove_expired_members;
 pub mod schedule_prune_deletions;

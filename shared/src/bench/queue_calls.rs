@@ -123,6 +123,7 @@ async fn produce(
         queue,
         settings: &settings,
         deadline: Deadline::in_(function.timeout(), Duration::from_secs(60)),
+        notifier: None,
     };
     let body = Envelope::cron(function, "bench", opts.now).to_body();
     let meta = RecordMeta {

@@ -10,21 +10,36 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 
-/// `self_and_descendant_groups(g)`, ascending ids.
-pub async fn descendant_groups<C: GenericClient>(c: &C, group_id: i64) -> Result<Vec<i64>> {
+/// The descendants of group `$1` (itself included) as namespaces `n`: the prefix range
+/// over `traversal_ids`, bounded by the column's own values so it suits both array
+/// types, plus the exact `:g = ANY(traversal_ids)` filter.
+const DESCENDANTS: &str =
+    "WITH g AS (SELECT traversal_ids AS t FROM namespaces WHERE id = $1::bigint)
+     SELECT n.id::bigint FROM g, namespaces n
+     WHERE n.type = 'Group'
+       AND n.traversal_ids >= g.t
+       AND n.traversal_ids < (g.t[1:cardinality(g.t) - 1] || (g.t[cardinality(g.t)] + 1))
+       AND $1::bigint = ANY(n.traversal_ids)";
+
+async fn descendants<C: GenericClient>(c: &C, group_id: i64, order: &str) -> Result<Vec<i64>> {
     let rows = c
-        .query(
-            "WITH g AS (SELECT traversal_ids AS t FROM namespaces WHERE id = $1::bigint)
-             SELECT n.id::bigint FROM g, namespaces n
-             WHERE n.type = 'Group'
-               AND n.traversal_ids >= g.t
-               AND n.traversal_ids < (g.t[1:cardinality(g.t) - 1] || (g.t[cardinality(g.t)] + 1))
-               AND $1::bigint = ANY(n.traversal_ids)
-             ORDER BY n.id",
-            &[&group_id],
-        )
+        .query(&format!("{DESCENDANTS} ORDER BY {order}"), &[&group_id])
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// `self_and_descendant_groups(g)`, ascending ids.
+pub async fn descendant_groups<C: GenericClient>(c: &C, group_id: i64) -> Result<Vec<i64>> {
+    descendants(c, group_id, "n.id").await
+}
+
+/// `self_and_descendant_groups(g)`, deepest first, then by id (the destroy order of
+/// b51 §4.2).
+pub async fn descendant_groups_deepest_first<C: GenericClient>(
+    c: &C,
+    group_id: i64,
+) -> Result<Vec<i64>> {
+    descendants(c, group_id, "cardinality(n.traversal_ids) DESC, n.id ASC").await
 }
 
 /// `projects_under(g)`: projects whose namespace is g or a descendant group.

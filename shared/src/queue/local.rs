@@ -123,6 +123,49 @@ impl LocalQueue {
         Some(p)
     }
 
+    /// Put a second copy of a sent message on the queue, due `extra_delay_s` after the
+    /// original would be, without recording a send (chaos: SQS delivers at least once).
+    pub fn push_copy(&self, message: OutMessage, extra_delay_s: u32) {
+        let mut s = self.state.lock().unwrap();
+        let now = s.vnow.unwrap_or_else(Utc::now);
+        let due = now + Duration::seconds(i64::from(message.delay_s) + i64::from(extra_delay_s));
+        s.seq += 1;
+        let seq = s.seq;
+        s.pending.insert(
+            (due, seq),
+            Pending {
+                message,
+                due,
+                seq,
+                receive_count: 0,
+            },
+        );
+    }
+
+    /// Take a message out of order (chaos: a standard queue does not keep order): one
+    /// of the messages due within `window_s` of the earliest due time (or already
+    /// due), chosen by `pick` from their count (index 0 is the FIFO head). The virtual
+    /// clock never goes back, and no message is delivered before its due time.
+    pub fn pop_within(&self, window_s: i64, pick: impl FnOnce(usize) -> usize) -> Option<Pending> {
+        let mut s = self.state.lock().unwrap();
+        let first = s.pending.keys().next()?.0;
+        let vnow = s.vnow.unwrap_or(first);
+        let limit = vnow.max(first) + Duration::seconds(window_s);
+        let keys: Vec<(DateTime<Utc>, u64)> = s
+            .pending
+            .keys()
+            .take_while(|(due, _)| *due <= limit)
+            .copied()
+            .collect();
+        let key = keys[pick(keys.len()).min(keys.len() - 1)];
+        let mut p = s.pending.remove(&key)?;
+        if s.vnow.is_none_or(|v| p.due > v) {
+            s.vnow = Some(p.due);
+        }
+        p.receive_count += 1;
+        Some(p)
+    }
+
     /// Return a failed message: due again after `visibility_s`, or dead-lettered
     /// once it has been received `max_receives` times. Returns true if dead-lettered.
     pub fn nack(&self, mut p: Pending, visibility_s: i64, max_receives: u32) -> bool {
@@ -237,6 +280,29 @@ mod tests {
         assert!(q.pop().is_none());
         assert_eq!(q.dead().len(), 1);
         assert_eq!(q.now(), start + Duration::seconds(120));
+    }
+
+    #[tokio::test]
+    async fn out_of_order_pops_stay_within_the_window_and_copies_are_not_sends() {
+        let start: DateTime<Utc> = "2025-03-10T00:00:00Z".parse().unwrap();
+        let q = LocalQueue::new(start);
+        q.send(&[msg("a", 0), msg("b", 10), msg("c", 100)])
+            .await
+            .unwrap();
+        q.push_copy(msg("a", 0), 5);
+        assert_eq!(q.sent().len(), 3, "a copy is not a send");
+        // Window 20 s: a, b and the copy of a are candidates, c is not.
+        let p = q.pop_within(20, |n| {
+            assert_eq!(n, 3);
+            2
+        });
+        assert_eq!(p.unwrap().message.envelope.message_key, "b");
+        assert_eq!(q.now(), start + Duration::seconds(10));
+        let keys: Vec<String> = std::iter::from_fn(|| q.pop_within(0, |_| 0))
+            .map(|p| p.message.envelope.message_key)
+            .collect();
+        assert_eq!(keys, vec!["a", "a", "c"]);
+        assert_eq!(q.now(), start + Duration::seconds(100));
     }
 
     #[tokio::test]

@@ -17,8 +17,8 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::group_deletion::{self, Expected, Restore};
-use crate::gitlab::permissions;
 use crate::gitlab::user_removal::{self, RemovalRequest};
+use crate::gitlab::{hierarchy, permissions};
 use crate::locks;
 use crate::messages::{Envelope, GroupDestroyRun};
 use crate::queue::OutMessage;
@@ -62,23 +62,6 @@ enum Outcome {
     Continue(Counts),
     /// The group itself is gone.
     Destroyed(Counts),
-}
-
-/// `self_and_descendant_groups(g)`, deepest first, then by id (§4.2).
-async fn groups_deepest_first<C: GenericClient>(c: &C, group_id: i64) -> Result<Vec<i64>> {
-    let rows = c
-        .query(
-            "WITH g AS (SELECT traversal_ids AS t FROM namespaces WHERE id = $1::bigint)
-             SELECT n.id::bigint FROM g, namespaces n
-             WHERE n.type = 'Group'
-               AND n.traversal_ids >= g.t
-               AND n.traversal_ids < (g.t[1:cardinality(g.t) - 1] || (g.t[cardinality(g.t)] + 1))
-               AND $1::bigint = ANY(n.traversal_ids)
-             ORDER BY cardinality(n.traversal_ids) DESC, n.id ASC",
-            &[&group_id],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// The projects directly in namespace `g`, ascending.
@@ -391,7 +374,7 @@ where
     // A chunk that deleted rows is one unit of progress; only after one may we stop.
     let mut progressed = false;
     let stop = |progressed: bool| progressed && (budget.exhausted() || inv.deadline.reached());
-    for g in groups_deepest_first(&*client, p.group_id).await? {
+    for g in hierarchy::descendant_groups_deepest_first(&*client, p.group_id).await? {
         for project in projects_in(&*client, g).await? {
             for table in CONTRIBUTIONS {
                 loop {

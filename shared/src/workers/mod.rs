@@ -6,5 +6,6 @@
 
 pub mod delete_placeholder_user;
 pub mod delete_user;
+pub mod deliver_notification;
 pub mod group_destroy;
 pub mod prune_deletions;

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build every function for AWS Lambda (provided.al2023) with cargo-lambda:
+#   target/lambda/<function>/bootstrap  (+ rds-global-bundle.pem when given)
+# which infra/template.yaml's CodeUri entries point at. One build for the whole
+# workspace, so shared dependencies compile once.
+#
+#   scripts/package-lambdas.sh [--arm64 | --x86-64] [--ca-bundle <global-bundle.pem>] [--check]
+#
+# --check (what CI runs) builds the same binaries without LTO and with parallel
+# codegen: it proves every function builds for the Lambda target in a fraction of the
+# time (thin LTO over ten binaries costs ~25 CPU-minutes on this kind of machine);
+# deploy builds keep the full [profile.release].
+#
+# --arm64 is the default (the template's default Architecture); it needs the
+# aarch64-unknown-linux-gnu Rust target. OpenSSL is vendored (built from source and
+# linked statically). The CA bundle (https://truststore.pki.rds.amazonaws.com/global/
+# global-bundle.pem for RDS) is copied next to each bootstrap, where
+# DATABASE_CA_BUNDLE=/var/task/rds-global-bundle.pem finds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+arch=--arm64
+ca=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arm64|--x86-64) arch=$1 ;;
+    --ca-bundle) ca=$2; shift ;;
+    --check) export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 ;;
+    *) echo "usage: $0 [--arm64|--x86-64] [--ca-bundle <pem>] [--check]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -x .venv/bin/cargo-lambda ]; then export PATH="$PWD/.venv/bin:$PATH"; fi
+command -v cargo-lambda >/dev/null || { echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 ziglang==0.17.0 (scripts/test.sh does)" >&2; exit 1; }
+if [ "$arch" = "--arm64" ] && ! rustup target list --installed | grep -q aarch64-unknown-linux-gnu; then
+  rustup target add aarch64-unknown-linux-gnu
+fi
+functions=$(ls functions)
+cargo lambda build --release "$arch" --output-format binary --features shared/vendored-openssl \
+  $(for f in $functions; do printf -- '--package %s ' "$f"; done)
+for f in $functions; do
+  test -x "target/lambda/$f/bootstrap" || { echo "missing target/lambda/$f/bootstrap" >&2; exit 1; }
+  if [ -n "$ca" ]; then cp "$ca" "target/lambda/$f/rds-global-bundle.pem"; fi
+done
+echo "packaged: $(echo $functions | wc -w) functions ($arch)"
+ls -l target/lambda/*/bootstrap | awk '{printf "  %-60s %6.1f MB\n", $9, $5/1048576}'

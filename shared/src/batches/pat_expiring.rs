@@ -1,0 +1,965 @@
+//! B28 `pat-expiring` (b28-pat-expiring.md §1–§9, ⚑ D19–D22, D26, D27).
+//!
+//! Owns: the three intervals and their token scope (dates computed here and bound),
+//! the human and bot keyset pages of 100 by `(expires_at, id)` with the inclusive
+//! advance of `:min`, the per-user and per-bot **claim-then-enqueue** transactions
+//! (`UPDATE … RETURNING` claims every matching token of the subject, the messages
+//! are sent, then COMMIT: a crash never loses a notice and a second run cannot claim
+//! a token twice), bot resource lookup, hook and recipient selection, the web-hook
+//! body built at claim time, the budget and deadline stops with their continuation,
+//! and the `done` totals. It sends messages only; delivery is `deliver-notification`.
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use serde_json::{json, Value};
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::locks;
+use crate::messages::{
+    bot_email_key, user_email_key, webhook_event_key, webhook_key, EmailNotification, Envelope,
+    PatExpiringRun, ResourceType, WebhookNotification,
+};
+use crate::notify::Instance;
+use crate::queue::OutMessage;
+use crate::retry_transient;
+use crate::runtime::{Budget, Invocation, Report};
+
+/// Tokens per page.
+pub const BATCH_SIZE: i64 = 100;
+/// The most token names in one human email.
+pub const MAX_TOKENS: usize = 100;
+/// Delay of the continuation when the budget or the deadline stops a run.
+pub const REQUEUE_DELAY_S: u32 = 120;
+
+const FUNCTION: Function = Function::PatExpiring;
+
+/// `can_receive_notifications(u)` over an alias `u` of `users` (common.md §2.1, ⚑ D26).
+pub(crate) const CAN_RECEIVE_NOTIFICATIONS: &str =
+    "(u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))";
+
+/// A notification interval (b28 §2), processed in [`Interval::ALL`] order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    /// 0..7 days.
+    SevenDays,
+    /// 8..30 days.
+    ThirtyDays,
+    /// 31..60 days.
+    SixtyDays,
+}
+
+impl Interval {
+    /// The processing order.
+    pub const ALL: [Interval; 3] = [
+        Interval::SevenDays,
+        Interval::ThirtyDays,
+        Interval::SixtyDays,
+    ];
+
+    /// `seven_days`, `thirty_days` or `sixty_days` (logs and keys).
+    pub fn name(self) -> &'static str {
+        match self {
+            Interval::SevenDays => "seven_days",
+            Interval::ThirtyDays => "thirty_days",
+            Interval::SixtyDays => "sixty_days",
+        }
+    }
+
+    /// The inclusive range of days until expiry.
+    pub fn range(self) -> (u64, u64) {
+        match self {
+            Interval::SevenDays => (0, 7),
+            Interval::ThirtyDays => (8, 30),
+            Interval::SixtyDays => (31, 60),
+        }
+    }
+
+    /// `days_to_expire` of the emails: the top of the range.
+    pub fn days_to_expire(self) -> u32 {
+        self.range().1 as u32
+    }
+
+    /// The first and last expiry dates of the interval for `today`.
+    pub fn bounds(self, today: NaiveDate) -> (NaiveDate, NaiveDate) {
+        let (lo, hi) = self.range();
+        (today + chrono::Days::new(lo), today + chrono::Days::new(hi))
+    }
+
+    fn column(self) -> &'static str {
+        match self {
+            Interval::SevenDays => "seven_days_notification_sent_at",
+            Interval::ThirtyDays => "thirty_days_notification_sent_at",
+            Interval::SixtyDays => "sixty_days_notification_sent_at",
+        }
+    }
+
+    /// `scope(iv, :min)` over alias `t`, with `$1` = `:min` and `$2` = the last date.
+    fn scope(self) -> String {
+        format!(
+            "t.revoked = false AND t.{} IS NULL AND t.expire_notification_delivered = false
+             AND t.impersonation = false AND t.expires_at BETWEEN $1::date AND $2::date",
+            self.column()
+        )
+    }
+
+    /// The claim's SET list, with `$3` = `:now`. Seven days also sets the legacy flag.
+    fn set_list(self) -> String {
+        match self {
+            Interval::SevenDays => format!(
+                "{} = $3::timestamptz, expire_notification_delivered = true",
+                self.column()
+            ),
+            _ => format!("{} = $3::timestamptz", self.column()),
+        }
+    }
+}
+
+/// A claimed token of a bot (the columns the hook body reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedToken {
+    /// `id`.
+    pub id: i64,
+    /// `name`.
+    pub name: String,
+    /// `created_at` (UTC).
+    pub created_at: NaiveDateTime,
+    /// `expires_at`.
+    pub expires_at: NaiveDate,
+    /// `last_used_at`.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// `user_id` (the bot).
+    pub user_id: i64,
+}
+
+/// A bot's resource with what its hook body and emails need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    /// A project.
+    Project {
+        /// `projects.id`.
+        id: i64,
+        /// `projects.name`.
+        name: String,
+        /// `projects.description`.
+        description: Option<String>,
+        /// `projects.visibility_level`.
+        visibility_level: i32,
+        /// `projects.ci_config_path`.
+        ci_config_path: Option<String>,
+        /// The name of the project's namespace.
+        namespace_name: String,
+        /// The project's full path.
+        full_path: String,
+    },
+    /// A group.
+    Group {
+        /// `namespaces.id`.
+        id: i64,
+        /// `namespaces.name`.
+        name: String,
+        /// `namespaces.path`.
+        path: String,
+        /// The group's full path.
+        full_path: String,
+        /// `traversal_ids` (for the hooks of the group and its ancestors).
+        traversal_ids: Vec<i64>,
+    },
+}
+
+impl Resource {
+    fn kind(&self) -> ResourceType {
+        match self {
+            Resource::Project { .. } => ResourceType::Project,
+            Resource::Group { .. } => ResourceType::Group,
+        }
+    }
+    fn id(&self) -> i64 {
+        match self {
+            Resource::Project { id, .. } | Resource::Group { id, .. } => *id,
+        }
+    }
+    fn name(&self) -> &str {
+        match self {
+            Resource::Project { name, .. } | Resource::Group { name, .. } => name,
+        }
+    }
+    fn full_path(&self) -> &str {
+        match self {
+            Resource::Project { full_path, .. } | Resource::Group { full_path, .. } => full_path,
+        }
+    }
+}
+
+fn hook_time(t: NaiveDateTime) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// GitLab's resource-access-token hook body for `token` of `resource` (b28 §10.3,
+/// ⚑ D23: `avatar_url` and `default_branch` are null). Pure.
+pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance) -> Value {
+    let attrs = json!({
+        "user_id": token.user_id,
+        "created_at": hook_time(token.created_at),
+        "id": token.id,
+        "name": token.name,
+        "expires_at": token.expires_at.to_string(),
+        "last_used_at": token.last_used_at.map(|t| hook_time(t.naive_utc())),
+    });
+    match resource {
+        Resource::Project {
+            id,
+            name,
+            description,
+            visibility_level,
+            ci_config_path,
+            namespace_name,
+            full_path,
+        } => {
+            let web_url = format!("{}/{full_path}", instance.base_url);
+            let http_url = format!("{web_url}.git");
+            let ssh_url = format!("{}{full_path}.git", instance.ssh_url_prefix);
+            json!({
+                "object_kind": "access_token",
+                "project": {
+                    "id": id, "name": name, "description": description,
+                    "web_url": web_url, "avatar_url": null,
+                    "git_ssh_url": ssh_url, "git_http_url": http_url,
+                    "namespace": namespace_name, "visibility_level": visibility_level,
+                    "path_with_namespace": full_path, "default_branch": null,
+                    "ci_config_path": ci_config_path, "homepage": web_url,
+                    "url": ssh_url, "ssh_url": ssh_url, "http_url": http_url,
+                },
+                "object_attributes": attrs,
+                "event_name": "expiring_access_token",
+            })
+        }
+        // GitLab's data builder (lib/gitlab/data_builder/resource_access_token.rb and
+        // its spec) builds only `group`; payloads captured in gitlab-org/gitlab
+        // MR 141907 / issue 465421 also show a top-level `group_id`, whose source was
+        // not found. Not added (the spec's format) [CONFIRM].
+        Resource::Group {
+            id,
+            name,
+            path,
+            full_path,
+            ..
+        } => json!({
+            "object_kind": "access_token",
+            "group": {
+                "group_name": name, "group_path": path, "group_id": id, "full_path": full_path,
+            },
+            "object_attributes": attrs,
+            "event_name": "expiring_access_token",
+        }),
+    }
+}
+
+/// The `done` counters.
+#[derive(Debug, Default)]
+struct Totals {
+    bot_tokens_marked: u64,
+    bots_without_membership: u64,
+    bot_failures: u64,
+    user_tokens_marked: u64,
+    user_emails_enqueued: u64,
+    user_emails_suppressed: u64,
+    user_failures: u64,
+}
+
+/// Whether a step ran to its end or the budget/deadline stopped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Done,
+    Stop,
+}
+
+struct Run<'a, 'b> {
+    inv: &'a Invocation<'b>,
+    env: &'a Envelope,
+    instance: &'a Instance,
+    budget: Budget,
+    /// Whether a unit of progress (a subject whose claim marked tokens) is complete.
+    progress: bool,
+    totals: Totals,
+}
+
+impl Run<'_, '_> {
+    /// The budget check after a page or a step: only once a unit is complete.
+    fn budget_stop(&self) -> bool {
+        self.progress && self.budget.exhausted()
+    }
+
+    /// The deadline guard before a user or bot: only once a unit is complete.
+    fn deadline_stop(&self) -> bool {
+        self.progress && self.inv.deadline.reached()
+    }
+
+    fn email(&self, key: String, n: &EmailNotification) -> OutMessage {
+        OutMessage::new(
+            Function::DeliverNotification,
+            0,
+            Envelope::new(
+                "deliver-notification.email",
+                key,
+                &self.env.run_id,
+                self.inv.now,
+                n,
+            ),
+        )
+    }
+}
+
+fn distinct_in_order(ids: impl Iterator<Item = i64>) -> Vec<i64> {
+    let mut seen = std::collections::HashSet::new();
+    ids.filter(|id| seen.insert(*id)).collect()
+}
+
+/// How a human's claim ended.
+enum UserOutcome {
+    /// Another session claimed the tokens first.
+    NothingClaimed,
+    /// Marked; `emailed` tells whether a message was sent.
+    Claimed { marked: u64, emailed: bool },
+}
+
+/// §5 step 2 for one user: claim, then enqueue, then COMMIT.
+async fn claim_user<C>(
+    run: &Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    user_id: i64,
+) -> Result<UserOutcome>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (_, last) = iv.bounds(run.inv.today());
+    let tx = client.transaction().await?;
+    let rows = tx
+        .query(
+            &format!(
+                "UPDATE personal_access_tokens t SET {}
+                 WHERE t.user_id = $4::bigint AND {}
+                 RETURNING t.id::bigint, t.name, t.expires_at",
+                iv.set_list(),
+                iv.scope()
+            ),
+            &[&min, &last, &run.inv.now, &user_id],
+        )
+        .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(UserOutcome::NothingClaimed);
+    }
+    let mut claimed: Vec<(NaiveDate, i64, String)> = rows
+        .iter()
+        .map(|r| (r.get(2), r.get(0), r.get(1)))
+        .collect();
+    claimed.sort();
+    let can_receive: bool = tx
+        .query_opt(
+            &format!(
+                "SELECT {CAN_RECEIVE_NOTIFICATIONS} FROM users u WHERE u.id = $1::bigint FOR SHARE"
+            ),
+            &[&user_id],
+        )
+        .await?
+        .map(|r| r.get(0))
+        .unwrap_or(false);
+    let marked = claimed.len() as u64;
+    if can_receive {
+        tracing::info!(
+            user_id,
+            interval = iv.name(),
+            token_count = marked,
+            "Notifying User about expiring tokens"
+        );
+        let n = EmailNotification::AccessTokenAboutToExpire {
+            recipient_user_id: user_id,
+            days_to_expire: iv.days_to_expire(),
+            token_names: claimed
+                .into_iter()
+                .take(MAX_TOKENS)
+                .map(|(_, _, name)| name)
+                .collect(),
+        };
+        let msg = run.email(user_email_key(iv.name(), user_id, run.inv.today()), &n);
+        run.inv.queue.send(std::slice::from_ref(&msg)).await?;
+    } else {
+        tracing::info!(
+            user_id,
+            interval = iv.name(),
+            "Expiring token notification suppressed: user cannot receive notifications"
+        );
+    }
+    tx.commit().await?;
+    Ok(UserOutcome::Claimed {
+        marked,
+        emailed: can_receive,
+    })
+}
+
+/// §5: the human tokens of one interval.
+async fn humans<C>(run: &mut Run<'_, '_>, client: &mut C, iv: Interval) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (mut min, last) = iv.bounds(run.inv.today());
+    let mut failed_users: Vec<i64> = Vec::new();
+    loop {
+        let page = client
+            .query(
+                &format!(
+                    "SELECT t.user_id::bigint, t.expires_at, t.id::bigint
+                     FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
+                     WHERE {} AND u.user_type = 0 AND t.user_id <> ALL($3::bigint[])
+                     ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
+                    iv.scope()
+                ),
+                &[&min, &last, &failed_users, &BATCH_SIZE],
+            )
+            .await?;
+        let Some(last_row) = page.last() else {
+            return Ok(Flow::Done);
+        };
+        let next_min: NaiveDate = last_row.get(1);
+        for user_id in distinct_in_order(page.iter().map(|r| r.get::<_, i64>(0))) {
+            if run.deadline_stop() {
+                return Ok(Flow::Stop);
+            }
+            match retry_transient!(claim_user(run, client, iv, min, user_id).await) {
+                Ok(UserOutcome::NothingClaimed) => {}
+                Ok(UserOutcome::Claimed { marked, emailed }) => {
+                    run.progress = true;
+                    run.totals.user_tokens_marked += marked;
+                    if emailed {
+                        run.totals.user_emails_enqueued += 1;
+                    } else {
+                        run.totals.user_emails_suppressed += 1;
+                    }
+                }
+                Err(e) if e.is_connection_lost() => return Err(e),
+                Err(e) => {
+                    failed_users.push(user_id);
+                    run.totals.user_failures += 1;
+                    tracing::error!(
+                        user_id,
+                        interval = iv.name(),
+                        error = %e,
+                        error_class = e.class(),
+                        "Failed to send notification about expiring personal access tokens"
+                    );
+                }
+            }
+        }
+        // Inclusive: tokens on the same date of users not seen yet are still found.
+        min = next_min;
+        if run.budget_stop() {
+            return Ok(Flow::Stop);
+        }
+    }
+}
+
+/// §6 step 1: the first project membership whose project exists, else the first
+/// access-granting group membership whose group exists.
+async fn find_resource<C: GenericClient>(c: &C, bot: i64) -> Result<Option<(ResourceType, i64)>> {
+    if let Some(r) = c
+        .query_opt(
+            "SELECT m.source_id::bigint FROM members m JOIN projects p ON p.id = m.source_id
+             WHERE m.user_id = $1::bigint AND m.source_type = 'Project' AND m.requested_at IS NULL
+             ORDER BY m.id LIMIT 1",
+            &[&bot],
+        )
+        .await?
+    {
+        return Ok(Some((ResourceType::Project, r.get(0))));
+    }
+    Ok(c.query_opt(
+        "SELECT m.source_id::bigint FROM members m
+           JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
+         WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace' AND m.requested_at IS NULL
+           AND m.access_level >= 10
+         ORDER BY m.id LIMIT 1",
+        &[&bot],
+    )
+    .await?
+    .map(|r| (ResourceType::Group, r.get(0))))
+}
+
+/// The resource's details, read inside the bot's transaction.
+async fn load_resource<C: GenericClient>(c: &C, kind: ResourceType, id: i64) -> Result<Resource> {
+    let vanished =
+        || Error::Invariant(format!("the bot's {} {id} no longer exists", kind.as_str()));
+    match kind {
+        ResourceType::Project => {
+            let r = c
+                .query_opt(
+                    "SELECT p.id::bigint, COALESCE(p.name, p.path, ''), p.description,
+                            p.visibility_level::int4, p.ci_config_path, n.name,
+                            COALESCE(r.path, p.path, '')
+                     FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                     LEFT JOIN routes r ON r.source_type = 'Project' AND r.source_id = p.id
+                     WHERE p.id = $1::bigint",
+                    &[&id],
+                )
+                .await?
+                .ok_or_else(vanished)?;
+            Ok(Resource::Project {
+                id: r.get(0),
+                name: r.get(1),
+                description: r.get(2),
+                visibility_level: r.get(3),
+                ci_config_path: r.get(4),
+                namespace_name: r.get(5),
+                full_path: r.get(6),
+            })
+        }
+        ResourceType::Group => {
+            let r = c
+                .query_opt(
+                    "SELECT n.id::bigint, n.name, n.path, COALESCE(r.path, n.path),
+                            n.traversal_ids::bigint[]
+                     FROM namespaces n
+                     LEFT JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = n.id
+                     WHERE n.id = $1::bigint AND n.type = 'Group'",
+                    &[&id],
+                )
+                .await?
+                .ok_or_else(vanished)?;
+            let mut traversal_ids: Vec<i64> = r.get(4);
+            if traversal_ids.is_empty() {
+                traversal_ids.push(id);
+            }
+            Ok(Resource::Group {
+                id: r.get(0),
+                name: r.get(1),
+                path: r.get(2),
+                full_path: r.get(3),
+                traversal_ids,
+            })
+        }
+    }
+}
+
+/// §6 step 4: the subscribed hooks of the resource (⚑ D20), by id.
+async fn subscribed_hooks<C: GenericClient>(c: &C, resource: &Resource) -> Result<Vec<i64>> {
+    let rows = match resource {
+        Resource::Project { id, .. } => {
+            c.query(
+                "SELECT id::bigint FROM web_hooks
+                 WHERE type = 'ProjectHook' AND project_id = $1::bigint
+                   AND resource_access_token_events = true
+                 ORDER BY id",
+                &[id],
+            )
+            .await?
+        }
+        Resource::Group { traversal_ids, .. } => {
+            c.query(
+                "SELECT id::bigint FROM web_hooks
+                 WHERE type = 'GroupHook' AND group_id = ANY($1::bigint[])
+                   AND resource_access_token_events = true
+                 ORDER BY id",
+                &[traversal_ids],
+            )
+            .await?
+        }
+    };
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// §6 step 5: for a project, users u ≠ bot with `project_access(u, p) >= 40` (common.md
+/// §2.2: a project membership, a membership of the namespace group or its ancestors,
+/// or the personal namespace's owner); for a group, its active direct owners (⚑ D21).
+/// Both only users who can receive notifications, by id.
+pub async fn recipients<C: GenericClient>(
+    c: &C,
+    resource: &Resource,
+    bot: i64,
+) -> Result<Vec<i64>> {
+    let rows = match resource {
+        Resource::Project { id, .. } => {
+            c.query(
+                &format!(
+                    "WITH p AS (
+                       SELECT p.id, n.type AS ntype, n.traversal_ids::bigint[] AS t, n.owner_id
+                       FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+                       WHERE p.id = $1::bigint),
+                     granted AS (
+                       SELECT m.user_id FROM members m, p
+                       WHERE m.source_type = 'Project' AND m.source_id = p.id
+                         AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 40
+                       UNION
+                       SELECT m.user_id FROM members m, p
+                       WHERE p.ntype = 'Group' AND m.source_type = 'Namespace'
+                         AND m.source_id = ANY(p.t)
+                         AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 40
+                       UNION
+                       SELECT p.owner_id FROM p WHERE p.ntype = 'User')
+                     SELECT u.id::bigint FROM users u JOIN granted g ON g.user_id = u.id
+                     WHERE u.id <> $2::bigint AND {CAN_RECEIVE_NOTIFICATIONS}
+                     ORDER BY u.id"
+                ),
+                &[id, &bot],
+            )
+            .await?
+        }
+        Resource::Group { id, .. } => {
+            c.query(
+                &format!(
+                    "SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id
+                     WHERE m.source_type = 'Namespace' AND m.source_id = $1::bigint
+                       AND m.state = 0 AND m.requested_at IS NULL AND m.access_level = 50
+                       AND u.id <> $2::bigint AND {CAN_RECEIVE_NOTIFICATIONS}
+                     ORDER BY 1"
+                ),
+                &[id, &bot],
+            )
+            .await?
+        }
+    };
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// How a bot ended.
+enum BotOutcome {
+    NoResource,
+    NothingClaimed,
+    Claimed(u64),
+}
+
+/// §6 steps 2–6 for one bot with a resource: claim, hooks, recipients, send, COMMIT.
+async fn claim_bot<C>(
+    run: &Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    bot: i64,
+    found: (ResourceType, i64),
+) -> Result<BotOutcome>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (_, last) = iv.bounds(run.inv.today());
+    let today = run.inv.today();
+    let tx = client.transaction().await?;
+    let rows = tx
+        .query(
+            &format!(
+                "UPDATE personal_access_tokens t SET {}
+                 WHERE t.user_id = $4::bigint AND {}
+                 RETURNING t.id::bigint, t.name, t.created_at::timestamp, t.expires_at,
+                           t.last_used_at::timestamptz, t.user_id::bigint",
+                iv.set_list(),
+                iv.scope()
+            ),
+            &[&min, &last, &run.inv.now, &bot],
+        )
+        .await?;
+    let Some(reported) = rows
+        .iter()
+        .map(|r| ClaimedToken {
+            id: r.get(0),
+            name: r.get(1),
+            created_at: r.get(2),
+            expires_at: r.get(3),
+            last_used_at: r.get(4),
+            user_id: r.get(5),
+        })
+        .min_by_key(|t| t.id)
+    else {
+        tx.commit().await?;
+        return Ok(BotOutcome::NothingClaimed);
+    };
+    let resource = load_resource(&tx, found.0, found.1).await?;
+    let mut out: Vec<OutMessage> = Vec::new();
+    if iv == Interval::SevenDays {
+        let body = hook_body(&resource, &reported, run.instance);
+        let event_key = webhook_event_key(bot, reported.id);
+        for hook_id in subscribed_hooks(&tx, &resource).await? {
+            out.push(OutMessage::new(
+                Function::DeliverNotification,
+                0,
+                Envelope::new(
+                    "deliver-notification.webhook",
+                    webhook_key(&event_key, hook_id),
+                    &run.env.run_id,
+                    run.inv.now,
+                    WebhookNotification {
+                        hook_id,
+                        event_key: event_key.clone(),
+                        body: body.clone(),
+                    },
+                ),
+            ));
+        }
+    }
+    for user_id in recipients(&tx, &resource, bot).await? {
+        tracing::info!(
+            user_id,
+            bot_user_id = bot,
+            interval = iv.name(),
+            "Notifying resource access token owner about expiring tokens"
+        );
+        let n = EmailNotification::BotResourceAccessTokenAboutToExpire {
+            recipient_user_id: user_id,
+            days_to_expire: iv.days_to_expire(),
+            bot_user_id: bot,
+            token_name: reported.name.clone(),
+            resource_type: resource.kind(),
+            resource_id: resource.id(),
+            resource_full_path: resource.full_path().to_string(),
+            resource_name: resource.name().to_string(),
+        };
+        out.push(run.email(bot_email_key(iv.name(), bot, user_id, today), &n));
+    }
+    run.inv.queue.send(&out).await?;
+    tx.commit().await?;
+    Ok(BotOutcome::Claimed(rows.len() as u64))
+}
+
+/// §6: the bot tokens of one interval.
+async fn bots<C>(run: &mut Run<'_, '_>, client: &mut C, iv: Interval) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (mut min, last) = iv.bounds(run.inv.today());
+    // `without_resource ∪ failed`: both are only ever excluded.
+    let mut excluded: Vec<i64> = Vec::new();
+    loop {
+        let page = client
+            .query(
+                &format!(
+                    "SELECT t.id::bigint, t.user_id::bigint, t.expires_at
+                     FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
+                     WHERE {} AND u.user_type = 6 AND t.user_id <> ALL($3::bigint[])
+                     ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
+                    iv.scope()
+                ),
+                &[&min, &last, &excluded, &BATCH_SIZE],
+            )
+            .await?;
+        let Some(last_row) = page.last() else {
+            return Ok(Flow::Done);
+        };
+        let next_min: NaiveDate = last_row.get(2);
+        for bot in distinct_in_order(page.iter().map(|r| r.get::<_, i64>(1))) {
+            if run.deadline_stop() {
+                return Ok(Flow::Stop);
+            }
+            let outcome = match find_resource(&*client, bot).await {
+                Ok(None) => Ok(BotOutcome::NoResource),
+                Ok(Some(found)) => {
+                    retry_transient!(claim_bot(run, client, iv, min, bot, found).await)
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(BotOutcome::NoResource) => {
+                    // No log, as in GitLab; the tokens stay unmarked.
+                    excluded.push(bot);
+                    run.totals.bots_without_membership += 1;
+                }
+                Ok(BotOutcome::NothingClaimed) => {}
+                Ok(BotOutcome::Claimed(n)) => {
+                    run.progress = true;
+                    run.totals.bot_tokens_marked += n;
+                }
+                Err(e) if e.is_connection_lost() => return Err(e),
+                Err(e) => {
+                    excluded.push(bot);
+                    run.totals.bot_failures += 1;
+                    tracing::error!(
+                        user_id = bot,
+                        interval = iv.name(),
+                        error = %e,
+                        error_class = e.class(),
+                        "Failed to send notification about expiring resource access tokens"
+                    );
+                }
+            }
+        }
+        min = next_min;
+        if run.budget_stop() {
+            return Ok(Flow::Stop);
+        }
+    }
+}
+
+/// §4 step 2: the intervals in order, humans then bots, stopping on the budget.
+async fn run_intervals<C>(run: &mut Run<'_, '_>, client: &mut C) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    for iv in Interval::ALL {
+        if humans(run, client, iv).await? == Flow::Stop || run.budget_stop() {
+            return Ok(Flow::Stop);
+        }
+        if bots(run, client, iv).await? == Flow::Stop || run.budget_stop() {
+            return Ok(Flow::Stop);
+        }
+    }
+    Ok(Flow::Done)
+}
+
+/// Handle one `pat-expiring.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let _: PatExpiringRun = env.payload()?;
+    let instance = &inv
+        .notifier
+        .ok_or_else(|| Error::Config("pat-expiring needs GITLAB_BASE_URL (no notifier)".into()))?
+        .instance;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        return Ok(Report::skipped());
+    }
+    let mut run = Run {
+        inv,
+        env,
+        instance,
+        budget: Budget::start(inv.settings.pat_expiring_budget),
+        progress: false,
+        totals: Totals::default(),
+    };
+    let result = run_intervals(&mut run, client).await;
+    // Released before any continuation is sent, on error paths too (§9.10).
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let flow = result?;
+    unlocked?;
+    let status = match flow {
+        Flow::Stop => {
+            let next = env.continuation(FUNCTION, inv.now, PatExpiringRun {});
+            inv.continue_with(OutMessage::new(FUNCTION, REQUEUE_DELAY_S, next))
+                .await?;
+            "limit_reached"
+        }
+        Flow::Done => "completed",
+    };
+    let t = &run.totals;
+    Ok(Report::new(
+        status,
+        json!({
+            "total_notification_delivered_for_resource_access_tokens": t.bot_tokens_marked,
+            "total_resource_bot_without_membership": t.bots_without_membership,
+            "total_failed_notifications_for_resource_bots": t.bot_failures,
+            "total_user_tokens_marked": t.user_tokens_marked,
+            "total_user_emails_enqueued": t.user_emails_enqueued,
+            "total_user_emails_suppressed": t.user_emails_suppressed,
+            "total_user_failures": t.user_failures,
+        }),
+    )
+    .metric("user_tokens_marked", t.user_tokens_marked as f64)
+    .metric("bot_tokens_marked", t.bot_tokens_marked as f64)
+    .metric("failed", (t.user_failures + t.bot_failures) as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_bounds_are_inclusive_and_adjacent() {
+        let today: NaiveDate = "2025-03-10".parse().unwrap();
+        let d = |s: &str| s.parse::<NaiveDate>().unwrap();
+        assert_eq!(
+            Interval::SevenDays.bounds(today),
+            (d("2025-03-10"), d("2025-03-17"))
+        );
+        assert_eq!(
+            Interval::ThirtyDays.bounds(today),
+            (d("2025-03-18"), d("2025-04-09"))
+        );
+        assert_eq!(
+            Interval::SixtyDays.bounds(today),
+            (d("2025-04-10"), d("2025-05-09"))
+        );
+        let days: Vec<u32> = Interval::ALL.iter().map(|i| i.days_to_expire()).collect();
+        assert_eq!(days, vec![7, 30, 60]);
+        assert!(Interval::SevenDays
+            .set_list()
+            .contains("expire_notification_delivered = true"));
+        assert!(!Interval::SixtyDays
+            .set_list()
+            .contains("expire_notification_delivered"));
+        assert!(Interval::ThirtyDays
+            .scope()
+            .contains("t.expire_notification_delivered = false"));
+    }
+
+    #[test]
+    fn users_are_taken_in_order_of_first_appearance() {
+        assert_eq!(
+            distinct_in_order([3, 1, 3, 2, 1].into_iter()),
+            vec![3, 1, 2]
+        );
+    }
+
+    #[test]
+    fn the_project_hook_body_is_gitlabs_format() {
+        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+        let token = ClaimedToken {
+            id: 20,
+            name: "T20".into(),
+            created_at: "2025-01-02T09:00:00".parse().unwrap(),
+            expires_at: "2025-03-16".parse().unwrap(),
+            last_used_at: None,
+            user_id: 20,
+        };
+        let project = Resource::Project {
+            id: 200,
+            name: "site".into(),
+            description: None,
+            visibility_level: 0,
+            ci_config_path: None,
+            namespace_name: "web".into(),
+            full_path: "acme/web/site".into(),
+        };
+        let expected = json!({
+          "object_kind": "access_token",
+          "project": {
+            "id": 200, "name": "site", "description": null,
+            "web_url": "https://gitlab.example.com/acme/web/site", "avatar_url": null,
+            "git_ssh_url": "git@gitlab.example.com:acme/web/site.git",
+            "git_http_url": "https://gitlab.example.com/acme/web/site.git",
+            "namespace": "web", "visibility_level": 0,
+            "path_with_namespace": "acme/web/site", "default_branch": null,
+            "ci_config_path": null,
+            "homepage": "https://gitlab.example.com/acme/web/site",
+            "url": "git@gitlab.example.com:acme/web/site.git",
+            "ssh_url": "git@gitlab.example.com:acme/web/site.git",
+            "http_url": "https://gitlab.example.com/acme/web/site.git"
+          },
+          "object_attributes": {
+            "user_id": 20, "created_at": "2025-01-02 09:00:00 UTC", "id": 20,
+            "name": "T20", "expires_at": "2025-03-16", "last_used_at": null
+          },
+          "event_name": "expiring_access_token"
+        });
+        assert_eq!(hook_body(&project, &token, &instance), expected);
+        let used = ClaimedToken {
+            last_used_at: Some("2025-03-01T12:30:05Z".parse().unwrap()),
+            ..token
+        };
+        let group = Resource::Group {
+            id: 101,
+            name: "web".into(),
+            path: "web".into(),
+            full_path: "acme/web".into(),
+            traversal_ids: vec![100, 101],
+        };
+        let b = hook_body(&group, &used, &instance);
+        assert_eq!(
+            b["group"],
+            json!({"group_name":"web","group_path":"web","group_id":101,"full_path":"acme/web"})
+        );
+        assert!(b.get("project").is_none());
+        assert_eq!(
+            b["object_attributes"]["last_used_at"],
+            "2025-03-01 12:30:05 UTC"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! GitLab's encrypted web-hook attributes (schema.md §3).
+//!
+//! Owns: the key derivation from `db_key_base`, decryption of `encrypted_url` /
+//! `encrypted_token` with their IVs, and the matching encryption used for fixtures and
+//! demo data (the bundle never writes encrypted columns to a real GitLab database).
+//! It never logs: callers log the hook id only.
+//!
+//! What was checked against GitLab's source (gitlabhq, read through the search
+//! tools; no instance-encrypted fixture was available, so the round trip below is
+//! against this module's own encryption):
+//! * `app/models/concerns/web_hooks/hook.rb`: `attr_encrypted :token` and `:url` with
+//!   `mode: :per_attribute_iv, algorithm: 'aes-256-gcm',
+//!   key: Settings.attr_encrypted_db_key_base_32` and no `encode` override (the
+//!   `url_variables`/`custom_headers` attributes set `encode: false`; url/token do not).
+//! * attr_encrypted's ActiveRecord adapter sets `attr_encrypted_options[:encode] =
+//!   true`, and the default encoding is `'m'` (`Array#pack('m')`: Base64 with a
+//!   newline after every 60 characters and at the end); `encode_iv` defaults to true.
+//!   GitLab itself reads the IV back with `Base64.decode64(encrypted_url_iv)`.
+//! * `config/settings.rb`: `attr_encrypted_db_key_base_32 =
+//!   Gitlab::Utils.ensure_utf8_size(db_key_base, bytes: 32)`, which keeps whole UTF-8
+//!   characters up to 32 bytes and right-pads with ASCII `'0'` (`lib/gitlab/utils.rb`).
+//! * The Encryptor gem (3.x) appends the 16-byte GCM tag to the ciphertext on
+//!   encryption and splits it off (`value[-16..-1]`) on decryption; `auth_data` is
+//!   empty by default.
+//! * Not confirmed: whether the target version accepts several `db_key_base` values;
+//!   decryption tries every configured key in order (schema.md §3 [CONFIRM]).
+
+use aes_gcm::aead::{Aead, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce};
+use base64::Engine;
+
+/// Why a value could not be decrypted. Carries no secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecryptError {
+    /// No key is configured.
+    #[error("no db_key_base is configured")]
+    NoKey,
+    /// The value or IV is not Base64, or the IV has the wrong length.
+    #[error("the encrypted value or its IV is malformed")]
+    Malformed,
+    /// No configured key authenticates the value.
+    #[error("no configured db_key_base decrypts the value")]
+    WrongKey,
+    /// The plaintext is not UTF-8.
+    #[error("the decrypted value is not UTF-8")]
+    NotUtf8,
+}
+
+/// The 32-byte AES key derived from one `db_key_base` (GitLab's `ensure_utf8_size`).
+pub fn derive_key(db_key_base: &str) -> [u8; 32] {
+    let mut out = String::new();
+    for ch in db_key_base.chars() {
+        if out.len() + ch.len_utf8() > 32 {
+            break;
+        }
+        out.push(ch);
+    }
+    while out.len() < 32 {
+        out.push('0');
+    }
+    let mut key = [0u8; 32];
+    key.copy_from_slice(out.as_bytes());
+    key
+}
+
+/// The configured keys, in the order they are tried.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyRing(Vec<[u8; 32]>);
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyRing({} keys)", self.0.len())
+    }
+}
+
+impl KeyRing {
+    /// Keys from a comma-separated `db_key_base` list (blanks ignored).
+    pub fn from_list(list: &str) -> KeyRing {
+        KeyRing(
+            list.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(derive_key)
+                .collect(),
+        )
+    }
+
+    /// Whether no key is configured.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Decrypt an `encrypted_<attr>` value with its `encrypted_<attr>_iv`, trying each
+    /// key in order.
+    pub fn decrypt(&self, value_b64: &str, iv_b64: &str) -> Result<String, DecryptError> {
+        if self.0.is_empty() {
+            return Err(DecryptError::NoKey);
+        }
+        let value = decode_m(value_b64).ok_or(DecryptError::Malformed)?;
+        let iv = decode_m(iv_b64).ok_or(DecryptError::Malformed)?;
+        if iv.len() != 12 || value.len() < 16 {
+            return Err(DecryptError::Malformed);
+        }
+        for key in &self.0 {
+            let cipher = Aes256Gcm::new(key.into());
+            if let Ok(plain) = cipher.decrypt(Nonce::from_slice(&iv), value.as_slice()) {
+                return String::from_utf8(plain).map_err(|_| DecryptError::NotUtf8);
+            }
+        }
+        Err(DecryptError::WrongKey)
+    }
+}
+
+/// Encrypt `plaintext` as GitLab stores it, with the given 12-byte IV: returns
+/// `(encrypted_value, encrypted_value_iv)`, both in `pack('m')` Base64. For fixtures
+/// and demo data only.
+pub fn encrypt_with_iv(plaintext: &str, db_key_base: &str, iv: [u8; 12]) -> (String, String) {
+    let key = derive_key(db_key_base);
+    let cipher = Aes256Gcm::new((&key).into());
+    let sealed = cipher
+        .encrypt(Nonce::from_slice(&iv), plaintext.as_bytes())
+        .expect("AES-GCM encryption of an in-memory value cannot fail");
+    (encode_m(&sealed), encode_m(&iv))
+}
+
+/// [`encrypt_with_iv`] with a random IV, as GitLab does on every write.
+pub fn encrypt(plaintext: &str, db_key_base: &str) -> (String, String) {
+    let iv: [u8; 12] = rand::random();
+    encrypt_with_iv(plaintext, db_key_base, iv)
+}
+
+/// Ruby's `[bytes].pack('m')`: standard Base64, a newline after every 60 characters
+/// and after the last line; empty input gives an empty string.
+pub fn encode_m(bytes: &[u8]) -> String {
+    let flat = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut out = String::with_capacity(flat.len() + flat.len() / 60 + 1);
+    for chunk in flat.as_bytes().chunks(60) {
+        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out
+}
+
+/// Decode `pack('m')` Base64, ignoring ASCII whitespace; `None` when invalid.
+pub fn decode_m(text: &str) -> Option<Vec<u8>> {
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "a3f1c0de9b8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a392817065f4e3d2c1b0a9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4";
+
+    #[test]
+    fn the_key_is_the_first_32_bytes_padded_with_ascii_zeros() {
+        assert_eq!(&derive_key(KEY), &KEY.as_bytes()[..32]);
+        assert_eq!(&derive_key("short"), b"short000000000000000000000000000");
+        // A multi-byte character that would cross byte 32 is dropped, then padded.
+        let k = format!("{}é", "x".repeat(31));
+        assert_eq!(&derive_key(&k), format!("{}0", "x".repeat(31)).as_bytes());
+    }
+
+    #[test]
+    fn pack_m_wraps_at_60_characters_with_a_trailing_newline() {
+        assert_eq!(encode_m(b""), "");
+        assert_eq!(encode_m(b"abc"), "YWJj\n");
+        let long = encode_m(&[7u8; 100]);
+        let lines: Vec<&str> = long.split_terminator('\n').collect();
+        assert_eq!(lines[0].len(), 60);
+        assert_eq!((lines[1].len(), lines[2].len(), lines.len()), (60, 16, 3));
+        assert!(long.ends_with('\n'));
+        assert_eq!(decode_m(&long).unwrap(), vec![7u8; 100]);
+        assert_eq!(decode_m(" YW\r\nJj \n").unwrap(), b"abc");
+        assert!(decode_m("not base64!").is_none());
+    }
+
+    #[test]
+    fn values_round_trip_and_only_the_right_key_opens_them() {
+        let url = "https://hooks.example.com/x?secret=1";
+        let (v, iv) = encrypt(url, KEY);
+        assert_eq!(decode_m(&iv).unwrap().len(), 12);
+        // Ciphertext plus the 16-byte tag.
+        assert_eq!(decode_m(&v).unwrap().len(), url.len() + 16);
+        assert_eq!(KeyRing::from_list(KEY).decrypt(&v, &iv).unwrap(), url);
+        // Several keys are tried in order: an old one first still works.
+        let ring = KeyRing::from_list(&format!("{}, {KEY}", "f".repeat(128)));
+        assert_eq!(ring.decrypt(&v, &iv).unwrap(), url);
+        assert_eq!(
+            KeyRing::from_list(&"f".repeat(128)).decrypt(&v, &iv),
+            Err(DecryptError::WrongKey)
+        );
+        assert_eq!(
+            KeyRing::from_list("").decrypt(&v, &iv),
+            Err(DecryptError::NoKey)
+        );
+        assert_eq!(
+            KeyRing::from_list(KEY).decrypt(&v, "AAAA\n"),
+            Err(DecryptError::Malformed)
+        );
+        // A fixed IV gives a fixed value (demo data), and tampering is detected.
+        let (a, _) = encrypt_with_iv("s3cr3t", KEY, [1; 12]);
+        let (b, ivb) = encrypt_with_iv("s3cr3t", KEY, [1; 12]);
+        assert_eq!(a, b);
+        let mut raw = decode_m(&a).unwrap();
+        raw[0] ^= 1;
+        assert_eq!(
+            KeyRing::from_list(KEY).decrypt(&encode_m(&raw), &ivb),
+            Err(DecryptError::WrongKey)
+        );
+        assert!(!format!("{:?}", KeyRing::from_list(KEY)).contains(&KEY[..8]));
+    }
+}

@@ -1,0 +1,409 @@
+//! Expiry emails: rendering and the three transports (b28 §10.2).
+//!
+//! Owns: the plain-text subject and body of both templates (⚑ D21, this bundle's own
+//! wording), the `Message-ID` derived from the message key, and [`Mailer`]: SMTP with
+//! mandatory TLS (lettre over native-tls, STARTTLS or implicit, extra roots from
+//! `SMTP_CA_BUNDLE`), a `file` transport writing `<dir>/<message-id>.eml`, and a `log`
+//! transport. It reads no database and never logs an address or a body; the SMTP
+//! outcome is reduced to a code and a kind, because server replies may echo addresses.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lettre::message::{header::ContentType, Mailbox};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use sha2::{Digest, Sha256};
+
+use super::config::{EmailTransportKind, NotifyConfig, Secret, SmtpTls};
+use super::Instance;
+use crate::error::{Error, Result};
+use crate::messages::{EmailNotification, ResourceType};
+
+/// A rendered email, before addressing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// The subject line.
+    pub subject: String,
+    /// The plain-text body.
+    pub body: String,
+}
+
+/// The subject and body of `n` for a recipient greeted as `display_name`.
+pub fn render(n: &EmailNotification, display_name: &str, instance: &Instance) -> Rendered {
+    match n {
+        EmailNotification::AccessTokenAboutToExpire {
+            days_to_expire,
+            token_names,
+            ..
+        } => {
+            let mut body = format!(
+                "Hi {display_name}!\n\n\
+                 The following personal access tokens expire in {days_to_expire} days or less:\n\n"
+            );
+            for name in token_names {
+                body.push_str(&format!("- {name}\n"));
+            }
+            body.push_str(&format!(
+                "\nYou can create a new token or extend these ones at {}/-/user_settings/personal_access_tokens\n",
+                instance.base_url
+            ));
+            Rendered {
+                subject: format!(
+                    "Your personal access tokens will expire in {days_to_expire} days or less"
+                ),
+                body,
+            }
+        }
+        EmailNotification::BotResourceAccessTokenAboutToExpire {
+            days_to_expire,
+            token_name,
+            resource_type,
+            resource_full_path,
+            ..
+        } => {
+            let link = match resource_type {
+                ResourceType::Project => {
+                    format!(
+                        "{}/{resource_full_path}/-/settings/access_tokens",
+                        instance.base_url
+                    )
+                }
+                ResourceType::Group => format!(
+                    "{}/groups/{resource_full_path}/-/settings/access_tokens",
+                    instance.base_url
+                ),
+            };
+            Rendered {
+                subject: format!(
+                    "Your resource access tokens will expire in {days_to_expire} days or less"
+                ),
+                body: format!(
+                    "Hi {display_name}!\n\n\
+                     The access token '{token_name}' of the {} '{resource_full_path}' expires in {days_to_expire} days or less.\n\n\
+                     You can create a new token at {link}\n",
+                    resource_type.as_str()
+                ),
+            }
+        }
+    }
+}
+
+/// `<first 32 hex of sha256(message_key)>@<host of GITLAB_BASE_URL>` (without the
+/// angle brackets of the header).
+pub fn message_id(message_key: &str, instance: &Instance) -> String {
+    let digest = hex::encode(Sha256::digest(message_key.as_bytes()));
+    format!("{}@{}", &digest[..32], instance.host)
+}
+
+/// How one send ended (b28 §10.2 step 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Accepted by the server, written to a file, or logged.
+    Accepted,
+    /// A 5xx reply (or an address the message cannot carry): a retry cannot help.
+    Rejected {
+        /// The SMTP code, when the server gave one.
+        smtp_code: Option<u16>,
+    },
+}
+
+/// The configured email transport.
+#[derive(Clone)]
+pub enum Mailer {
+    /// SMTP with TLS.
+    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    /// `<dir>/<message-id>.eml`.
+    File(PathBuf),
+    /// Logs `Email (log transport)` with the subject only.
+    Log,
+}
+
+impl std::fmt::Debug for Mailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mailer::Smtp(_) => f.write_str("Mailer::Smtp"),
+            Mailer::File(d) => write!(f, "Mailer::File({})", d.display()),
+            Mailer::Log => f.write_str("Mailer::Log"),
+        }
+    }
+}
+
+/// Every certificate of a PEM bundle (native-tls reads one per call).
+fn pem_certificates(pem: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut inside = false;
+    for line in pem.lines() {
+        if line.starts_with("-----BEGIN CERTIFICATE-----") {
+            inside = true;
+            cur.clear();
+        }
+        if inside {
+            cur.push_str(line);
+            cur.push('\n');
+        }
+        if line.starts_with("-----END CERTIFICATE-----") && inside {
+            inside = false;
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    out
+}
+
+impl Mailer {
+    /// Where mails go, for `hk demo`'s summary (no secret).
+    pub fn describe(&self) -> String {
+        match self {
+            Mailer::Smtp(_) => "sent over SMTP".into(),
+            Mailer::File(d) => format!("written as <message-id>.eml under {}", d.display()),
+            Mailer::Log => "logged (subject only)".into(),
+        }
+    }
+
+    /// Build the transport of `cfg` (no connection is made here). `password` is the
+    /// SMTP password, already read from the environment or its secret.
+    pub fn from_config(
+        cfg: &NotifyConfig,
+        username: Option<String>,
+        password: Option<Secret>,
+    ) -> Result<Mailer> {
+        match cfg.email_transport {
+            EmailTransportKind::Log => Ok(Mailer::Log),
+            EmailTransportKind::File => {
+                let dir = cfg.email_file_dir.clone().ok_or_else(|| {
+                    Error::Config("EMAIL_FILE_DIR is required with EMAIL_TRANSPORT=file".into())
+                })?;
+                Ok(Mailer::File(dir))
+            }
+            EmailTransportKind::Smtp => {
+                let host = cfg.smtp.host.clone().ok_or_else(|| {
+                    Error::Config("SMTP_HOST is required with EMAIL_TRANSPORT=smtp".into())
+                })?;
+                let mut params = TlsParameters::builder(host.clone());
+                if let Some(path) = &cfg.smtp.ca_bundle {
+                    let pem = std::fs::read_to_string(path).map_err(|e| {
+                        Error::Config(format!(
+                            "cannot read SMTP_CA_BUNDLE `{}`: {e}",
+                            path.display()
+                        ))
+                    })?;
+                    let certs = pem_certificates(&pem);
+                    if certs.is_empty() {
+                        return Err(Error::Config(format!(
+                            "SMTP_CA_BUNDLE `{}` holds no PEM certificate",
+                            path.display()
+                        )));
+                    }
+                    for c in certs {
+                        let cert = Certificate::from_pem(c.as_bytes()).map_err(|e| {
+                            Error::Config(format!("SMTP_CA_BUNDLE has an invalid certificate: {e}"))
+                        })?;
+                        params = params.add_root_certificate(cert);
+                    }
+                }
+                let params = params
+                    .build_native()
+                    .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))?;
+                let tls = match cfg.smtp.tls {
+                    SmtpTls::StartTls => Tls::Required(params),
+                    SmtpTls::Implicit => Tls::Wrapper(params),
+                };
+                let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+                    .port(cfg.smtp.port())
+                    .tls(tls)
+                    .timeout(Some(Duration::from_secs(30)));
+                if let (Some(user), Some(pw)) = (username, password) {
+                    b = b.credentials(Credentials::new(user, pw.expose().to_string()));
+                }
+                Ok(Mailer::Smtp(b.build()))
+            }
+        }
+    }
+
+    /// Build and send one email. `Err` is a retryable failure (connection, TLS, 4xx,
+    /// file system); a 5xx reply is `Ok(Rejected)`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &self,
+        from: &str,
+        to: &str,
+        display_name: &str,
+        rendered: &Rendered,
+        message_id: &str,
+        user_id: i64,
+        template: &str,
+    ) -> Result<SendOutcome> {
+        let build = || -> Result<Option<Message>> {
+            let from: Mailbox = from
+                .parse()
+                .map_err(|_| Error::Config("MAIL_FROM is not a valid mailbox".into()))?;
+            let Ok(address) = to.parse::<lettre::Address>() else {
+                // An address the message cannot carry: no retry can help.
+                return Ok(None);
+            };
+            Message::builder()
+                .from(from)
+                .to(Mailbox::new(Some(display_name.to_string()), address))
+                .subject(rendered.subject.clone())
+                .message_id(Some(format!("<{message_id}>")))
+                .date_now()
+                .header(ContentType::TEXT_PLAIN)
+                .body(rendered.body.clone())
+                .map(Some)
+                .map_err(|e| Error::Invariant(format!("email could not be built: {e}")))
+        };
+        let message = match self {
+            Mailer::Log => {
+                tracing::info!(
+                    user_id,
+                    template,
+                    subject = rendered.subject.as_str(),
+                    "Email (log transport)"
+                );
+                return Ok(SendOutcome::Accepted);
+            }
+            _ => match build()? {
+                Some(m) => m,
+                None => return Ok(SendOutcome::Rejected { smtp_code: None }),
+            },
+        };
+        match self {
+            Mailer::Smtp(t) => match t.send(message).await {
+                Ok(_) => Ok(SendOutcome::Accepted),
+                Err(e) => {
+                    let code = e.status().map(u16::from);
+                    if e.is_permanent() {
+                        return Ok(SendOutcome::Rejected { smtp_code: code });
+                    }
+                    // Only the kind and the code: the server's text may echo addresses.
+                    let kind = if e.is_transient() {
+                        "temporary rejection"
+                    } else if e.is_tls() {
+                        "TLS failure"
+                    } else if e.is_timeout() {
+                        "timeout"
+                    } else {
+                        "connection failure"
+                    };
+                    Err(Error::Delivery {
+                        class: "smtp",
+                        message: match code {
+                            Some(c) => format!("SMTP {kind} ({c})"),
+                            None => format!("SMTP {kind}"),
+                        },
+                    })
+                }
+            },
+            Mailer::File(dir) => {
+                let file_err = |e: std::io::Error| Error::Delivery {
+                    class: "file",
+                    message: format!("cannot write the email file: {}", e.kind()),
+                };
+                tokio::fs::create_dir_all(dir).await.map_err(file_err)?;
+                let path = dir.join(format!("{message_id}.eml"));
+                let tmp = dir.join(format!(".{message_id}.eml.tmp"));
+                tokio::fs::write(&tmp, message.formatted())
+                    .await
+                    .map_err(file_err)?;
+                // A repeated delivery replaces the same file: one file per notice.
+                tokio::fs::rename(&tmp, &path).await.map_err(file_err)?;
+                Ok(SendOutcome::Accepted)
+            }
+            Mailer::Log => Ok(SendOutcome::Accepted),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance() -> Instance {
+        Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap()
+    }
+
+    #[test]
+    fn the_human_email_names_every_token_and_the_settings_page() {
+        let n = EmailNotification::AccessTokenAboutToExpire {
+            recipient_user_id: 10,
+            days_to_expire: 7,
+            token_names: vec!["deploy".into(), "ci".into()],
+        };
+        let r = render(&n, "Ada", &instance());
+        assert_eq!(
+            r.subject,
+            "Your personal access tokens will expire in 7 days or less"
+        );
+        assert!(r.body.starts_with("Hi Ada!\n"));
+        assert!(r.body.contains("expire in 7 days or less"));
+        assert!(r.body.contains("\n- deploy\n- ci\n"));
+        assert!(r
+            .body
+            .contains("https://gitlab.example.com/-/user_settings/personal_access_tokens"));
+    }
+
+    #[test]
+    fn the_bot_email_links_the_project_or_group_token_settings() {
+        let mut n = EmailNotification::BotResourceAccessTokenAboutToExpire {
+            recipient_user_id: 11,
+            days_to_expire: 30,
+            bot_user_id: 20,
+            token_name: "T20".into(),
+            resource_type: ResourceType::Project,
+            resource_id: 200,
+            resource_full_path: "acme/web/site".into(),
+            resource_name: "site".into(),
+        };
+        let r = render(&n, "Bo", &instance());
+        assert_eq!(
+            r.subject,
+            "Your resource access tokens will expire in 30 days or less"
+        );
+        assert!(r.body.contains(
+            "The access token 'T20' of the project 'acme/web/site' expires in 30 days or less."
+        ));
+        assert!(r
+            .body
+            .contains("https://gitlab.example.com/acme/web/site/-/settings/access_tokens"));
+        if let EmailNotification::BotResourceAccessTokenAboutToExpire {
+            resource_type,
+            resource_full_path,
+            ..
+        } = &mut n
+        {
+            *resource_type = ResourceType::Group;
+            *resource_full_path = "acme/web".into();
+        }
+        let r = render(&n, "Bo", &instance());
+        assert!(r.body.contains("of the group 'acme/web'"));
+        assert!(r
+            .body
+            .contains("https://gitlab.example.com/groups/acme/web/-/settings/access_tokens"));
+    }
+
+    #[test]
+    fn message_ids_are_stable_per_key_and_name_the_instance_host() {
+        let a = message_id("pat-expiring:seven_days:user:10:2025-03-10", &instance());
+        assert_eq!(
+            a,
+            message_id("pat-expiring:seven_days:user:10:2025-03-10", &instance())
+        );
+        assert_ne!(
+            a,
+            message_id("pat-expiring:seven_days:user:11:2025-03-10", &instance())
+        );
+        let (hash, host) = a.split_once('@').unwrap();
+        assert_eq!(hash.len(), 32);
+        assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(host, "gitlab.example.com");
+    }
+
+    #[test]
+    fn every_certificate_of_a_bundle_is_found() {
+        let pem = include_str!("../../testdata/two-certs.pem");
+        assert_eq!(pem_certificates(pem).len(), 2);
+        assert!(pem_certificates("nothing here").is_empty());
+    }
+}

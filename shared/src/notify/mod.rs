@@ -1,0 +1,241 @@
+//! Notification delivery for B28: the GitLab instance facts and the transports
+//! (b28 §10, common.md §9.11, §10).
+//!
+//! Owns: [`Instance`] (base URL, its host, the SSH prefix, the version), and
+//! [`Notifier`], built once at cold start (`lambda::Deps`) or by `hk`: the instance
+//! for `pat-expiring`, plus for `deliver-notification` the [`Delivery`] means (mailer,
+//! web-hook client, `db_key_base` keys). Secrets behind ARNs are read here, once. The
+//! handlers receive it through `Invocation::notifier`; nothing here reads the database.
+
+pub mod config;
+pub mod crypto;
+pub mod mail;
+pub mod webhook;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+pub use config::{NotifyConfig, Secret};
+
+/// Facts about the GitLab instance used in links, payloads and headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// `GITLAB_BASE_URL` without a trailing slash.
+    pub base_url: String,
+    /// The host of the base URL (for `Message-ID`s).
+    pub host: String,
+    /// `GITLAB_SSH_URL_PREFIX`, default `git@<host>:`.
+    pub ssh_url_prefix: String,
+    /// `GITLAB_VERSION`.
+    pub version: String,
+}
+
+impl Instance {
+    /// The instance of a base URL.
+    pub fn new(base_url: &str, ssh_url_prefix: Option<&str>, version: &str) -> Result<Instance> {
+        let base_url = base_url.trim_end_matches('/').to_string();
+        let host = url::Url::parse(&base_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .ok_or_else(|| Error::Config(format!("GITLAB_BASE_URL `{base_url}` has no host")))?;
+        Ok(Instance {
+            ssh_url_prefix: ssh_url_prefix
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("git@{host}:")),
+            host,
+            base_url,
+            version: version.to_string(),
+        })
+    }
+}
+
+/// What `deliver-notification` delivers with.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The email transport.
+    pub mailer: mail::Mailer,
+    /// `MAIL_FROM`.
+    pub mail_from: String,
+    /// The web-hook HTTP client.
+    pub webhooks: webhook::WebhookClient,
+    /// `WEBHOOK_LOG_HOST`.
+    pub log_host: bool,
+    /// The `db_key_base` keys.
+    pub keys: crypto::KeyRing,
+    /// `hk run --dry-run`: send nothing, request nothing.
+    pub dry_run: bool,
+}
+
+/// Everything the B28 handlers need besides the database and the queue.
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    /// The GitLab instance.
+    pub instance: Instance,
+    /// The delivery means; `None` where only `pat-expiring` runs.
+    pub delivery: Option<Delivery>,
+}
+
+/// Read a Secrets Manager secret's string.
+async fn read_secret(aws: Option<&aws_config::SdkConfig>, var: &str, arn: &str) -> Result<String> {
+    let aws = aws.ok_or_else(|| Error::Config(format!("{var} needs AWS configuration")))?;
+    let out = aws_sdk_secretsmanager::Client::new(aws)
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| Error::Config(format!("reading {var} failed: {e}")))?;
+    out.secret_string()
+        .map(str::to_string)
+        .ok_or_else(|| Error::Config(format!("{var} has no SecretString")))
+}
+
+/// The SMTP credentials from a secret: a plain password, or JSON with `password`
+/// (and optionally `username`).
+fn smtp_secret(text: &str) -> (Option<String>, Secret) {
+    if let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(text) {
+        if let Some(p) = m.get("password").and_then(|v| v.as_str()) {
+            let user = m
+                .get("username")
+                .and_then(|v| v.as_str())
+                .map(str::to_string);
+            return (user, Secret::new(p));
+        }
+    }
+    (None, Secret::new(text.trim_end_matches(['\r', '\n'])))
+}
+
+impl Notifier {
+    /// Build what `function` needs from `cfg`; `None` for functions that send no
+    /// notification. Secrets behind ARNs are read through `aws`.
+    pub async fn for_function(
+        function: Function,
+        cfg: &NotifyConfig,
+        aws: Option<&aws_config::SdkConfig>,
+    ) -> Result<Option<Notifier>> {
+        match function {
+            Function::PatExpiring => Ok(Some(Notifier::instance_only(cfg)?)),
+            Function::DeliverNotification => Ok(Some(Notifier::full(cfg, aws).await?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The instance only (enough for `pat-expiring`).
+    pub fn instance_only(cfg: &NotifyConfig) -> Result<Notifier> {
+        cfg.require_for(Function::PatExpiring)?;
+        let base = cfg.base_url.as_deref().unwrap_or_default();
+        Ok(Notifier {
+            instance: Instance::new(base, cfg.ssh_url_prefix.as_deref(), &cfg.version)?,
+            delivery: None,
+        })
+    }
+
+    /// The instance and the delivery means (what `deliver-notification` and `hk` use).
+    pub async fn full(cfg: &NotifyConfig, aws: Option<&aws_config::SdkConfig>) -> Result<Notifier> {
+        cfg.require_for(Function::DeliverNotification)?;
+        let mut n = Notifier::instance_only(cfg)?;
+        let key_list = match (&cfg.db_key_base, &cfg.db_key_base_secret_arn) {
+            (Some(k), _) => k.expose().to_string(),
+            (None, Some(arn)) => read_secret(aws, "GITLAB_DB_KEY_BASE_SECRET_ARN", arn).await?,
+            (None, None) => String::new(),
+        };
+        let keys = crypto::KeyRing::from_list(&key_list);
+        if keys.is_empty() {
+            return Err(Error::Config("GITLAB_DB_KEY_BASE holds no key".into()));
+        }
+        let (username, password) = match (&cfg.smtp.password, &cfg.smtp.secret_arn) {
+            (Some(p), _) => (cfg.smtp.username.clone(), Some(p.clone())),
+            (None, Some(arn)) => {
+                let (user, pw) = smtp_secret(&read_secret(aws, "SMTP_SECRET_ARN", arn).await?);
+                (cfg.smtp.username.clone().or(user), Some(pw))
+            }
+            (None, None) => (cfg.smtp.username.clone(), None),
+        };
+        n.delivery = Some(Delivery {
+            mailer: mail::Mailer::from_config(cfg, username, password)?,
+            mail_from: cfg.mail_from.clone().unwrap_or_default(),
+            webhooks: webhook::WebhookClient::new(
+                cfg.webhook_timeout,
+                cfg.webhook_allow_local_network,
+                &[],
+            )?,
+            log_host: cfg.webhook_log_host,
+            keys,
+            dry_run: false,
+        });
+        Ok(n)
+    }
+
+    /// A copy that sends no email and makes no request (`hk run --dry-run`).
+    pub fn dry_run(&self) -> Notifier {
+        let mut n = self.clone();
+        if let Some(d) = &mut n.delivery {
+            d.dry_run = true;
+        }
+        n
+    }
+}
+
+/// The embedded defaults of `hk` (local mode) for variables that are not set: the
+/// `file` email transport under the system temp directory, a placeholder instance, and
+/// the demo `db_key_base` that encrypted the demo hooks. Lambda never uses these.
+pub fn hk_default(key: &str) -> Option<String> {
+    match key {
+        "GITLAB_BASE_URL" => Some("https://gitlab.example.com".into()),
+        "EMAIL_TRANSPORT" => Some("file".into()),
+        "EMAIL_FILE_DIR" => Some(
+            std::env::temp_dir()
+                .join("hk-mail")
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        "MAIL_FROM" => Some("GitLab <gitlab@gitlab.example.com>".into()),
+        "GITLAB_DB_KEY_BASE" => Some(crate::demo::DEMO_DB_KEY_BASE.into()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instance_defaults_its_ssh_prefix_to_the_base_host() {
+        let i = Instance::new("https://gitlab.example.com/", None, "18.0.0").unwrap();
+        assert_eq!(i.base_url, "https://gitlab.example.com");
+        assert_eq!(i.host, "gitlab.example.com");
+        assert_eq!(i.ssh_url_prefix, "git@gitlab.example.com:");
+        let i = Instance::new(
+            "http://gl.local:8080",
+            Some("ssh://git@gl.local:2222/"),
+            "17.9",
+        )
+        .unwrap();
+        assert_eq!(i.ssh_url_prefix, "ssh://git@gl.local:2222/");
+        assert_eq!(i.host, "gl.local");
+    }
+
+    #[test]
+    fn smtp_secrets_are_plain_or_json() {
+        let (u, p) = smtp_secret("hunter2\n");
+        assert_eq!((u, p.expose()), (None, "hunter2"));
+        let (u, p) = smtp_secret(r#"{"username":"mailer","password":"pw"}"#);
+        assert_eq!((u.as_deref(), p.expose()), (Some("mailer"), "pw"));
+    }
+
+    #[tokio::test]
+    async fn hk_defaults_build_a_file_mailer_and_the_demo_keys() {
+        let cfg = NotifyConfig::from_lookup(&hk_default).unwrap();
+        let n = Notifier::full(&cfg, None).await.unwrap();
+        let d = n.delivery.as_ref().unwrap();
+        assert!(matches!(d.mailer, mail::Mailer::File(_)));
+        assert!(!d.dry_run && n.dry_run().delivery.unwrap().dry_run);
+        assert!(Notifier::for_function(Function::DeleteUser, &cfg, None)
+            .await
+            .unwrap()
+            .is_none());
+        let p = Notifier::for_function(Function::PatExpiring, &cfg, None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(p.delivery.is_none());
+    }
+}

@@ -1,0 +1,524 @@
+//! Web-hook requests (b28 §10.3–§10.5, ⚑ D23).
+//!
+//! Owns: the target-safety check (schemes, loopback/private/link-local/metadata
+//! ranges, IPv4-mapped IPv6 checked as IPv4), the [`Network`] port (name resolution
+//! and TCP connects, so tests can resolve names to public addresses and route them to
+//! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that connects to
+//! the address it checked (pinned: DNS cannot change between check and connect),
+//! speaks TLS through native-tls with SNI and certificate checks for the URL's host,
+//! sends exactly the headers it is given, never follows redirects, and applies one
+//! timeout to the whole request. It knows nothing of hooks rows or logs: the worker
+//! does. The auto-disabling rules of §10.4 are the pure [`HookState`] functions.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use http_body_util::Full;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::error::{Error, Result};
+
+/// Name resolution and TCP connects (a port, so tests can simulate DNS).
+#[async_trait]
+pub trait Network: Send + Sync {
+    /// Resolve `host` (never an IP literal) to addresses.
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
+    /// Open a TCP connection to exactly `addr`.
+    async fn connect(&self, addr: SocketAddr) -> std::io::Result<TcpStream>;
+}
+
+/// The operating system's resolver and sockets.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemNetwork;
+
+#[async_trait]
+impl Network for SystemNetwork {
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> std::io::Result<TcpStream> {
+        TcpStream::connect(addr).await
+    }
+}
+
+/// Why a target is refused (the `reason` of `Webhook target refused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not an `http`/`https` URL with a host.
+    InvalidUrl,
+    /// An address in a local, private, link-local, metadata or multicast range.
+    LocalNetwork,
+}
+
+impl Refusal {
+    /// The log's `reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::InvalidUrl => "invalid_url",
+            Refusal::LocalNetwork => "local_network",
+        }
+    }
+}
+
+fn v4_blocked(ip: Ipv4Addr) -> bool {
+    let o = ip.octets();
+    o[0] == 0                                   // 0.0.0.0/8
+        || o[0] == 10                           // 10.0.0.0/8
+        || (o[0] == 100 && (o[1] & 0xC0) == 64) // 100.64.0.0/10
+        || o[0] == 127                          // 127.0.0.0/8
+        || (o[0] == 169 && o[1] == 254)         // 169.254.0.0/16 (metadata included)
+        || (o[0] == 172 && (o[1] & 0xF0) == 16) // 172.16.0.0/12
+        || (o[0] == 192 && o[1] == 168)         // 192.168.0.0/16
+        || o[0] >= 224 // 224.0.0.0/4 and 240.0.0.0/4
+}
+
+fn v6_blocked(ip: Ipv6Addr) -> bool {
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return v4_blocked(v4);
+    }
+    let s = ip.segments();
+    ip.is_unspecified()                 // ::/128
+        || ip.is_loopback()             // ::1/128
+        || (s[0] & 0xFE00) == 0xFC00    // fc00::/7
+        || (s[0] & 0xFFC0) == 0xFE80    // fe80::/10
+        || (s[0] & 0xFF00) == 0xFF00 // ff00::/8
+}
+
+/// Whether an address lies in a range that §10.5 refuses.
+pub fn is_local_network(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4_blocked(v4),
+        IpAddr::V6(v6) => v6_blocked(v6),
+    }
+}
+
+/// A parsed, checkable target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Whether TLS is used.
+    pub https: bool,
+    /// The host as written (brackets removed for IPv6).
+    pub host: String,
+    /// The port (explicit or the scheme's default).
+    pub port: u16,
+    /// Path and query, at least `/`.
+    pub path_and_query: String,
+    /// The `Host` header value.
+    pub host_header: String,
+    /// The literal address, when the host is one.
+    pub literal: Option<IpAddr>,
+}
+
+/// Parse a hook URL; only `http` and `https` with a host are accepted.
+pub fn parse_target(url: &str) -> std::result::Result<Target, Refusal> {
+    let u = url::Url::parse(url).map_err(|_| Refusal::InvalidUrl)?;
+    let https = match u.scheme() {
+        "https" => true,
+        "http" => false,
+        _ => return Err(Refusal::InvalidUrl),
+    };
+    let (host, literal) = match u.host() {
+        Some(url::Host::Domain(d)) if !d.is_empty() => (d.to_string(), None),
+        Some(url::Host::Ipv4(a)) => (a.to_string(), Some(IpAddr::V4(a))),
+        Some(url::Host::Ipv6(a)) => (a.to_string(), Some(IpAddr::V6(a))),
+        _ => return Err(Refusal::InvalidUrl),
+    };
+    let port = u.port_or_known_default().ok_or(Refusal::InvalidUrl)?;
+    let mut path_and_query = u.path().to_string();
+    if path_and_query.is_empty() {
+        path_and_query.push('/');
+    }
+    if let Some(q) = u.query() {
+        path_and_query.push('?');
+        path_and_query.push_str(q);
+    }
+    let shown = match literal {
+        Some(IpAddr::V6(_)) => format!("[{host}]"),
+        _ => host.clone(),
+    };
+    let host_header = match u.port() {
+        Some(p) => format!("{shown}:{p}"),
+        None => shown,
+    };
+    Ok(Target {
+        https,
+        host,
+        port,
+        path_and_query,
+        host_header,
+        literal,
+    })
+}
+
+/// How one request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// The target was refused before any connection (§10.5).
+    Refused(Refusal),
+    /// A response arrived (any status).
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// Time from the start of the request to the response head.
+        duration: Duration,
+    },
+    /// No response: a timeout, a resolution, connection, TLS or protocol error.
+    Failed {
+        /// `timeout`, `dns`, `connect`, `tls` or `http`.
+        error_class: &'static str,
+    },
+}
+
+/// The HTTP client of `deliver-notification`, built once at cold start.
+#[derive(Clone)]
+pub struct WebhookClient {
+    network: Arc<dyn Network>,
+    verifying: native_tls::TlsConnector,
+    trusting: native_tls::TlsConnector,
+    timeout: Duration,
+    allow_local_network: bool,
+}
+
+impl std::fmt::Debug for WebhookClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookClient")
+            .field("timeout", &self.timeout)
+            .field("allow_local_network", &self.allow_local_network)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebhookClient {
+    /// A client on the system network and the system roots (plus `extra_roots`, for
+    /// private CAs and tests).
+    pub fn new(
+        timeout: Duration,
+        allow_local_network: bool,
+        extra_roots: &[native_tls::Certificate],
+    ) -> Result<WebhookClient> {
+        let mut b = native_tls::TlsConnector::builder();
+        for c in extra_roots {
+            b.add_root_certificate(c.clone());
+        }
+        let verifying = b
+            .build()
+            .map_err(|e| Error::Config(format!("web-hook TLS setup failed: {e}")))?;
+        let trusting = native_tls::TlsConnector::builder()
+            .danger_accept_invalid_certs(true)
+            .danger_accept_invalid_hostnames(true)
+            .build()
+            .map_err(|e| Error::Config(format!("web-hook TLS setup failed: {e}")))?;
+        Ok(WebhookClient {
+            network: Arc::new(SystemNetwork),
+            verifying,
+            trusting,
+            timeout,
+            allow_local_network,
+        })
+    }
+
+    /// The same client on another network (tests).
+    pub fn with_network(mut self, network: Arc<dyn Network>) -> WebhookClient {
+        self.network = network;
+        self
+    }
+
+    /// Check a target: resolve it and refuse it if any address is local (unless
+    /// allowed). Returns the checked addresses to connect to.
+    pub async fn check(
+        &self,
+        target: &Target,
+    ) -> std::result::Result<Vec<SocketAddr>, PostOutcome> {
+        let addrs = match target.literal {
+            Some(ip) => vec![SocketAddr::new(ip, target.port)],
+            None => match tokio::time::timeout(
+                self.timeout,
+                self.network.resolve(&target.host, target.port),
+            )
+            .await
+            {
+                Ok(Ok(a)) if !a.is_empty() => a,
+                Ok(_) => return Err(PostOutcome::Failed { error_class: "dns" }),
+                Err(_) => {
+                    return Err(PostOutcome::Failed {
+                        error_class: "timeout",
+                    })
+                }
+            },
+        };
+        if !self.allow_local_network && addrs.iter().any(|a| is_local_network(a.ip())) {
+            return Err(PostOutcome::Refused(Refusal::LocalNetwork));
+        }
+        Ok(addrs)
+    }
+
+    /// POST `body` to `url` with exactly `headers` (plus `Host` and `Content-Length`).
+    /// Redirects are never followed: a 3xx is just a status.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        verify_tls: bool,
+    ) -> PostOutcome {
+        let target = match parse_target(url) {
+            Ok(t) => t,
+            Err(r) => return PostOutcome::Refused(r),
+        };
+        let started = Instant::now();
+        let addrs = match self.check(&target).await {
+            Ok(a) => a,
+            Err(outcome) => return outcome,
+        };
+        let remaining = self.timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(
+            remaining,
+            self.exchange(&target, &addrs, headers, body, verify_tls),
+        )
+        .await
+        {
+            Ok(Ok(status)) => PostOutcome::Status {
+                status,
+                duration: started.elapsed(),
+            },
+            Ok(Err(error_class)) => PostOutcome::Failed { error_class },
+            Err(_) => PostOutcome::Failed {
+                error_class: "timeout",
+            },
+        }
+    }
+
+    async fn exchange(
+        &self,
+        target: &Target,
+        addrs: &[SocketAddr],
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        verify_tls: bool,
+    ) -> std::result::Result<u16, &'static str> {
+        // Pinned: only the checked addresses, in order.
+        let mut tcp = None;
+        for a in addrs {
+            if let Ok(s) = self.network.connect(*a).await {
+                tcp = Some(s);
+                break;
+            }
+        }
+        let tcp = tcp.ok_or("connect")?;
+        let mut req = hyper::Request::post(target.path_and_query.as_str())
+            .header(hyper::header::HOST, target.host_header.as_str());
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        let req = req.body(Full::new(body)).map_err(|_| "http")?;
+        if target.https {
+            let connector = if verify_tls {
+                &self.verifying
+            } else {
+                &self.trusting
+            };
+            let tls = tokio_native_tls::TlsConnector::from(connector.clone())
+                .connect(&target.host, tcp)
+                .await
+                .map_err(|_| "tls")?;
+            send(TokioIo::new(tls), req).await
+        } else {
+            send(TokioIo::new(tcp), req).await
+        }
+    }
+}
+
+async fn send<IO>(
+    io: IO,
+    req: hyper::Request<Full<Bytes>>,
+) -> std::result::Result<u16, &'static str>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|_| "http")?;
+    let driver = tokio::spawn(conn);
+    let result = sender.send_request(req).await.map(|r| r.status().as_u16());
+    driver.abort();
+    result.map_err(|_| "http")
+}
+
+/// `recent_failures` and `disabled_until` of a hook (§10.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookState {
+    /// `recent_failures`.
+    pub recent_failures: i16,
+    /// `disabled_until`.
+    pub disabled_until: Option<DateTime<Utc>>,
+}
+
+/// `TEMPORARILY_DISABLED_FAILURE_THRESHOLD`.
+const TEMPORARY_THRESHOLD: i16 = 3;
+/// `PERMANENTLY_DISABLED_FAILURE_THRESHOLD`.
+const PERMANENT_THRESHOLD: i16 = 39;
+
+impl HookState {
+    /// `recent_failures > 39 OR (recent_failures > 3 AND disabled_until IS NULL)`.
+    pub fn permanently_disabled(&self) -> bool {
+        self.recent_failures > PERMANENT_THRESHOLD
+            || (self.recent_failures > TEMPORARY_THRESHOLD && self.disabled_until.is_none())
+    }
+
+    /// `disabled_until IS NOT NULL AND disabled_until >= now`.
+    pub fn temporarily_disabled(&self, now: DateTime<Utc>) -> bool {
+        self.disabled_until.is_some_and(|d| d >= now)
+    }
+
+    /// Neither disabled state.
+    pub fn executable(&self, now: DateTime<Utc>) -> bool {
+        !self.permanently_disabled() && !self.temporarily_disabled(now)
+    }
+
+    /// The state after a success, or `None` when nothing changes.
+    pub fn after_success(&self) -> Option<HookState> {
+        (self.recent_failures != 0 || self.disabled_until.is_some()).then_some(HookState {
+            recent_failures: 0,
+            disabled_until: None,
+        })
+    }
+
+    /// The state after a failure, or `None` when the hook is no longer executable.
+    /// `new = min(old + 1, 40)`; past 3 failures the hook is disabled for
+    /// `clamp(60 s × 2^(old − 3), 60 s, 1 day)`.
+    pub fn after_failure(&self, now: DateTime<Utc>) -> Option<HookState> {
+        if !self.executable(now) {
+            return None;
+        }
+        let old = self.recent_failures;
+        let new = (old + 1).min(PERMANENT_THRESHOLD + 1);
+        let disabled_until = if new > TEMPORARY_THRESHOLD {
+            let exp = i32::from(old - TEMPORARY_THRESHOLD).clamp(0, 20) as u32;
+            let secs = (60i64 << exp).clamp(60, 86_400);
+            Some(now + chrono::Duration::seconds(secs))
+        } else {
+            self.disabled_until
+        };
+        Some(HookState {
+            recent_failures: new,
+            disabled_until,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn local_private_link_local_and_metadata_ranges_are_refused() {
+        for s in [
+            "0.0.0.0",
+            "10.1.2.3",
+            "100.64.0.1",
+            "100.127.255.255",
+            "127.0.0.1",
+            "169.254.169.254",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_local_network(ip(s)), "{s} must be refused");
+        }
+        for s in [
+            "1.1.1.1",
+            "100.63.255.255",
+            "100.128.0.0",
+            "172.15.255.255",
+            "172.32.0.0",
+            "203.0.113.10",
+            "223.255.255.255",
+            "2001:db8::1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            assert!(!is_local_network(ip(s)), "{s} must be allowed");
+        }
+    }
+
+    #[test]
+    fn only_http_and_https_urls_with_a_host_are_targets() {
+        let t = parse_target("https://hooks.example.com/x?a=1").unwrap();
+        assert!(t.https);
+        assert_eq!((t.host.as_str(), t.port), ("hooks.example.com", 443));
+        assert_eq!(t.path_and_query, "/x?a=1");
+        assert_eq!(t.host_header, "hooks.example.com");
+        assert_eq!(t.literal, None);
+        let t = parse_target("http://[::1]:8080").unwrap();
+        assert_eq!(t.literal, Some(ip("::1")));
+        assert_eq!(t.host_header, "[::1]:8080");
+        assert_eq!(t.path_and_query, "/");
+        for bad in [
+            "ftp://example.com/",
+            "file:///etc/passwd",
+            "not a url",
+            "http://",
+        ] {
+            assert_eq!(parse_target(bad), Err(Refusal::InvalidUrl), "{bad}");
+        }
+    }
+
+    #[test]
+    fn failures_back_off_after_three_and_disable_for_good_after_forty() {
+        let now: DateTime<Utc> = "2025-03-10T01:00:00Z".parse().unwrap();
+        let s = |f: i16, d: Option<i64>| HookState {
+            recent_failures: f,
+            disabled_until: d.map(|s| now + chrono::Duration::seconds(s)),
+        };
+        assert_eq!(s(0, None).after_failure(now), Some(s(1, None)));
+        assert_eq!(s(2, None).after_failure(now), Some(s(3, None)));
+        assert_eq!(s(3, None).after_failure(now), Some(s(4, Some(60))));
+        assert_eq!(s(4, Some(-1)).after_failure(now), Some(s(5, Some(120))));
+        assert_eq!(
+            s(13, Some(-1)).after_failure(now),
+            Some(s(14, Some(61_440)))
+        );
+        assert_eq!(
+            s(20, Some(-1)).after_failure(now),
+            Some(s(21, Some(86_400)))
+        );
+        assert_eq!(
+            s(39, Some(-1)).after_failure(now),
+            Some(s(40, Some(86_400)))
+        );
+        // Not executable: nothing changes.
+        assert_eq!(s(40, Some(-1)).after_failure(now), None);
+        assert_eq!(s(5, Some(3600)).after_failure(now), None);
+        assert_eq!(s(4, None).after_failure(now), None);
+        assert!(s(5, Some(0)).temporarily_disabled(now));
+        assert!(s(5, Some(-1)).executable(now));
+        assert!(s(4, None).permanently_disabled());
+        assert!(s(3, None).executable(now));
+        assert_eq!(s(2, None).after_success(), Some(s(0, None)));
+        assert_eq!(s(0, Some(-5)).after_success(), Some(s(0, None)));
+        assert_eq!(s(0, None).after_success(), None);
+    }
+}

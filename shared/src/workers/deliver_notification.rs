@@ -1,0 +1,416 @@
+//! B28 `deliver-notification` (b28-pat-expiring.md §10, common.md §9.11).
+//!
+//! Owns: one delivery per record. Emails: the recipient is re-read (missing or unable
+//! to receive notifications: skipped), the address is `notification_address(u)` read
+//! now, the mail is rendered and sent with a `Message-ID` derived from the message
+//! key; 5xx is final, anything else that fails is retryable. Web hooks: the hook row is
+//! re-read (stale, disabled), URL and token are decrypted from it, the target is
+//! checked and pinned, the body is POSTed unchanged with GitLab's headers and an
+//! `Idempotency-Key`, and the outcome is recorded on the hook row (§10.4) in its own
+//! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
+//! the host only when `WEBHOOK_LOG_HOST` is true.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::header::{HeaderName, HeaderValue};
+use serde_json::json;
+use tokio_postgres::GenericClient;
+
+use crate::batches::pat_expiring::CAN_RECEIVE_NOTIFICATIONS;
+use crate::error::{Error, Result};
+use crate::messages::{EmailNotification, Envelope, WebhookNotification};
+use crate::notify::mail::{self, SendOutcome};
+use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
+use crate::notify::{Delivery, Instance, Notifier};
+use crate::retry_transient;
+use crate::runtime::{Invocation, Report};
+
+fn delivery<'a>(inv: &Invocation<'a>) -> Result<(&'a Instance, &'a Delivery)> {
+    let n: &'a Notifier = inv.notifier.ok_or_else(|| {
+        Error::Config("deliver-notification has no delivery configuration".into())
+    })?;
+    let d = n.delivery.as_ref().ok_or_else(|| {
+        Error::Config("deliver-notification has no delivery configuration".into())
+    })?;
+    Ok((&n.instance, d))
+}
+
+/// The recipient as read at delivery time.
+struct Recipient {
+    display_name: String,
+    address: String,
+    can_receive: bool,
+}
+
+async fn load_recipient<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<Recipient>> {
+    let row = c
+        .query_opt(
+            &format!(
+                "SELECT COALESCE(NULLIF(u.name, ''), u.username, ''),
+                        COALESCE(NULLIF(u.notification_email, ''), u.email, ''),
+                        {CAN_RECEIVE_NOTIFICATIONS}
+                 FROM users u WHERE u.id = $1::bigint"
+            ),
+            &[&user_id],
+        )
+        .await?;
+    Ok(row.map(|r| Recipient {
+        display_name: r.get(0),
+        address: r.get(1),
+        can_receive: r.get(2),
+    }))
+}
+
+async fn email<C: GenericClient>(
+    inv: &Invocation<'_>,
+    client: &C,
+    env: &Envelope,
+) -> Result<Report> {
+    let n: EmailNotification = env.payload()?;
+    let (instance, d) = delivery(inv)?;
+    let user_id = n.recipient_user_id();
+    let template = n.template();
+    let report = |status: &str, outcome: &str| {
+        Report::new(
+            status,
+            json!({"kind": "email", "user_id": user_id, "template": template, "outcome": outcome}),
+        )
+    };
+    let recipient = match load_recipient(client, user_id).await? {
+        Some(r) if r.can_receive && !r.address.trim().is_empty() => r,
+        _ => {
+            tracing::info!(
+                user_id,
+                template,
+                "Notification skipped: recipient cannot receive notifications"
+            );
+            return Ok(report("stale", "recipient_cannot_receive"));
+        }
+    };
+    let rendered = mail::render(&n, &recipient.display_name, instance);
+    let message_id = mail::message_id(&env.message_key, instance);
+    if d.dry_run {
+        tracing::info!(user_id, template, "Email not sent: dry run");
+        return Ok(report("completed", "dry_run"));
+    }
+    match d
+        .mailer
+        .send(
+            &d.mail_from,
+            recipient.address.trim(),
+            &recipient.display_name,
+            &rendered,
+            &message_id,
+            user_id,
+            template,
+        )
+        .await?
+    {
+        SendOutcome::Accepted => {
+            tracing::info!(user_id, template, "Email delivered");
+            Ok(report("completed", "delivered"))
+        }
+        SendOutcome::Rejected { smtp_code } => {
+            tracing::error!(user_id, smtp_code, "Email rejected");
+            Ok(report("completed", "rejected"))
+        }
+    }
+}
+
+/// The hook row as read at delivery time.
+struct Hook {
+    subscribed: bool,
+    url: Option<(String, String)>,
+    token: Option<(String, String)>,
+    verify_tls: bool,
+    state: HookState,
+}
+
+async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>> {
+    let row = c
+        .query_opt(
+            "SELECT type IN ('ProjectHook', 'GroupHook') AND resource_access_token_events,
+                    encrypted_url, encrypted_url_iv, encrypted_token, encrypted_token_iv,
+                    COALESCE(enable_ssl_verification, true), recent_failures::int2,
+                    disabled_until::timestamptz
+             FROM web_hooks WHERE id = $1::bigint",
+            &[&hook_id],
+        )
+        .await?;
+    let pair = |v: Option<String>, iv: Option<String>| match (v, iv) {
+        (Some(v), Some(iv)) if !v.trim().is_empty() => Some((v, iv)),
+        _ => None,
+    };
+    Ok(row.map(|r| Hook {
+        subscribed: r.get::<_, Option<bool>>(0).unwrap_or(false),
+        url: pair(r.get(1), r.get(2)),
+        token: pair(r.get(3), r.get(4)),
+        verify_tls: r.get(5),
+        state: HookState {
+            recent_failures: r.get(6),
+            disabled_until: r.get(7),
+        },
+    }))
+}
+
+/// Record a success or failure on the hook row (§10.4), under its row lock, in its
+/// own transaction. Returns whether the row changed.
+async fn record<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    hook_id: i64,
+    success: bool,
+) -> Result<bool>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    let Some(row) = tx
+        .query_opt(
+            "SELECT recent_failures::int2, disabled_until::timestamptz FROM web_hooks
+             WHERE id = $1::bigint FOR UPDATE",
+            &[&hook_id],
+        )
+        .await?
+    else {
+        tx.commit().await?;
+        return Ok(false);
+    };
+    let state = HookState {
+        recent_failures: row.get(0),
+        disabled_until: row.get(1),
+    };
+    let next = if success {
+        state.after_success()
+    } else {
+        state.after_failure(inv.now)
+    };
+    if let Some(next) = next {
+        tx.execute(
+            "UPDATE web_hooks SET recent_failures = $2::int2, disabled_until = $3::timestamptz
+             WHERE id = $1::bigint",
+            &[&hook_id, &next.recent_failures, &next.disabled_until],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(next.is_some())
+}
+
+/// The headers of §10.3, in a fixed order.
+fn hook_headers(
+    instance: &Instance,
+    env: &Envelope,
+    event_key: &str,
+    token: &str,
+) -> Result<Vec<(HeaderName, HeaderValue)>> {
+    let uuid = |k: &str| uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, k.as_bytes()).to_string();
+    let value = |v: String| {
+        HeaderValue::from_str(&v)
+            .map_err(|_| Error::Invariant("a web-hook header value is not valid".into()))
+    };
+    let mut h = vec![
+        (
+            hyper::header::CONTENT_TYPE,
+            value("application/json".into())?,
+        ),
+        (
+            hyper::header::USER_AGENT,
+            value(format!("GitLab/{}", instance.version))?,
+        ),
+        (
+            HeaderName::from_static("x-gitlab-event"),
+            value("Resource Access Token Hook".into())?,
+        ),
+        (
+            HeaderName::from_static("x-gitlab-instance"),
+            value(instance.base_url.clone())?,
+        ),
+        (
+            HeaderName::from_static("x-gitlab-webhook-uuid"),
+            value(uuid(&env.message_key))?,
+        ),
+        (
+            HeaderName::from_static("x-gitlab-event-uuid"),
+            value(uuid(event_key))?,
+        ),
+        (
+            HeaderName::from_static("idempotency-key"),
+            value(env.message_key.clone())?,
+        ),
+    ];
+    if !token.is_empty() {
+        let mut v = HeaderValue::from_str(token).map_err(|_| Error::Delivery {
+            class: "decrypt",
+            message: "the web-hook token is not a valid header value".into(),
+        })?;
+        v.set_sensitive(true);
+        h.push((HeaderName::from_static("x-gitlab-token"), v));
+    }
+    Ok(h)
+}
+
+async fn webhook<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let p: WebhookNotification = env.payload()?;
+    let (instance, d) = delivery(inv)?;
+    let hook_id = p.hook_id;
+    let report = |status: &str, outcome: &str| {
+        Report::new(
+            status,
+            json!({"kind": "webhook", "hook_id": hook_id, "outcome": outcome}),
+        )
+    };
+    let hook = match load_hook(&*client, hook_id).await? {
+        Some(h) if h.subscribed => h,
+        _ => {
+            tracing::info!(hook_id, "Webhook skipped: hook no longer subscribed");
+            return Ok(report("stale", "not_subscribed"));
+        }
+    };
+    if !hook.state.executable(inv.now) {
+        let disabled_until = hook.state.disabled_until.map(crate::clock::rfc3339);
+        tracing::info!(
+            hook_id,
+            recent_failures = hook.state.recent_failures,
+            disabled_until = disabled_until.as_deref(),
+            "Webhook skipped: hook disabled"
+        );
+        return Ok(report("skipped", "disabled"));
+    }
+    let decrypt_failed = || {
+        tracing::error!(hook_id, "Webhook secret decryption failed");
+        Error::Delivery {
+            class: "decrypt",
+            message: format!("web hook {hook_id}: secret decryption failed"),
+        }
+    };
+    let url = match &hook.url {
+        Some((v, iv)) => d.keys.decrypt(v, iv).map_err(|_| decrypt_failed())?,
+        None => return Err(decrypt_failed()),
+    };
+    let token = match &hook.token {
+        Some((v, iv)) => d.keys.decrypt(v, iv).map_err(|_| decrypt_failed())?,
+        None => String::new(),
+    };
+    let host = webhook::parse_target(&url).ok().map(|t| t.host);
+    let log_host = if d.log_host { host.as_deref() } else { None };
+    if d.dry_run {
+        tracing::info!(hook_id, host = log_host, "Webhook not sent: dry run");
+        return Ok(report("completed", "dry_run"));
+    }
+    let headers = hook_headers(instance, env, &p.event_key, &token)?;
+    let body = Bytes::from(serde_json::to_vec(&p.body).expect("a JSON value serializes"));
+    let started = Instant::now();
+    let outcome = d.webhooks.post(&url, &headers, body, hook.verify_tls).await;
+    let (success, outcome_label) = match outcome {
+        PostOutcome::Refused(r) => {
+            tracing::warn!(
+                hook_id,
+                reason = r.reason(),
+                host = log_host,
+                "Webhook target refused"
+            );
+            (
+                false,
+                if r == Refusal::LocalNetwork {
+                    "refused"
+                } else {
+                    "invalid_url"
+                },
+            )
+        }
+        PostOutcome::Status { status, duration } if (200..400).contains(&status) => {
+            tracing::info!(
+                hook_id,
+                status,
+                duration_ms = duration.as_millis() as u64,
+                host = log_host,
+                "Webhook delivered"
+            );
+            (true, "delivered")
+        }
+        PostOutcome::Status { status, .. } => {
+            tracing::warn!(
+                hook_id,
+                status,
+                duration_ms = started.elapsed().as_millis() as u64,
+                host = log_host,
+                "Webhook delivery failed"
+            );
+            (false, "failed")
+        }
+        PostOutcome::Failed { error_class } => {
+            tracing::warn!(
+                hook_id,
+                error_class,
+                host = log_host,
+                "Webhook delivery failed"
+            );
+            (false, "failed")
+        }
+    };
+    retry_transient!(record(inv, client, hook_id, success).await)?;
+    Ok(report("completed", outcome_label))
+}
+
+/// Handle one `deliver-notification.email` or `.webhook` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    match env.kind.as_str() {
+        "deliver-notification.email" => email(inv, &*client, env).await,
+        "deliver-notification.webhook" => webhook(inv, client, env).await,
+        other => Err(Error::Malformed(format!(
+            "deliver-notification does not accept `{other}`"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_are_gitlabs_with_deterministic_uuids_and_the_key() {
+        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+        let env = Envelope::new(
+            "deliver-notification.webhook",
+            "pat-expiring:seven_days:bot:20:token:20:hook:1".into(),
+            "r",
+            chrono::Utc::now(),
+            json!({}),
+        );
+        let ev = "pat-expiring:seven_days:bot:20:token:20";
+        let h = hook_headers(&instance, &env, ev, "").unwrap();
+        let names: Vec<&str> = h.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "content-type",
+                "user-agent",
+                "x-gitlab-event",
+                "x-gitlab-instance",
+                "x-gitlab-webhook-uuid",
+                "x-gitlab-event-uuid",
+                "idempotency-key"
+            ]
+        );
+        assert_eq!(h[1].1, "GitLab/18.0.0");
+        let again = hook_headers(&instance, &env, ev, "s3cr3t").unwrap();
+        assert_eq!(again[4].1, h[4].1);
+        assert_ne!(h[4].1, h[5].1);
+        assert_eq!(
+            h[5].1,
+            uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, ev.as_bytes()).to_string()
+        );
+        assert_eq!(again.last().unwrap().0, "x-gitlab-token");
+        assert!(again.last().unwrap().1.is_sensitive());
+        // A token that cannot be a header value is a decryption-class failure.
+        assert!(hook_headers(&instance, &env, ev, "bad\ntoken").is_err());
+    }
+}

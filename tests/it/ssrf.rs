@@ -1,0 +1,161 @@
+//! Web-hook target safety (b28 §10.5) against request forgery, on the real client
+//! (`WebhookClient`, system resolver) and a real receiver on 127.0.0.1: every
+//! spelling of a loopback, private, link-local or metadata address (decimal, hex,
+//! octal and short IPv4 forms, IPv4-mapped IPv6 in both notations, AWS's IPv6
+//! metadata address, user-info and fragment tricks, names that resolve to loopback)
+//! is refused by default and never reaches the receiver, while the same URLs do reach
+//! it when local targets are explicitly allowed, so each refusal is a real one. A
+//! public name whose endpoint redirects to the metadata service costs one request to
+//! the checked address and nothing more. (The B28 suite covers names resolving to
+//! private addresses, mixed answers and pinning through its test network.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use integration_tests::sinks::http::HttpReceiver;
+use integration_tests::sinks::net::TestNetwork;
+use shared::notify::webhook::{PostOutcome, Refusal, WebhookClient};
+
+fn client(allow_local: bool) -> WebhookClient {
+    WebhookClient::new(Duration::from_secs(3), allow_local, &[]).unwrap()
+}
+
+async fn post(c: &WebhookClient, url: &str) -> PostOutcome {
+    c.post(url, &[], Bytes::from_static(b"{}"), true).await
+}
+
+#[tokio::test]
+async fn every_spelling_of_loopback_is_refused_by_default_and_reaches_it_only_when_allowed() {
+    let rx = HttpReceiver::start().await;
+    let p = rx.addr.port();
+    let spellings = [
+        format!("http://127.0.0.1:{p}/x"),
+        format!("http://2130706433:{p}/x"),
+        format!("http://0x7f000001:{p}/x"),
+        format!("http://0177.0.0.1:{p}/x"),
+        format!("http://127.1:{p}/x"),
+        format!("http://0x7f.1:{p}/x"),
+        format!("http://127.000.000.001:{p}/x"),
+        format!("http://[::ffff:127.0.0.1]:{p}/x"),
+        format!("http://[::ffff:7f00:1]:{p}/x"),
+        format!("http://[0:0:0:0:0:ffff:127.0.0.1]:{p}/x"),
+        format!("http://localhost:{p}/x"),
+        format!("HTTP://LocalHost:{p}/x"),
+        format!("http://hooks.example.com@127.0.0.1:{p}/x"),
+        format!("http://hooks.example.com:pw@localhost:{p}/x"),
+        format!("http://127.0.0.1:{p}/x#@hooks.example.com/"),
+        format!("http://127.0.0.1:{p}/x?@hooks.example.com/"),
+    ];
+    let strict = client(false);
+    for url in &spellings {
+        assert_eq!(
+            post(&strict, url).await,
+            PostOutcome::Refused(Refusal::LocalNetwork),
+            "{url}"
+        );
+    }
+    assert!(rx.requests().is_empty(), "a refused target got a request");
+    // Names that do not resolve here never reach anything either.
+    for url in [format!("http://localhost.:{p}/x")] {
+        let out = post(&strict, &url).await;
+        assert!(
+            matches!(
+                out,
+                PostOutcome::Refused(_) | PostOutcome::Failed { error_class: "dns" }
+            ),
+            "{url}: {out:?}"
+        );
+    }
+    assert!(rx.requests().is_empty());
+    // Allowed explicitly: every spelling really is the receiver.
+    let open = client(true);
+    for url in &spellings {
+        let out = post(&open, url).await;
+        assert!(
+            matches!(out, PostOutcome::Status { status: 200, .. }),
+            "{url}: {out:?}"
+        );
+    }
+    assert_eq!(rx.requests().len(), spellings.len());
+}
+
+#[tokio::test]
+async fn metadata_private_link_local_and_unspecified_targets_are_refused_without_a_connection() {
+    let net = Arc::new(TestNetwork::new());
+    // Names of cloud metadata services and internal hosts, resolved as they would be.
+    net.name("metadata.google.internal", &["169.254.169.254"])
+        .name("instance-data.ec2.internal", &["169.254.169.254"])
+        .name("imds6.example.com", &["fd00:ec2::254"])
+        .name("alibaba-meta.example.com", &["100.100.100.200"])
+        .name("rebind.example.com", &["203.0.113.9", "169.254.169.254"]);
+    let strict = client(false).with_network(net.clone());
+    for url in [
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "http://169.254.170.2/v2/credentials",
+        "http://[fd00:ec2::254]/latest/meta-data/",
+        "http://2852039166/latest/meta-data/",
+        "http://0xa9fea9fe/latest/meta-data/",
+        "http://0251.0376.0251.0376/latest/meta-data/",
+        "http://[::ffff:a9fe:a9fe]/latest/meta-data/",
+        "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://10.0.0.1/",
+        "http://172.16.5.4/",
+        "http://192.168.1.1/",
+        "http://0.0.0.0/",
+        "http://0/",
+        "http://[::]/",
+        "http://[::1]/",
+        "http://[fe80::1]/",
+        "http://[fc00::1]/",
+        "http://224.0.0.1/",
+        "http://255.255.255.255/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://instance-data.ec2.internal/latest/meta-data/",
+        "http://imds6.example.com/latest/meta-data/",
+        "http://alibaba-meta.example.com/latest/meta-data/",
+        "http://rebind.example.com/x",
+    ] {
+        assert_eq!(
+            post(&strict, url).await,
+            PostOutcome::Refused(Refusal::LocalNetwork),
+            "{url}"
+        );
+    }
+    for url in [
+        "gopher://169.254.169.254/",
+        "file:///etc/passwd",
+        "ftp://hooks.example.com/",
+        "http://[fe80::1%25eth0]/",
+        "//169.254.169.254/",
+    ] {
+        assert_eq!(
+            post(&strict, url).await,
+            PostOutcome::Refused(Refusal::InvalidUrl),
+            "{url}"
+        );
+    }
+    assert!(net.connects().is_empty(), "no connection was attempted");
+}
+
+#[tokio::test]
+async fn a_redirect_to_the_metadata_service_is_never_followed() {
+    // A public name routed to a receiver that answers 302 to the metadata service,
+    // and a second receiver standing in for an internal service the redirect names.
+    let rx = HttpReceiver::start().await;
+    rx.respond(302);
+    let net = Arc::new(TestNetwork::new());
+    net.name("hooks.example.com", &["203.0.113.20"])
+        .route("203.0.113.20:80", rx.addr);
+    let strict = client(false).with_network(net.clone());
+    let out = post(&strict, "http://hooks.example.com/x").await;
+    assert!(
+        matches!(out, PostOutcome::Status { status: 302, .. }),
+        "{out:?}"
+    );
+    assert_eq!(rx.requests().len(), 1);
+    // Exactly one connection, to the checked public address: the Location (the
+    // metadata service) was neither resolved nor contacted.
+    assert_eq!(net.connects(), vec!["203.0.113.20:80".parse().unwrap()]);
+}
