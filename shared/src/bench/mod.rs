@@ -71,9 +71,9 @@ impl Scale {
             }),
             "small" => Ok(Scale {
                 label: "small".into(),
-                b38_members: 10_000,
+                b38_members: 5_000,
                 keyset_small: 10_000,
-                keyset_large: 200_000,
+                keyset_large: 100_000,
                 queue_messages: 1000,
                 footprint_page: 1000,
                 baseline_pages: None,
