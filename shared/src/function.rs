@@ -2,7 +2,7 @@
 //!
 //! Owns: [`Function`], its name (= Cargo package, binary and SAM resource stem), the
 //! message types it accepts, its timeout, hop limit and queue environment variable.
-//! Adding a function means adding a variant here and a handler in `runtime::dispatch`.
+//! Adding a function means adding a variant here and a line in `handlers!` (`crate::handlers`).
 
 use std::fmt;
 use std::time::Duration;

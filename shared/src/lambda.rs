@@ -1,12 +1,16 @@
 //! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
 //! types (common.md §9.6).
 //!
-//! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session),
-//! turning an `SqsEvent` into one [`runtime::process_record`] call per record, in
-//! order, and the results into an `SqsBatchResponse` with partial batch failures. A
-//! malformed or failed record never fails the batch; a missing `messageId` does,
-//! because Lambda would otherwise treat the whole batch as failed anyway. After a
-//! failed record the session is reset before the next one (§7.1).
+//! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session,
+//! B28's means where the function needs them), turning an `SqsEvent` into one
+//! [`runtime::process_record_with`] call per record, in order, and the results into
+//! an `SqsBatchResponse` with partial batch failures. A malformed or failed record
+//! never fails the batch; a missing `messageId` does, because Lambda would otherwise
+//! treat the whole batch as failed anyway. After a failed record the session is reset
+//! before the next one (§7.1).
+//!
+//! [`run`] is generic over the function's [`FunctionHandler`], so a function binary
+//! links its own handler only; [`handle_event`] (tests) serves every function.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,9 +23,12 @@ use crate::config::{Config, TransportKind};
 use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
+use crate::handlers::{Dispatch, FunctionHandler};
 use crate::queue::sqs::SqsQueue;
 use crate::queue::Queue;
-use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use crate::runtime::{
+    process_record_with, Deadline, Handler, Invocation, RecordMeta, RecordOutcome,
+};
 use crate::telemetry;
 
 /// What a function builds once per execution environment.
@@ -59,8 +66,9 @@ impl From<InvokeError> for Diagnostic {
 }
 
 impl Deps {
-    /// Build the dependencies from configuration (cold start).
-    pub async fn new(function: Function, config: Config) -> Result<Deps, Error> {
+    /// Build the dependencies of `H`'s function from configuration (cold start).
+    pub async fn new<H: FunctionHandler>(config: Config) -> Result<Deps, Error> {
+        let function = H::FUNCTION;
         if config.transport != TransportKind::Sqs {
             return Err(Error::Config(
                 "TRANSPORT=local is for `hk`; a Lambda function needs TRANSPORT=sqs".into(),
@@ -86,8 +94,7 @@ impl Deps {
             config.scheduler.clone(),
             Arc::new(SystemClock),
         );
-        let notifier =
-            crate::notify::Notifier::for_function(function, &config.notify, Some(&aws)).await?;
+        let notifier = H::notifier(&config.notify, &aws).await?;
         Ok(Deps {
             function,
             notifier,
@@ -111,7 +118,7 @@ pub fn aws_from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConf
     let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
     let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER"]
         .iter()
-        .any(|s| service_endpoint(&get, s).is_some());
+        .any(|s| service_endpoint(get, s).is_some());
     let mut b = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .http_client(https_client(custom_endpoint))
@@ -119,7 +126,7 @@ pub fn aws_from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConf
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
         ));
-    if let Some(url) = service_endpoint(&get, "") {
+    if let Some(url) = service_endpoint(get, "") {
         b = b.endpoint_url(url);
     }
     b.build()
@@ -183,8 +190,19 @@ fn remaining(deadline_ms: u64, function: Function) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
-/// Handle one SQS event: every record in order, failures reported per record.
+/// Handle one SQS event with every function's handler ([`Dispatch`]); see
+/// [`handle_event_with`].
 pub async fn handle_event(
+    deps: &Deps,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, InvokeError> {
+    handle_event_with(&Dispatch, deps, event).await
+}
+
+/// Handle one SQS event: every record in order through `handler`, failures reported
+/// per record.
+pub async fn handle_event_with<H: Handler>(
+    handler: &H,
     deps: &Deps,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
@@ -218,7 +236,7 @@ pub async fn handle_event(
         };
         let body = rec.body.as_deref().unwrap_or("");
         let outcome = match deps.session.client().await {
-            Ok(mut client) => process_record(&inv, &mut *client, body, &meta).await,
+            Ok(mut client) => process_record_with(handler, &inv, &mut *client, body, &meta).await,
             Err(e) => {
                 tracing::error!(
                     function = deps.function.name(),
@@ -250,11 +268,27 @@ pub async fn handle_event(
     Ok(response)
 }
 
-/// The whole `main` of a function binary: logs, config, dependencies, runtime loop.
-pub async fn run(function: Function) -> Result<(), lambda_runtime::Error> {
+/// The whole `main` of a function binary: a single-threaded Tokio runtime, then
+/// [`serve`] with `handler` (e.g. `shared::handlers::DeleteUser`).
+///
+/// One thread is enough: records are handled one after another, and Lambda gives a
+/// small function a fraction of a vCPU. It starts faster and keeps a smaller resident
+/// set than the multi-threaded runtime (no worker threads, no per-thread malloc arenas;
+/// issue 8, footprint).
+pub fn run<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime::Error> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(handler))
+}
+
+/// Logs, config, dependencies, then the runtime loop with `handler` serving the
+/// records.
+pub async fn serve<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime::Error> {
+    let function = H::FUNCTION;
     telemetry::init(telemetry::Sink::Stdout);
     let deps = match Config::from_env() {
-        Ok(config) => Deps::new(function, config).await,
+        Ok(config) => Deps::new::<H>(config).await,
         Err(e) => Err(e),
     };
     let deps = match deps {
@@ -264,8 +298,11 @@ pub async fn run(function: Function) -> Result<(), lambda_runtime::Error> {
             return Err(e.into());
         }
     };
-    let deps = &deps;
-    lambda_runtime::run(service_fn(move |event| handle_event(deps, event))).await
+    let (deps, handler) = (&deps, &handler);
+    lambda_runtime::run(service_fn(move |event| {
+        handle_event_with(handler, deps, event)
+    }))
+    .await
 }
 
 #[cfg(test)]

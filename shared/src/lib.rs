@@ -15,6 +15,7 @@ pub mod demo;
 pub mod error;
 pub mod function;
 pub mod gitlab;
+pub mod handlers;
 pub mod lambda;
 pub mod local;
 pub mod locks;

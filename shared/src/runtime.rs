@@ -1,12 +1,14 @@
 //! The handler contract shared by Lambda and `hk` (common.md §6, §8, §9.6, §9.8).
 //!
 //! Owns: [`Invocation`] (the injected `now`, the queue, the settings, the monotonic
-//! deadline and budgets), [`Report`] (what a handler says it did), [`dispatch`] (which
-//! handler serves which function) and [`process_record`], the one per-record pipeline:
+//! deadline and budgets), [`Report`] (what a handler says it did), [`Handler`] (what
+//! serves parsed messages; the implementations are in [`crate::handlers`]) and
+//! [`process_record_with`], the one per-record pipeline:
 //! parse and validate, span with the standard fields, `start` line, handler under
 //! `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
 //! the local runner both call it.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
@@ -157,35 +159,19 @@ impl Report {
     }
 }
 
-/// Run the handler of `inv.function` for a parsed message.
-pub async fn dispatch<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    match inv.function {
-        Function::RemoveExpiredMembers => {
-            crate::batches::remove_expired_members::handle(inv, client, env).await
-        }
-        Function::DeleteUser => crate::workers::delete_user::handle(inv, client, env).await,
-        Function::SchedulePruneDeletions => {
-            crate::batches::schedule_prune_deletions::handle(inv, client, env).await
-        }
-        Function::PruneDeletions => crate::workers::prune_deletions::handle(inv, client, env).await,
-        Function::AdjournedGroupDeletion => {
-            crate::batches::adjourned_group_deletion::handle(inv, client, env).await
-        }
-        Function::GroupDestroy => crate::workers::group_destroy::handle(inv, client, env).await,
-        Function::PlaceholderUserCleanup => {
-            crate::batches::placeholder_user_cleanup::handle(inv, client, env).await
-        }
-        Function::DeletePlaceholderUser => {
-            crate::workers::delete_placeholder_user::handle(inv, client, env).await
-        }
-        Function::PatExpiring => crate::batches::pat_expiring::handle(inv, client, env).await,
-        Function::DeliverNotification => {
-            crate::workers::deliver_notification::handle(inv, client, env).await
-        }
-    }
+/// What serves a function's parsed messages: one function's handler
+/// ([`crate::handlers`], what a function binary links) or all of them
+/// ([`crate::handlers::Dispatch`]).
+pub trait Handler: Sync {
+    /// Handle one parsed, validated message of `inv.function`.
+    fn handle<C>(
+        &self,
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+    ) -> impl Future<Output = Result<Report>> + Send
+    where
+        C: GenericClient + Send + Sync;
 }
 
 /// Facts about a delivered record that the handler does not see.
@@ -240,7 +226,8 @@ fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
     );
 }
 
-/// Process one record end to end: the single pipeline behind every function.
+/// Process one record end to end with every function's handler
+/// ([`process_record_with`] and [`crate::handlers::Dispatch`]): `hk`, benches, tests.
 pub async fn process_record<C>(
     inv: &Invocation<'_>,
     client: &mut C,
@@ -248,6 +235,22 @@ pub async fn process_record<C>(
     meta: &RecordMeta,
 ) -> RecordOutcome
 where
+    C: GenericClient + Send + Sync,
+{
+    process_record_with(&crate::handlers::Dispatch, inv, client, body, meta).await
+}
+
+/// Process one record end to end: the single pipeline behind every function, with
+/// `handler` serving the parsed message.
+pub async fn process_record_with<H, C>(
+    handler: &H,
+    inv: &Invocation<'_>,
+    client: &mut C,
+    body: &str,
+    meta: &RecordMeta,
+) -> RecordOutcome
+where
+    H: Handler,
     C: GenericClient + Send + Sync,
 {
     let span = tracing::info_span!(
@@ -278,7 +281,7 @@ where
             _flatten = %serde_json::json!({ "cursor": cursor }),
             "start"
         );
-        let result = AssertUnwindSafe(dispatch(inv, client, &env))
+        let result = AssertUnwindSafe(handler.handle(inv, client, &env))
             .catch_unwind()
             .await;
         let duration_s = started.elapsed().as_secs_f64();

@@ -1,6 +1,5 @@
 //! The `adjourned-group-deletion` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::AdjournedGroupDeletion).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::AdjournedGroupDeletion)
 }

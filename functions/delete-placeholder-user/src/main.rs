@@ -1,6 +1,5 @@
 //! The `delete-placeholder-user` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::DeletePlaceholderUser).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::DeletePlaceholderUser)
 }

@@ -1,6 +1,5 @@
 //! The `group-destroy` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::GroupDestroy).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::GroupDestroy)
 }

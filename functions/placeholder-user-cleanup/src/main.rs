@@ -1,6 +1,5 @@
 //! The `placeholder-user-cleanup` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::PlaceholderUserCleanup).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::PlaceholderUserCleanup)
 }

@@ -1,6 +1,5 @@
 //! The `prune-deletions` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::PruneDeletions).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::PruneDeletions)
 }

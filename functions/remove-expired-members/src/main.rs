@@ -1,6 +1,5 @@
 //! The `remove-expired-members` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::RemoveExpiredMembers).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::RemoveExpiredMembers)
 }

@@ -1,6 +1,5 @@
 //! The `schedule-prune-deletions` Lambda function: wiring only (see ARCHITECTURE.md).
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    shared::lambda::run(shared::Function::SchedulePruneDeletions).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    shared::lambda::run(shared::handlers::SchedulePruneDeletions)
 }

@@ -181,7 +181,10 @@ pub enum PostOutcome {
 pub struct WebhookClient {
     network: Arc<dyn Network>,
     verifying: native_tls::TlsConnector,
-    trusting: native_tls::TlsConnector,
+    /// For hooks with SSL verification off; built on first use, because native-tls
+    /// loads the system CA store (twice, ~45 ms) even for a connector that trusts
+    /// everything, and most instances never need it (issue 8, footprint).
+    trusting: Arc<std::sync::OnceLock<Option<native_tls::TlsConnector>>>,
     timeout: Duration,
     allow_local_network: bool,
 }
@@ -210,15 +213,10 @@ impl WebhookClient {
         let verifying = b
             .build()
             .map_err(|e| Error::Config(format!("web-hook TLS setup failed: {e}")))?;
-        let trusting = native_tls::TlsConnector::builder()
-            .danger_accept_invalid_certs(true)
-            .danger_accept_invalid_hostnames(true)
-            .build()
-            .map_err(|e| Error::Config(format!("web-hook TLS setup failed: {e}")))?;
         Ok(WebhookClient {
             network: Arc::new(SystemNetwork),
             verifying,
-            trusting,
+            trusting: Arc::default(),
             timeout,
             allow_local_network,
         })
@@ -322,7 +320,16 @@ impl WebhookClient {
             let connector = if verify_tls {
                 &self.verifying
             } else {
-                &self.trusting
+                self.trusting
+                    .get_or_init(|| {
+                        native_tls::TlsConnector::builder()
+                            .danger_accept_invalid_certs(true)
+                            .danger_accept_invalid_hostnames(true)
+                            .build()
+                            .ok()
+                    })
+                    .as_ref()
+                    .ok_or("tls")?
             };
             let tls = tokio_native_tls::TlsConnector::from(connector.clone())
                 .connect(&target.host, tcp)
