@@ -86,11 +86,11 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted)"
-target/debug/hk bench all --scale small --bin-dir target/debug --doc "$STATE/benchmarks.md"
-
 step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
 bash scripts/package-lambdas.sh --x86-64 --check
+
+step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted; footprint on the Lambda build above)"
+target/debug/hk bench all --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"
 
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo

@@ -300,9 +300,21 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
     }
 }
 
+/// A function's binary in `dir`: `dir/<function>` (a cargo profile directory such as
+/// `target/release`) or `dir/<function>/bootstrap` (`target/lambda`, what
+/// `scripts/package-lambdas.sh` builds and deploys).
+fn binary(dir: &Path, f: Function) -> PathBuf {
+    let plain = dir.join(f.name());
+    if plain.is_file() {
+        plain
+    } else {
+        plain.join("bootstrap")
+    }
+}
+
 /// The function binaries' directory: `bin_dir` if it holds them, else `target/debug`.
 fn binaries(opts: &Options) -> PathBuf {
-    let has_all = |d: &Path| Function::ALL.iter().all(|f| d.join(f.name()).is_file());
+    let has_all = |d: &Path| Function::ALL.iter().all(|f| binary(d, *f).is_file());
     if has_all(&opts.bin_dir) {
         return opts.bin_dir.clone();
     }
@@ -337,7 +349,7 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
     let reference = reference_start().await;
     let mut rows = Vec::new();
     for f in Function::ALL {
-        let bin = dir.join(f.name());
+        let bin = binary(&dir, *f);
         let Ok(meta) = std::fs::metadata(&bin) else {
             rows.push(Row::new(
                 "footprint",
@@ -379,7 +391,7 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
             Some(Target::le(50.0)),
         ));
     }
-    let bin = dir.join(Function::RemoveExpiredMembers.name());
+    let bin = binary(&dir, Function::RemoveExpiredMembers);
     if bin.is_file() {
         let (peak, answer) = page_rss(&bin, &url, opts).await?;
         rows.push(Row::new(
