@@ -11,6 +11,7 @@
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{json, Value};
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::{Error, Result};
@@ -437,7 +438,7 @@ async fn claim_users_set<C: GenericClient>(
     let (_, last) = iv.bounds(run.inv.today());
     // One statement: the claim, then the claimed users' rows `FOR SHARE` (by id).
     let rows = c
-        .query(
+        .query_typed(
             &format!(
                 "WITH claimed AS (
                    UPDATE personal_access_tokens t SET {}
@@ -453,7 +454,12 @@ async fn claim_users_set<C: GenericClient>(
                 iv.set_list(),
                 iv.scope()
             ),
-            &[&min, &last, &run.inv.now, &users],
+            &[
+                (&min, Type::DATE),
+                (&last, Type::DATE),
+                (&run.inv.now, Type::TIMESTAMPTZ),
+                (&users, Type::INT8_ARRAY),
+            ],
         )
         .await?;
     let mut by_user: std::collections::HashMap<i64, (bool, Vec<(NaiveDate, i64, String)>)> =
@@ -673,7 +679,7 @@ where
     let mut failed_users: Vec<i64> = Vec::new();
     loop {
         let page = client
-            .query(
+            .query_typed(
                 &format!(
                     "SELECT t.user_id::bigint, t.expires_at, t.id::bigint
                      FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
@@ -681,7 +687,12 @@ where
                      ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
                     iv.scope()
                 ),
-                &[&min, &last, &failed_users, &BATCH_SIZE],
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&failed_users, Type::INT8_ARRAY),
+                    (&BATCH_SIZE, Type::INT8),
+                ],
             )
             .await?;
         let Some(last_row) = page.last() else {
@@ -859,6 +870,263 @@ pub async fn recipients<C: GenericClient>(
         }
     };
     Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// The resources of bots (§6 step 1: the first project membership whose project
+/// exists, else the first access-granting group membership whose group exists) with
+/// what their messages need: the resource's details, its subscribed hooks (§6 step 4)
+/// and its email recipients (§6 step 5), one row per bot of `$1`; `kind` is NULL for a
+/// bot without a resource. The set-based form of [`find_resource`], [`load_resource`],
+/// [`subscribed_hooks`] and [`recipients`].
+const BOT_CONTEXT_SQL: &str = "
+    WITH b AS (SELECT DISTINCT unnest($1::bigint[]) AS bot),
+    res AS (
+      SELECT b.bot, coalesce(pr.kind, gr.kind) AS kind, coalesce(pr.id, gr.id) AS rid
+      FROM b
+      LEFT JOIN LATERAL (SELECT 'project'::text AS kind, m.source_id::bigint AS id
+                         FROM members m JOIN projects p ON p.id = m.source_id
+                         WHERE m.user_id = b.bot AND m.source_type = 'Project' AND m.requested_at IS NULL
+                         ORDER BY m.id LIMIT 1) pr ON true
+      LEFT JOIN LATERAL (SELECT 'group'::text AS kind, m.source_id::bigint AS id
+                         FROM members m JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
+                         WHERE m.user_id = b.bot AND m.source_type = 'Namespace'
+                           AND m.requested_at IS NULL AND m.access_level >= 10
+                         ORDER BY m.id LIMIT 1) gr ON true)
+    SELECT res.bot, res.kind, res.rid,
+           CASE WHEN res.kind = 'project' THEN COALESCE(p.name, p.path, '') ELSE g.name END,
+           p.description, p.visibility_level::int4, p.ci_config_path, pn.name, g.path,
+           CASE WHEN res.kind = 'project' THEN COALESCE(pr.path, p.path, '') ELSE COALESCE(gr.path, g.path) END,
+           COALESCE(g.traversal_ids::bigint[], '{}'),
+           ARRAY(SELECT h.id::bigint FROM web_hooks h
+                 WHERE h.resource_access_token_events = true
+                   AND ((res.kind = 'project' AND h.type = 'ProjectHook' AND h.project_id = res.rid)
+                     OR (res.kind = 'group' AND h.type = 'GroupHook'
+                         AND h.group_id = ANY(COALESCE(NULLIF(g.traversal_ids::bigint[], '{}'), ARRAY[g.id::bigint]))))
+                 ORDER BY h.id),
+           CASE WHEN res.kind = 'project' THEN ARRAY(
+             SELECT u.id::bigint FROM users u
+             WHERE u.id <> res.bot AND (u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))
+               AND (EXISTS (SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Project'
+                              AND m.source_id = res.rid AND m.state = 0 AND m.requested_at IS NULL
+                              AND m.access_level >= 40)
+                 OR (pn.type = 'Group' AND EXISTS (
+                       SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Namespace'
+                         AND m.source_id = ANY(pn.traversal_ids::bigint[]) AND m.state = 0
+                         AND m.requested_at IS NULL AND m.access_level >= 40))
+                 OR (pn.type = 'User' AND pn.owner_id = u.id))
+             ORDER BY 1)
+           ELSE ARRAY(
+             SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id
+             WHERE m.source_type = 'Namespace' AND m.source_id = res.rid AND m.state = 0
+               AND m.requested_at IS NULL AND m.access_level = 50 AND u.id <> res.bot
+               AND (u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))
+             ORDER BY 1) END
+    FROM res
+    LEFT JOIN projects p ON res.kind = 'project' AND p.id = res.rid
+    LEFT JOIN namespaces pn ON pn.id = p.namespace_id
+    LEFT JOIN routes pr ON pr.source_type = 'Project' AND pr.source_id = p.id
+    LEFT JOIN namespaces g ON res.kind = 'group' AND g.id = res.rid AND g.type = 'Group'
+    LEFT JOIN routes gr ON gr.source_type = 'Namespace' AND gr.source_id = g.id";
+
+/// A bot's resource, its subscribed hooks and its email recipients.
+pub type BotContext = (Resource, Vec<i64>, Vec<i64>);
+
+/// [`BOT_CONTEXT_SQL`] for `bots`, in one statement: the bots that have a resource.
+pub async fn bot_contexts<C: GenericClient>(
+    c: &C,
+    bots: &[i64],
+) -> Result<std::collections::HashMap<i64, BotContext>> {
+    let rows = c
+        .query_typed(BOT_CONTEXT_SQL, &[(&bots, Type::INT8_ARRAY)])
+        .await?;
+    let mut out = std::collections::HashMap::new();
+    for r in rows {
+        let kind: Option<String> = r.get(1);
+        let rid: Option<i64> = r.get(2);
+        let (Some(kind), Some(rid)) = (kind, rid) else {
+            continue;
+        };
+        let resource = if kind == "project" {
+            // A project without its namespace: left out (the bot's claim then fails
+            // and runs alone, where `load_resource` reports it).
+            let Some(namespace_name) = r.get::<_, Option<String>>(7) else {
+                continue;
+            };
+            Resource::Project {
+                id: rid,
+                name: r.get(3),
+                description: r.get(4),
+                visibility_level: r.get(5),
+                ci_config_path: r.get(6),
+                namespace_name,
+                full_path: r.get(9),
+            }
+        } else {
+            let (Some(name), Some(path)) =
+                (r.get::<_, Option<String>>(3), r.get::<_, Option<String>>(8))
+            else {
+                continue;
+            };
+            let mut traversal_ids: Vec<i64> = r.get(10);
+            if traversal_ids.is_empty() {
+                traversal_ids.push(rid);
+            }
+            Resource::Group {
+                id: rid,
+                name,
+                path,
+                full_path: r.get(9),
+                traversal_ids,
+            }
+        };
+        out.insert(r.get(0), (resource, r.get(11), r.get(12)));
+    }
+    Ok(out)
+}
+
+/// The messages of one bot's claim (§6 steps 3–5): `rows` are its claimed tokens.
+fn bot_messages(
+    run: &Run<'_, '_>,
+    iv: Interval,
+    bot: i64,
+    rows: Vec<ClaimedToken>,
+    ctx: &BotContext,
+) -> Option<BotClaim> {
+    let (resource, hooks, recipients) = ctx;
+    let marked = rows.len() as u64;
+    let reported = rows.into_iter().min_by_key(|t| t.id)?;
+    let today = run.inv.today();
+    let mut out: Vec<OutMessage> = Vec::new();
+    if iv == Interval::SevenDays {
+        let body = hook_body(resource, &reported, run.instance);
+        let event_key = webhook_event_key(bot, reported.id);
+        for &hook_id in hooks {
+            out.push(OutMessage::new(
+                Function::DeliverNotification,
+                0,
+                Envelope::new(
+                    "deliver-notification.webhook",
+                    webhook_key(&event_key, hook_id),
+                    &run.env.run_id,
+                    run.inv.now,
+                    WebhookNotification {
+                        hook_id,
+                        event_key: event_key.clone(),
+                        body: body.clone(),
+                    },
+                ),
+            ));
+        }
+    }
+    for &user_id in recipients {
+        let n = EmailNotification::BotResourceAccessTokenAboutToExpire {
+            recipient_user_id: user_id,
+            days_to_expire: iv.days_to_expire(),
+            bot_user_id: bot,
+            token_name: reported.name.clone(),
+            resource_type: resource.kind(),
+            resource_id: resource.id(),
+            resource_full_path: resource.full_path().to_string(),
+            resource_name: resource.name().to_string(),
+        };
+        out.push(run.email(bot_email_key(iv.name(), bot, user_id, today), &n));
+    }
+    Some(BotClaim {
+        bot,
+        marked,
+        out,
+        recipients: recipients.clone(),
+    })
+}
+
+/// §6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
+/// resource and claims the tokens of the bots that have one; one more reads the
+/// claimed bots' resources, hooks and recipients. Outcomes in the order of `bots`.
+async fn claim_bots_set<C: GenericClient>(
+    run: &Run<'_, '_>,
+    c: &C,
+    iv: Interval,
+    min: NaiveDate,
+    bots: &[i64],
+) -> Result<Vec<(i64, BotOutcome)>> {
+    let (_, last) = iv.bounds(run.inv.today());
+    let rows = c
+        .query_typed(
+            &format!(
+                "WITH b AS (SELECT DISTINCT unnest($4::bigint[]) AS bot),
+                 res AS (
+                   SELECT b.bot FROM b
+                   WHERE EXISTS (SELECT 1 FROM members m JOIN projects p ON p.id = m.source_id
+                                 WHERE m.user_id = b.bot AND m.source_type = 'Project'
+                                   AND m.requested_at IS NULL)
+                      OR EXISTS (SELECT 1 FROM members m
+                                   JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
+                                 WHERE m.user_id = b.bot AND m.source_type = 'Namespace'
+                                   AND m.requested_at IS NULL AND m.access_level >= 10)),
+                 claimed AS (
+                   UPDATE personal_access_tokens t SET {}
+                   WHERE t.user_id IN (SELECT bot FROM res) AND {}
+                   RETURNING t.id::bigint AS id, t.name, t.created_at::timestamp AS created_at,
+                             t.expires_at, t.last_used_at::timestamptz AS last_used_at,
+                             t.user_id::bigint AS user_id)
+                 SELECT res.bot, c.id, c.name, c.created_at, c.expires_at, c.last_used_at
+                 FROM res LEFT JOIN claimed c ON c.user_id = res.bot",
+                iv.set_list(),
+                iv.scope()
+            ),
+            &[
+                (&min, Type::DATE),
+                (&last, Type::DATE),
+                (&run.inv.now, Type::TIMESTAMPTZ),
+                (&bots, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    let mut with_resource = std::collections::HashSet::new();
+    let mut claimed: std::collections::HashMap<i64, Vec<ClaimedToken>> =
+        std::collections::HashMap::new();
+    for r in &rows {
+        let bot: i64 = r.get(0);
+        with_resource.insert(bot);
+        if let Some(id) = r.get::<_, Option<i64>>(1) {
+            claimed.entry(bot).or_default().push(ClaimedToken {
+                id,
+                name: r.get(2),
+                created_at: r.get(3),
+                expires_at: r.get(4),
+                last_used_at: r.get(5),
+                user_id: bot,
+            });
+        }
+    }
+    let mut claimed_bots: Vec<i64> = claimed.keys().copied().collect();
+    claimed_bots.sort_unstable();
+    let contexts = if claimed_bots.is_empty() {
+        std::collections::HashMap::new()
+    } else {
+        bot_contexts(c, &claimed_bots).await?
+    };
+    let mut out = Vec::with_capacity(bots.len());
+    for &bot in bots {
+        let outcome = if !with_resource.contains(&bot) {
+            BotOutcome::NoResource
+        } else {
+            match claimed.remove(&bot) {
+                None => BotOutcome::NothingClaimed,
+                Some(rows) => {
+                    let ctx = contexts.get(&bot).ok_or_else(|| {
+                        Error::Invariant(format!("the resource of bot {bot} vanished"))
+                    })?;
+                    match bot_messages(run, iv, bot, rows, ctx) {
+                        Some(c) => BotOutcome::Claimed(c),
+                        None => BotOutcome::NothingClaimed,
+                    }
+                }
+            }
+        };
+        out.push((bot, outcome));
+    }
+    Ok(out)
 }
 
 /// A bot's claim: how many tokens, its messages, and its email recipients (for the
@@ -1073,8 +1341,35 @@ where
     let mut claims: Vec<BotClaim> = Vec::new();
     let mut attempted: Vec<i64> = Vec::new();
     let mut progress = run.progress;
+    if run.deadline_stop() {
+        return Ok(Flow::Stop);
+    }
     let mut tx = client.transaction().await?;
-    for &bot in bots {
+    let mut set = None;
+    // Near the deadline, bot by bot, so the guard can stop after the first unit.
+    if !run.inv.deadline.reached() {
+        match claim_bots_set(run, &tx, iv, min, bots).await {
+            Ok(c) => set = Some(c),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            Err(_) => {
+                // The claim was the transaction's first statement.
+                tx.rollback().await?;
+                tx = client.transaction().await?;
+            }
+        }
+    }
+    let one_by_one: &[i64] = if set.is_some() { &[] } else { bots };
+    for (bot, outcome) in set.into_iter().flatten() {
+        match outcome {
+            BotOutcome::Claimed(c) => {
+                attempted.push(bot);
+                claims.push(c);
+            }
+            BotOutcome::NothingClaimed => attempted.push(bot),
+            other => bot_ended(run, excluded, iv, bot, &Ok(other)),
+        }
+    }
+    for &bot in one_by_one {
         if progress && run.inv.deadline.reached() {
             flow = Flow::Stop;
             break;
@@ -1137,7 +1432,7 @@ where
     let mut excluded: Vec<i64> = Vec::new();
     loop {
         let page = client
-            .query(
+            .query_typed(
                 &format!(
                     "SELECT t.id::bigint, t.user_id::bigint, t.expires_at
                      FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
@@ -1145,7 +1440,12 @@ where
                      ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
                     iv.scope()
                 ),
-                &[&min, &last, &excluded, &BATCH_SIZE],
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&excluded, Type::INT8_ARRAY),
+                    (&BATCH_SIZE, Type::INT8),
+                ],
             )
             .await?;
         let Some(last_row) = page.last() else {

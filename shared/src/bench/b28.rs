@@ -9,7 +9,8 @@
 //! invocation; the child `deliver-notification` never runs: its messages are only
 //! sent), and the floor: one set-based `UPDATE … RETURNING` of the same tokens with
 //! the same columns, one set-based read of the claimed bots' resources, hooks and
-//! recipients, and the same messages sent in `SendMessageBatch` calls of ten. Both
+//! recipients (the statement ours uses for a page of bots), and the same messages
+//! sent in `SendMessageBatch` calls of ten. Both
 //! sides run on clones of one data set and must leave the same token rows and send
 //! the same message keys (checksums compared and reported).
 
@@ -27,7 +28,9 @@ use tokio_postgres::Client;
 use super::data::{self, B28Sizes};
 use super::queue_calls::Moto;
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
-use crate::batches::pat_expiring::{hook_body, ClaimedToken, Interval, Resource, MAX_TOKENS};
+use crate::batches::pat_expiring::{
+    bot_contexts, hook_body, ClaimedToken, Interval, Resource, MAX_TOKENS,
+};
 use crate::config::Settings;
 use crate::db::Connector;
 use crate::error::{Error, Result};
@@ -222,57 +225,6 @@ const FLOOR_CLAIM: &str = "
               t.last_used_at::timestamptz, u.user_type::int4,
               (u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))";
 
-/// The floor's read of the claimed bots: resource (first project membership, else
-/// first group membership), its details, subscribed hooks and recipients (b28 §6).
-const FLOOR_BOTS: &str = "
-    WITH b AS (SELECT DISTINCT unnest($1::bigint[]) AS bot),
-    res AS (
-      SELECT b.bot, coalesce(pr.kind, gr.kind) AS kind, coalesce(pr.id, gr.id) AS rid
-      FROM b
-      LEFT JOIN LATERAL (SELECT 'project'::text AS kind, m.source_id::bigint AS id
-                         FROM members m JOIN projects p ON p.id = m.source_id
-                         WHERE m.user_id = b.bot AND m.source_type = 'Project' AND m.requested_at IS NULL
-                         ORDER BY m.id LIMIT 1) pr ON true
-      LEFT JOIN LATERAL (SELECT 'group'::text AS kind, m.source_id::bigint AS id
-                         FROM members m JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
-                         WHERE m.user_id = b.bot AND m.source_type = 'Namespace'
-                           AND m.requested_at IS NULL AND m.access_level >= 10
-                         ORDER BY m.id LIMIT 1) gr ON true)
-    SELECT res.bot, res.kind, res.rid,
-           CASE WHEN res.kind = 'project' THEN COALESCE(p.name, p.path, '') ELSE g.name END,
-           p.description, p.visibility_level::int4, p.ci_config_path, pn.name, g.path,
-           CASE WHEN res.kind = 'project' THEN COALESCE(pr.path, p.path, '') ELSE COALESCE(gr.path, g.path) END,
-           COALESCE(g.traversal_ids::bigint[], '{}'),
-           ARRAY(SELECT h.id::bigint FROM web_hooks h
-                 WHERE h.resource_access_token_events = true
-                   AND ((res.kind = 'project' AND h.type = 'ProjectHook' AND h.project_id = res.rid)
-                     OR (res.kind = 'group' AND h.type = 'GroupHook' AND h.group_id = ANY(g.traversal_ids)))
-                 ORDER BY h.id),
-           CASE WHEN res.kind = 'project' THEN ARRAY(
-             SELECT DISTINCT u.id::bigint FROM users u
-             WHERE u.id <> res.bot AND u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4)
-               AND (EXISTS (SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Project'
-                              AND m.source_id = res.rid AND m.state = 0 AND m.requested_at IS NULL
-                              AND m.access_level >= 40)
-                 OR (pn.type = 'Group' AND EXISTS (
-                       SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Namespace'
-                         AND m.source_id = ANY(pn.traversal_ids) AND m.state = 0
-                         AND m.requested_at IS NULL AND m.access_level >= 40))
-                 OR (pn.type = 'User' AND pn.owner_id = u.id))
-             ORDER BY 1)
-           ELSE ARRAY(
-             SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id
-             WHERE m.source_type = 'Namespace' AND m.source_id = res.rid AND m.state = 0
-               AND m.requested_at IS NULL AND m.access_level = 50 AND u.id <> res.bot
-               AND u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4)
-             ORDER BY 1) END
-    FROM res
-    LEFT JOIN projects p ON res.kind = 'project' AND p.id = res.rid
-    LEFT JOIN namespaces pn ON pn.id = p.namespace_id
-    LEFT JOIN routes pr ON pr.source_type = 'Project' AND pr.source_id = p.id
-    LEFT JOIN namespaces g ON res.kind = 'group' AND g.id = res.rid
-    LEFT JOIN routes gr ON gr.source_type = 'Namespace' AND gr.source_id = g.id";
-
 /// One claimed token of the floor.
 struct Claimed {
     id: i64,
@@ -338,38 +290,9 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
         .filter(|(_, v)| v.1)
         .map(|(k, _)| k.0)
         .collect();
-    let mut bots: BTreeMap<i64, (Resource, Vec<i64>, Vec<i64>)> = BTreeMap::new();
-    for r in tx.query(FLOOR_BOTS, &[&bot_ids]).await? {
-        let kind: Option<String> = r.get(1);
-        let rid: Option<i64> = r.get(2);
-        let (Some(kind), Some(rid)) = (kind, rid) else {
-            continue;
-        };
-        let resource = if kind == "project" {
-            Resource::Project {
-                id: rid,
-                name: r.get(3),
-                description: r.get(4),
-                visibility_level: r.get(5),
-                ci_config_path: r.get(6),
-                namespace_name: r.get(7),
-                full_path: r.get(9),
-            }
-        } else {
-            let mut traversal_ids: Vec<i64> = r.get(10);
-            if traversal_ids.is_empty() {
-                traversal_ids.push(rid);
-            }
-            Resource::Group {
-                id: rid,
-                name: r.get(3),
-                path: r.get(8),
-                full_path: r.get(9),
-                traversal_ids,
-            }
-        };
-        bots.insert(r.get(0), (resource, r.get(11), r.get(12)));
-    }
+    // The claimed bots' resources, hooks and recipients: the same set-based read as
+    // ours (one statement).
+    let bots = bot_contexts(&tx, &bot_ids).await?;
     let email = |key: String, n: &EmailNotification| {
         OutMessage::new(
             Function::DeliverNotification,
