@@ -1103,3 +1103,52 @@ async fn a_page_of_users_sends_its_emails_in_calls_of_ten() {
         25
     );
 }
+
+#[tokio::test]
+async fn a_bot_whose_token_is_locked_elsewhere_fails_alone_and_the_other_bot_is_notified() {
+    let db = fixture().await;
+    scenario7(&db, "https://hooks.example.com/x", None).await;
+    Fx(&db)
+        .members(&[M::gm(24, 101, 21, 30), M::gm(25, 101, 15, 50)])
+        .await;
+    tok(&db, 21, 21, "2025-03-15", "T21").await;
+    let mut other = db.session().await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM personal_access_tokens WHERE id = 20 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (log, _g) = capture();
+    let connector = shared::db::Connector::from_url(&db.url)
+        .unwrap()
+        .with_lock_timeout_ms(150);
+    let mut r =
+        Runner::new(connector, Settings::default(), t(NOW)).with_notifier(log_notifier().await);
+    let body = r.cron_message(F).to_body();
+    r.invoke(F, &body, 1).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(marks(&db, 20).await, (false, false, false, false));
+    assert_eq!(marks(&db, 21).await, (true, false, false, true));
+    let keys: Vec<&str> = r.runs[0]
+        .sent
+        .iter()
+        .map(|s| s.message.envelope.message_key.as_str())
+        .collect();
+    assert!(keys.iter().all(|k| k.contains(":bot:21:")), "{keys:?}");
+    assert_eq!(
+        emails(&r.runs[0].sent)[0].message_key,
+        "pat-expiring:seven_days:bot:21:recipient:15:2025-03-10"
+    );
+    let e = log.one("Failed to send notification about expiring resource access tokens");
+    assert_eq!(
+        (e["user_id"].as_i64(), e["error_class"].as_str()),
+        (Some(20), Some("db"))
+    );
+    let d = done_totals(&log);
+    assert_eq!(
+        (d["bots"].as_i64(), d["bot_failures"].as_i64()),
+        (Some(1), Some(1))
+    );
+}

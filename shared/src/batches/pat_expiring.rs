@@ -2,12 +2,23 @@
 //!
 //! Owns: the three intervals and their token scope (dates computed here and bound),
 //! the human and bot keyset pages of 100 by `(expires_at, id)` with the inclusive
-//! advance of `:min`, the per-user and per-bot **claim-then-enqueue** transactions
-//! (`UPDATE … RETURNING` claims every matching token of the subject, the messages
-//! are sent, then COMMIT: a crash never loses a notice and a second run cannot claim
-//! a token twice), bot resource lookup, hook and recipient selection, the web-hook
-//! body built at claim time, the budget and deadline stops with their continuation,
-//! and the `done` totals. It sends messages only; delivery is `deliver-notification`.
+//! advance of `:min`, the **claim-then-enqueue** transactions (`UPDATE … RETURNING`
+//! claims every matching token of the subject, the messages are sent, then COMMIT: a
+//! crash never loses a notice and a second run cannot claim a token twice), bot
+//! resource lookup, hook and recipient selection, the web-hook body built at claim
+//! time, the budget and deadline stops with their continuation, and the `done`
+//! totals. It sends messages only; delivery is `deliver-notification`.
+//!
+//! Subjects are grouped per page as b28 §4 and common.md §7.2 allow: one transaction
+//! per page, in which one statement claims the page's users (with their user rows
+//! `FOR SHARE`), or finds the page's bots' resources and claims their tokens (one more
+//! reads their hooks and recipients); the page's messages go out in `send` calls of
+//! ten, then COMMIT. Per-subject isolation is kept: when the set-based claim fails, or
+//! the deadline guard is near (so it can stop after one unit), each subject runs in a
+//! SAVEPOINT of its own and a failing one rolls back alone; when a send fails, the page
+//! rolls back and its subjects run again one transaction each, so only the subject
+//! whose message cannot be sent fails (scenario 11 as written). Info lines and totals
+//! are applied once the page has committed.
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{json, Value};
