@@ -111,7 +111,7 @@ pub fn aws_from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConf
     let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
     let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER"]
         .iter()
-        .any(|s| service_endpoint(&get, s).is_some());
+        .any(|s| service_endpoint(get, s).is_some());
     let mut b = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .http_client(https_client(custom_endpoint))
@@ -119,7 +119,7 @@ pub fn aws_from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConf
         .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
             aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
         ));
-    if let Some(url) = service_endpoint(&get, "") {
+    if let Some(url) = service_endpoint(get, "") {
         b = b.endpoint_url(url);
     }
     b.build()

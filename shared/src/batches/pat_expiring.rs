@@ -473,8 +473,9 @@ async fn claim_users_set<C: GenericClient>(
             ],
         )
         .await?;
-    let mut by_user: std::collections::HashMap<i64, (bool, Vec<(NaiveDate, i64, String)>)> =
-        std::collections::HashMap::new();
+    // user → (can receive, claimed `(expires_at, id, name)`)
+    type Claims = std::collections::HashMap<i64, (bool, Vec<(NaiveDate, i64, String)>)>;
+    let mut by_user = Claims::new();
     for r in &rows {
         by_user
             .entry(r.get(0))

@@ -345,14 +345,14 @@ impl BenchDbs {
     /// A connector to a bench database (no statement timeout).
     pub fn connector(&self, tag: &str) -> Result<Connector> {
         let mut pg = self.base.clone();
-        pg.dbname(&self.name(tag));
+        pg.dbname(self.name(tag));
         bulk_connector(pg)
     }
 
     /// A connector with the function's session settings (the ones `hk run` uses).
     pub fn handler_connector(&self, tag: &str) -> Result<Connector> {
         let mut pg = self.base.clone();
-        pg.dbname(&self.name(tag));
+        pg.dbname(self.name(tag));
         Connector::new(
             pg,
             &DatabaseConfig {
