@@ -77,7 +77,7 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// b38, b38-baseline, keyset, queue-calls, footprint, or all.
+    /// b38, b38-baseline, b28, keyset, queue-calls, footprint, or all.
     name: String,
     /// small, full, or a number of expired memberships.
     #[arg(long, default_value = "small")]
@@ -91,7 +91,7 @@ struct BenchArgs {
     /// Where the function binaries are (footprint).
     #[arg(long, default_value = "target/release")]
     bin_dir: PathBuf,
-    /// The moto endpoint for queue-calls.
+    /// The moto endpoint for queue-calls and b28.
     #[arg(long, env = "MOTO_ENDPOINT")]
     moto: Option<String>,
     /// Keep the bench databases for inspection (they are dropped otherwise).

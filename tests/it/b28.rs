@@ -1023,3 +1023,132 @@ async fn a_second_run_the_same_day_sends_nothing_and_a_lost_commit_repeats_the_s
     let (r3, _) = cron_once(&db).await;
     assert_eq!(keys(&r3), first);
 }
+
+#[tokio::test]
+async fn a_user_whose_tokens_are_locked_elsewhere_fails_alone_and_the_page_goes_on() {
+    // The page is claimed in one transaction: the lock makes its set-based claim fail,
+    // then each user runs in a savepoint of its own, so only U12 fails.
+    let db = fixture().await;
+    tok(&db, 1, 10, "2025-03-17", "ci").await;
+    tok(&db, 2, 12, "2025-03-16", "other").await;
+    tok(&db, 3, 14, "2025-03-15", "third").await;
+    let mut other = db.session().await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM personal_access_tokens WHERE id = 2 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (log, _g) = capture();
+    let connector = shared::db::Connector::from_url(&db.url)
+        .unwrap()
+        .with_lock_timeout_ms(150);
+    let mut r =
+        Runner::new(connector, Settings::default(), t(NOW)).with_notifier(log_notifier().await);
+    let body = r.cron_message(F).to_body();
+    r.invoke(F, &body, 1).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(marks(&db, 1).await, (true, false, false, true));
+    assert_eq!(marks(&db, 2).await, (false, false, false, false));
+    assert_eq!(marks(&db, 3).await, (true, false, false, true));
+    let mut keys: Vec<&str> = emails(&r.runs[0].sent)
+        .iter()
+        .map(|e| e.message_key.as_str())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec![
+            "pat-expiring:seven_days:user:10:2025-03-10",
+            "pat-expiring:seven_days:user:14:2025-03-10"
+        ]
+    );
+    let e = log.one("Failed to send notification about expiring personal access tokens");
+    assert_eq!(
+        (e["user_id"].as_i64(), e["error_class"].as_str()),
+        (Some(12), Some("db"))
+    );
+    let d = done_totals(&log);
+    assert_eq!(
+        (
+            d["user_tokens"].as_i64(),
+            d["user_emails"].as_i64(),
+            d["user_failures"].as_i64()
+        ),
+        (Some(2), Some(2), Some(1))
+    );
+    assert_eq!(d["status"], "completed");
+    // One send call for the page's two emails.
+    assert_eq!(r.queue().send_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_page_of_users_sends_its_emails_in_calls_of_ten() {
+    let db = fixture().await;
+    db.exec(
+        "INSERT INTO users (id, username, email, state, user_type)
+           SELECT g, 'p' || g, 'p' || g || '@example.com', 'active', 0 FROM generate_series(1000, 1024) g;
+         INSERT INTO personal_access_tokens (user_id, name, expires_at, created_at, updated_at, organization_id)
+           SELECT g, 't' || g, '2025-03-14', '2025-01-01', '2025-01-01', 1 FROM generate_series(1000, 1024) g;",
+    )
+    .await;
+    let (r, log) = cron_once(&db).await;
+    assert_eq!(log.done()["total_user_emails_enqueued"], 25);
+    assert_eq!(emails(&r.runs[0].sent).len(), 25);
+    assert_eq!(r.queue().send_calls(), 3);
+    assert_eq!(
+        log.with_message("Notifying User about expiring tokens")
+            .len(),
+        25
+    );
+}
+
+#[tokio::test]
+async fn a_bot_whose_token_is_locked_elsewhere_fails_alone_and_the_other_bot_is_notified() {
+    let db = fixture().await;
+    scenario7(&db, "https://hooks.example.com/x", None).await;
+    Fx(&db)
+        .members(&[M::gm(24, 101, 21, 30), M::gm(25, 101, 15, 50)])
+        .await;
+    tok(&db, 21, 21, "2025-03-15", "T21").await;
+    let mut other = db.session().await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM personal_access_tokens WHERE id = 20 FOR UPDATE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let (log, _g) = capture();
+    let connector = shared::db::Connector::from_url(&db.url)
+        .unwrap()
+        .with_lock_timeout_ms(150);
+    let mut r =
+        Runner::new(connector, Settings::default(), t(NOW)).with_notifier(log_notifier().await);
+    let body = r.cron_message(F).to_body();
+    r.invoke(F, &body, 1).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(marks(&db, 20).await, (false, false, false, false));
+    assert_eq!(marks(&db, 21).await, (true, false, false, true));
+    let keys: Vec<&str> = r.runs[0]
+        .sent
+        .iter()
+        .map(|s| s.message.envelope.message_key.as_str())
+        .collect();
+    assert!(keys.iter().all(|k| k.contains(":bot:21:")), "{keys:?}");
+    assert_eq!(
+        emails(&r.runs[0].sent)[0].message_key,
+        "pat-expiring:seven_days:bot:21:recipient:15:2025-03-10"
+    );
+    let e = log.one("Failed to send notification about expiring resource access tokens");
+    assert_eq!(
+        (e["user_id"].as_i64(), e["error_class"].as_str()),
+        (Some(20), Some("db"))
+    );
+    let d = done_totals(&log);
+    assert_eq!(
+        (d["bots"].as_i64(), d["bot_failures"].as_i64()),
+        (Some(1), Some(1))
+    );
+}

@@ -1,6 +1,7 @@
 //! Issue 8: the set-based paths are proven equivalent to the per-member ones on
 //! generated data, the grouped B38 keeps every per-member outcome when a group fails,
-//! and every bench runs at a tiny scale with sane figures (no time is asserted).
+//! and every bench runs at a tiny scale with sane figures (no time is asserted); `b28`
+//! also alone, where ours and the floor must send the same messages.
 
 use std::collections::BTreeMap;
 
@@ -403,6 +404,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         "b38",
         "b38-cost",
         "b38-baseline",
+        "b28",
         "keyset",
         "keyset-one-date",
         "queue-calls",
@@ -445,4 +447,29 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         ))
         .await;
     assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
+    let db = TestDb::new().await;
+    let opts = bench_options(&db);
+    let scale = shared::bench::Scale::parse("400").unwrap();
+    let rows = shared::bench::run("b28", &scale, &opts).await.unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = &rows[0];
+    assert_eq!(r.bench, "b28");
+    assert!(r.value.is_finite() && r.value > 0.0, "{r:?}");
+    assert!(
+        r.measured.contains("same rows and messages afterwards"),
+        "{r:?}"
+    );
+    let queue = if opts.moto_endpoint.is_some() {
+        "SQS adapter on moto"
+    } else {
+        "in-process queue"
+    };
+    assert!(r.compares.contains(queue), "{r:?}");
+    assert!(r
+        .compares
+        .starts_with("ours ÷ floor, 400 tokens over 120 users"));
 }

@@ -2,16 +2,28 @@
 //!
 //! Owns: the three intervals and their token scope (dates computed here and bound),
 //! the human and bot keyset pages of 100 by `(expires_at, id)` with the inclusive
-//! advance of `:min`, the per-user and per-bot **claim-then-enqueue** transactions
-//! (`UPDATE … RETURNING` claims every matching token of the subject, the messages
-//! are sent, then COMMIT: a crash never loses a notice and a second run cannot claim
-//! a token twice), bot resource lookup, hook and recipient selection, the web-hook
-//! body built at claim time, the budget and deadline stops with their continuation,
-//! and the `done` totals. It sends messages only; delivery is `deliver-notification`.
+//! advance of `:min`, the **claim-then-enqueue** transactions (`UPDATE … RETURNING`
+//! claims every matching token of the subject, the messages are sent, then COMMIT: a
+//! crash never loses a notice and a second run cannot claim a token twice), bot
+//! resource lookup, hook and recipient selection, the web-hook body built at claim
+//! time, the budget and deadline stops with their continuation, and the `done`
+//! totals. It sends messages only; delivery is `deliver-notification`.
+//!
+//! Subjects are grouped per page as b28 §4 and common.md §7.2 allow: one transaction
+//! per page, in which one statement claims the page's users (with their user rows
+//! `FOR SHARE`), or finds the page's bots' resources and claims their tokens (one more
+//! reads their hooks and recipients); the page's messages go out in `send` calls of
+//! ten, then COMMIT. Per-subject isolation is kept: when the set-based claim fails, or
+//! the deadline guard is near (so it can stop after one unit), each subject runs in a
+//! SAVEPOINT of its own and a failing one rolls back alone; when a send fails, the page
+//! rolls back and its subjects run again one transaction each, so only the subject
+//! whose message cannot be sent fails (scenario 11 as written). Info lines and totals
+//! are applied once the page has committed.
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{json, Value};
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
+use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::{Error, Result};
 use crate::function::Function;
@@ -21,7 +33,7 @@ use crate::messages::{
     PatExpiringRun, ResourceType, WebhookNotification,
 };
 use crate::notify::Instance;
-use crate::queue::OutMessage;
+use crate::queue::{OutMessage, SQS_BATCH};
 use crate::retry_transient;
 use crate::runtime::{Budget, Invocation, Report};
 
@@ -315,28 +327,84 @@ fn distinct_in_order(ids: impl Iterator<Item = i64>) -> Vec<i64> {
     ids.filter(|id| seen.insert(*id)).collect()
 }
 
-/// How a human's claim ended.
-enum UserOutcome {
-    /// Another session claimed the tokens first.
-    NothingClaimed,
-    /// Marked; `emailed` tells whether a message was sent.
-    Claimed { marked: u64, emailed: bool },
+/// A human's claimed tokens: how many, and the email when the user can receive one.
+struct UserClaim {
+    user_id: i64,
+    marked: u64,
+    email: Option<OutMessage>,
 }
 
-/// §5 step 2 for one user: claim, then enqueue, then COMMIT.
-async fn claim_user<C>(
+impl UserClaim {
+    /// Log the claim's line (§9): the email, or its suppression.
+    fn log(&self, iv: Interval) {
+        if self.email.is_some() {
+            tracing::info!(
+                user_id = self.user_id,
+                interval = iv.name(),
+                token_count = self.marked,
+                "Notifying User about expiring tokens"
+            );
+        } else {
+            tracing::info!(
+                user_id = self.user_id,
+                interval = iv.name(),
+                "Expiring token notification suppressed: user cannot receive notifications"
+            );
+        }
+    }
+
+    fn count(&self, run: &mut Run<'_, '_>) {
+        run.progress = true;
+        run.totals.user_tokens_marked += self.marked;
+        if self.email.is_some() {
+            run.totals.user_emails_enqueued += 1;
+        } else {
+            run.totals.user_emails_suppressed += 1;
+        }
+    }
+}
+
+/// The human email of `user_id` for its claimed `(expires_at, id, name)` rows, or
+/// `None` when the user cannot receive notifications.
+fn user_email(
     run: &Run<'_, '_>,
-    client: &mut C,
+    iv: Interval,
+    user_id: i64,
+    mut claimed: Vec<(NaiveDate, i64, String)>,
+    can_receive: bool,
+) -> UserClaim {
+    claimed.sort();
+    let marked = claimed.len() as u64;
+    let email = can_receive.then(|| {
+        let n = EmailNotification::AccessTokenAboutToExpire {
+            recipient_user_id: user_id,
+            days_to_expire: iv.days_to_expire(),
+            token_names: claimed
+                .into_iter()
+                .take(MAX_TOKENS)
+                .map(|(_, _, name)| name)
+                .collect(),
+        };
+        run.email(user_email_key(iv.name(), user_id, run.inv.today()), &n)
+    });
+    UserClaim {
+        user_id,
+        marked,
+        email,
+    }
+}
+
+/// §5 step 2's claim of one user and the read of its user row (`FOR SHARE`), inside
+/// the caller's transaction or savepoint. `None`: another session claimed the tokens.
+async fn claim_user_rows<C: GenericClient>(
+    run: &Run<'_, '_>,
+    c: &C,
     iv: Interval,
     min: NaiveDate,
     user_id: i64,
-) -> Result<UserOutcome>
-where
-    C: GenericClient + Send + Sync,
-{
+) -> Result<Option<UserClaim>> {
     let (_, last) = iv.bounds(run.inv.today());
-    let tx = client.transaction().await?;
-    let rows = tx
+    let rows = c
         .query(
             &format!(
                 "UPDATE personal_access_tokens t SET {}
@@ -349,15 +417,13 @@ where
         )
         .await?;
     if rows.is_empty() {
-        tx.commit().await?;
-        return Ok(UserOutcome::NothingClaimed);
+        return Ok(None);
     }
-    let mut claimed: Vec<(NaiveDate, i64, String)> = rows
+    let claimed: Vec<(NaiveDate, i64, String)> = rows
         .iter()
         .map(|r| (r.get(2), r.get(0), r.get(1)))
         .collect();
-    claimed.sort();
-    let can_receive: bool = tx
+    let can_receive: bool = c
         .query_opt(
             &format!(
                 "SELECT {CAN_RECEIVE_NOTIFICATIONS} FROM users u WHERE u.id = $1::bigint FOR SHARE"
@@ -367,37 +433,253 @@ where
         .await?
         .map(|r| r.get(0))
         .unwrap_or(false);
-    let marked = claimed.len() as u64;
-    if can_receive {
-        tracing::info!(
-            user_id,
-            interval = iv.name(),
-            token_count = marked,
-            "Notifying User about expiring tokens"
-        );
-        let n = EmailNotification::AccessTokenAboutToExpire {
-            recipient_user_id: user_id,
-            days_to_expire: iv.days_to_expire(),
-            token_names: claimed
-                .into_iter()
-                .take(MAX_TOKENS)
-                .map(|(_, _, name)| name)
-                .collect(),
-        };
-        let msg = run.email(user_email_key(iv.name(), user_id, run.inv.today()), &n);
-        run.inv.queue.send(std::slice::from_ref(&msg)).await?;
-    } else {
-        tracing::info!(
-            user_id,
-            interval = iv.name(),
-            "Expiring token notification suppressed: user cannot receive notifications"
-        );
+    Ok(Some(user_email(run, iv, user_id, claimed, can_receive)))
+}
+
+/// §5 step 2 for a whole page at once, set-based: one claim of every matching token
+/// of `users`, then their user rows `FOR SHARE` (by id). The claims in the order of
+/// `users`; users whose tokens were claimed elsewhere are absent.
+async fn claim_users_set<C: GenericClient>(
+    run: &Run<'_, '_>,
+    c: &C,
+    iv: Interval,
+    min: NaiveDate,
+    users: &[i64],
+) -> Result<Vec<UserClaim>> {
+    let (_, last) = iv.bounds(run.inv.today());
+    // One statement: the claim, then the claimed users' rows `FOR SHARE` (by id).
+    let rows = c
+        .query_typed(
+            &format!(
+                "WITH claimed AS (
+                   UPDATE personal_access_tokens t SET {}
+                   WHERE t.user_id = ANY($4::bigint[]) AND {}
+                   RETURNING t.user_id::bigint AS user_id, t.id::bigint AS id, t.name,
+                             t.expires_at),
+                 readers AS (
+                   SELECT u.id::bigint AS id, {CAN_RECEIVE_NOTIFICATIONS} AS can_receive
+                   FROM users u WHERE u.id IN (SELECT user_id FROM claimed)
+                   ORDER BY u.id FOR SHARE)
+                 SELECT c.user_id, c.id, c.name, c.expires_at, COALESCE(r.can_receive, false)
+                 FROM claimed c LEFT JOIN readers r ON r.id = c.user_id",
+                iv.set_list(),
+                iv.scope()
+            ),
+            &[
+                (&min, Type::DATE),
+                (&last, Type::DATE),
+                (&run.inv.now, Type::TIMESTAMPTZ),
+                (&users, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    // user → (can receive, claimed `(expires_at, id, name)`)
+    type Claims = std::collections::HashMap<i64, (bool, Vec<(NaiveDate, i64, String)>)>;
+    let mut by_user = Claims::new();
+    for r in &rows {
+        by_user
+            .entry(r.get(0))
+            .or_insert_with(|| (r.get(4), Vec::new()))
+            .1
+            .push((r.get(3), r.get(1), r.get(2)));
+    }
+    Ok(users
+        .iter()
+        .filter_map(|u| {
+            by_user
+                .remove(u)
+                .map(|(can, claimed)| user_email(run, iv, *u, claimed, can))
+        })
+        .collect())
+}
+
+/// §5 step 2 for one user in its own transaction: claim, then enqueue, then COMMIT
+/// (the fall-back when a page's group could not be sent).
+async fn claim_user<C>(
+    run: &Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    user_id: i64,
+) -> Result<Option<UserClaim>>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    let claim = claim_user_rows(run, &tx, iv, min, user_id).await?;
+    if let Some(c) = &claim {
+        c.log(iv);
+        if let Some(msg) = &c.email {
+            run.inv.queue.send(std::slice::from_ref(msg)).await?;
+        }
     }
     tx.commit().await?;
-    Ok(UserOutcome::Claimed {
-        marked,
-        emailed: can_receive,
-    })
+    Ok(claim)
+}
+
+/// One user's claim in its own savepoint of the page's transaction. `Ok(Err(e))`: the
+/// user failed and was rolled back to its savepoint; `Err(e)`: the savepoint could not
+/// be rolled back, so the page's transaction is unusable.
+async fn claim_user_savepoint(
+    run: &Run<'_, '_>,
+    tx: &mut Transaction<'_>,
+    iv: Interval,
+    min: NaiveDate,
+    user_id: i64,
+) -> Result<Result<Option<UserClaim>>> {
+    let sp = tx.transaction().await?;
+    match claim_user_rows(run, &sp, iv, min, user_id).await {
+        Ok(claim) => {
+            sp.commit().await?;
+            Ok(Ok(claim))
+        }
+        Err(e) => {
+            sp.rollback().await?;
+            Ok(Err(e))
+        }
+    }
+}
+
+fn user_failed(
+    run: &mut Run<'_, '_>,
+    failed_users: &mut Vec<i64>,
+    iv: Interval,
+    user_id: i64,
+    e: &Error,
+) {
+    failed_users.push(user_id);
+    run.totals.user_failures += 1;
+    tracing::error!(
+        user_id,
+        interval = iv.name(),
+        error = %e,
+        error_class = e.class(),
+        "Failed to send notification about expiring personal access tokens"
+    );
+}
+
+/// How a page's group ended.
+enum GroupEnd {
+    /// Sent and committed; whether the deadline guard stopped the page.
+    Committed(Flow),
+    /// A send failed and the group rolled back: these subjects run again one by one.
+    Unsent(Vec<i64>),
+}
+
+/// One page of humans, grouped as common.md §7.2 allows: one transaction; the page's
+/// users claimed set-based in one statement (or, when that fails or the deadline guard
+/// is near, one savepoint per user, so one user's failure never touches another); the
+/// page's emails sent in calls of ten before COMMIT. When a send fails, the page's
+/// transaction rolls back and its users run again one transaction each (the outcome
+/// of §5 without grouping: only the user whose email cannot be sent fails).
+async fn human_page<C>(
+    run: &mut Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    users: &[i64],
+    failed_users: &mut Vec<i64>,
+) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    if run.deadline_stop() {
+        return Ok(Flow::Stop);
+    }
+    let attempted = match human_group(run, client, iv, min, users, failed_users).await? {
+        GroupEnd::Committed(flow) => return Ok(flow),
+        GroupEnd::Unsent(attempted) => attempted,
+    };
+    tracing::warn!(
+        interval = iv.name(),
+        users = attempted.len(),
+        "user group could not be sent; its users run one by one"
+    );
+    for user_id in attempted {
+        if run.deadline_stop() {
+            return Ok(Flow::Stop);
+        }
+        match retry_transient!(claim_user(run, client, iv, min, user_id).await) {
+            Ok(None) => {}
+            Ok(Some(c)) => c.count(run),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            Err(e) => user_failed(run, failed_users, iv, user_id, &e),
+        }
+    }
+    Ok(Flow::Done)
+}
+
+/// The grouped transaction of [`human_page`].
+async fn human_group<C>(
+    run: &mut Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    users: &[i64],
+    failed_users: &mut Vec<i64>,
+) -> Result<GroupEnd>
+where
+    C: GenericClient + Send + Sync,
+{
+    let mut flow = Flow::Done;
+    let mut claims: Vec<UserClaim> = Vec::new();
+    // Users attempted in the group (claimed, or claimed elsewhere), for the fall-back.
+    let mut attempted: Vec<i64> = Vec::new();
+    let mut tx = client.transaction().await?;
+    let mut set = None;
+    // Near the deadline, user by user, so the guard can stop after the first unit.
+    if !run.inv.deadline.reached() {
+        match claim_users_set(run, &tx, iv, min, users).await {
+            Ok(c) => set = Some(c),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            Err(_) => {
+                // The claim was the transaction's only statement.
+                tx.rollback().await?;
+                tx = client.transaction().await?;
+            }
+        }
+    }
+    match set {
+        Some(c) => {
+            attempted.extend_from_slice(users);
+            run.progress |= !c.is_empty();
+            claims = c;
+        }
+        None => {
+            let mut progress = run.progress;
+            for &user_id in users {
+                if progress && run.inv.deadline.reached() {
+                    flow = Flow::Stop;
+                    break;
+                }
+                match retry_transient!(claim_user_savepoint(run, &mut tx, iv, min, user_id).await?)
+                {
+                    Ok(None) => attempted.push(user_id),
+                    Ok(Some(c)) => {
+                        attempted.push(user_id);
+                        progress = true;
+                        claims.push(c);
+                    }
+                    Err(e) if e.is_connection_lost() => return Err(e),
+                    Err(e) => user_failed(run, failed_users, iv, user_id, &e),
+                }
+            }
+        }
+    }
+    // Send-then-commit, in calls of ten (§7.2 (b)).
+    let out: Vec<OutMessage> = claims.iter().filter_map(|c| c.email.clone()).collect();
+    for part in out.chunks(SQS_BATCH) {
+        if run.inv.queue.send(part).await.is_err() {
+            tx.rollback().await?;
+            return Ok(GroupEnd::Unsent(attempted));
+        }
+    }
+    tx.commit().await?;
+    for c in &claims {
+        c.log(iv);
+        c.count(run);
+    }
+    Ok(GroupEnd::Committed(flow))
 }
 
 /// §5: the human tokens of one interval.
@@ -409,7 +691,7 @@ where
     let mut failed_users: Vec<i64> = Vec::new();
     loop {
         let page = client
-            .query(
+            .query_typed(
                 &format!(
                     "SELECT t.user_id::bigint, t.expires_at, t.id::bigint
                      FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
@@ -417,41 +699,21 @@ where
                      ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
                     iv.scope()
                 ),
-                &[&min, &last, &failed_users, &BATCH_SIZE],
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&failed_users, Type::INT8_ARRAY),
+                    (&BATCH_SIZE, Type::INT8),
+                ],
             )
             .await?;
         let Some(last_row) = page.last() else {
             return Ok(Flow::Done);
         };
         let next_min: NaiveDate = last_row.get(1);
-        for user_id in distinct_in_order(page.iter().map(|r| r.get::<_, i64>(0))) {
-            if run.deadline_stop() {
-                return Ok(Flow::Stop);
-            }
-            match retry_transient!(claim_user(run, client, iv, min, user_id).await) {
-                Ok(UserOutcome::NothingClaimed) => {}
-                Ok(UserOutcome::Claimed { marked, emailed }) => {
-                    run.progress = true;
-                    run.totals.user_tokens_marked += marked;
-                    if emailed {
-                        run.totals.user_emails_enqueued += 1;
-                    } else {
-                        run.totals.user_emails_suppressed += 1;
-                    }
-                }
-                Err(e) if e.is_connection_lost() => return Err(e),
-                Err(e) => {
-                    failed_users.push(user_id);
-                    run.totals.user_failures += 1;
-                    tracing::error!(
-                        user_id,
-                        interval = iv.name(),
-                        error = %e,
-                        error_class = e.class(),
-                        "Failed to send notification about expiring personal access tokens"
-                    );
-                }
-            }
+        let users = distinct_in_order(page.iter().map(|r| r.get::<_, i64>(0)));
+        if human_page(run, client, iv, min, &users, &mut failed_users).await? == Flow::Stop {
+            return Ok(Flow::Stop);
         }
         // Inclusive: tokens on the same date of users not seen yet are still found.
         min = next_min;
@@ -622,29 +884,312 @@ pub async fn recipients<C: GenericClient>(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
+/// The resources of bots (§6 step 1: the first project membership whose project
+/// exists, else the first access-granting group membership whose group exists) with
+/// what their messages need: the resource's details, its subscribed hooks (§6 step 4)
+/// and its email recipients (§6 step 5), one row per bot of `$1`; `kind` is NULL for a
+/// bot without a resource. The set-based form of [`find_resource`], [`load_resource`],
+/// [`subscribed_hooks`] and [`recipients`].
+const BOT_CONTEXT_SQL: &str = "
+    WITH b AS (SELECT DISTINCT unnest($1::bigint[]) AS bot),
+    res AS (
+      SELECT b.bot, coalesce(pr.kind, gr.kind) AS kind, coalesce(pr.id, gr.id) AS rid
+      FROM b
+      LEFT JOIN LATERAL (SELECT 'project'::text AS kind, m.source_id::bigint AS id
+                         FROM members m JOIN projects p ON p.id = m.source_id
+                         WHERE m.user_id = b.bot AND m.source_type = 'Project' AND m.requested_at IS NULL
+                         ORDER BY m.id LIMIT 1) pr ON true
+      LEFT JOIN LATERAL (SELECT 'group'::text AS kind, m.source_id::bigint AS id
+                         FROM members m JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
+                         WHERE m.user_id = b.bot AND m.source_type = 'Namespace'
+                           AND m.requested_at IS NULL AND m.access_level >= 10
+                         ORDER BY m.id LIMIT 1) gr ON true)
+    SELECT res.bot, res.kind, res.rid,
+           CASE WHEN res.kind = 'project' THEN COALESCE(p.name, p.path, '') ELSE g.name END,
+           p.description, p.visibility_level::int4, p.ci_config_path, pn.name, g.path,
+           CASE WHEN res.kind = 'project' THEN COALESCE(pr.path, p.path, '') ELSE COALESCE(gr.path, g.path) END,
+           COALESCE(g.traversal_ids::bigint[], '{}'),
+           ARRAY(SELECT h.id::bigint FROM web_hooks h
+                 WHERE h.resource_access_token_events = true
+                   AND ((res.kind = 'project' AND h.type = 'ProjectHook' AND h.project_id = res.rid)
+                     OR (res.kind = 'group' AND h.type = 'GroupHook'
+                         AND h.group_id = ANY(COALESCE(NULLIF(g.traversal_ids::bigint[], '{}'), ARRAY[g.id::bigint]))))
+                 ORDER BY h.id),
+           CASE WHEN res.kind = 'project' THEN ARRAY(
+             SELECT u.id::bigint FROM users u
+             WHERE u.id <> res.bot AND (u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))
+               AND (EXISTS (SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Project'
+                              AND m.source_id = res.rid AND m.state = 0 AND m.requested_at IS NULL
+                              AND m.access_level >= 40)
+                 OR (pn.type = 'Group' AND EXISTS (
+                       SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Namespace'
+                         AND m.source_id = ANY(pn.traversal_ids::bigint[]) AND m.state = 0
+                         AND m.requested_at IS NULL AND m.access_level >= 40))
+                 OR (pn.type = 'User' AND pn.owner_id = u.id))
+             ORDER BY 1)
+           ELSE ARRAY(
+             SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id
+             WHERE m.source_type = 'Namespace' AND m.source_id = res.rid AND m.state = 0
+               AND m.requested_at IS NULL AND m.access_level = 50 AND u.id <> res.bot
+               AND (u.state IS NOT DISTINCT FROM 'active' AND u.user_type IN (0, 4))
+             ORDER BY 1) END
+    FROM res
+    LEFT JOIN projects p ON res.kind = 'project' AND p.id = res.rid
+    LEFT JOIN namespaces pn ON pn.id = p.namespace_id
+    LEFT JOIN routes pr ON pr.source_type = 'Project' AND pr.source_id = p.id
+    LEFT JOIN namespaces g ON res.kind = 'group' AND g.id = res.rid AND g.type = 'Group'
+    LEFT JOIN routes gr ON gr.source_type = 'Namespace' AND gr.source_id = g.id";
+
+/// A bot's resource, its subscribed hooks and its email recipients.
+pub type BotContext = (Resource, Vec<i64>, Vec<i64>);
+
+/// [`BOT_CONTEXT_SQL`] for `bots`, in one statement: the bots that have a resource.
+pub async fn bot_contexts<C: GenericClient>(
+    c: &C,
+    bots: &[i64],
+) -> Result<std::collections::HashMap<i64, BotContext>> {
+    let rows = c
+        .query_typed(BOT_CONTEXT_SQL, &[(&bots, Type::INT8_ARRAY)])
+        .await?;
+    let mut out = std::collections::HashMap::new();
+    for r in rows {
+        let kind: Option<String> = r.get(1);
+        let rid: Option<i64> = r.get(2);
+        let (Some(kind), Some(rid)) = (kind, rid) else {
+            continue;
+        };
+        let resource = if kind == "project" {
+            // A project without its namespace: left out (the bot's claim then fails
+            // and runs alone, where `load_resource` reports it).
+            let Some(namespace_name) = r.get::<_, Option<String>>(7) else {
+                continue;
+            };
+            Resource::Project {
+                id: rid,
+                name: r.get(3),
+                description: r.get(4),
+                visibility_level: r.get(5),
+                ci_config_path: r.get(6),
+                namespace_name,
+                full_path: r.get(9),
+            }
+        } else {
+            let (Some(name), Some(path)) =
+                (r.get::<_, Option<String>>(3), r.get::<_, Option<String>>(8))
+            else {
+                continue;
+            };
+            let mut traversal_ids: Vec<i64> = r.get(10);
+            if traversal_ids.is_empty() {
+                traversal_ids.push(rid);
+            }
+            Resource::Group {
+                id: rid,
+                name,
+                path,
+                full_path: r.get(9),
+                traversal_ids,
+            }
+        };
+        out.insert(r.get(0), (resource, r.get(11), r.get(12)));
+    }
+    Ok(out)
+}
+
+/// The messages of one bot's claim (§6 steps 3–5): `rows` are its claimed tokens.
+fn bot_messages(
+    run: &Run<'_, '_>,
+    iv: Interval,
+    bot: i64,
+    rows: Vec<ClaimedToken>,
+    ctx: &BotContext,
+) -> Option<BotClaim> {
+    let (resource, hooks, recipients) = ctx;
+    let marked = rows.len() as u64;
+    let reported = rows.into_iter().min_by_key(|t| t.id)?;
+    let today = run.inv.today();
+    let mut out: Vec<OutMessage> = Vec::new();
+    if iv == Interval::SevenDays {
+        let body = hook_body(resource, &reported, run.instance);
+        let event_key = webhook_event_key(bot, reported.id);
+        for &hook_id in hooks {
+            out.push(OutMessage::new(
+                Function::DeliverNotification,
+                0,
+                Envelope::new(
+                    "deliver-notification.webhook",
+                    webhook_key(&event_key, hook_id),
+                    &run.env.run_id,
+                    run.inv.now,
+                    WebhookNotification {
+                        hook_id,
+                        event_key: event_key.clone(),
+                        body: body.clone(),
+                    },
+                ),
+            ));
+        }
+    }
+    for &user_id in recipients {
+        let n = EmailNotification::BotResourceAccessTokenAboutToExpire {
+            recipient_user_id: user_id,
+            days_to_expire: iv.days_to_expire(),
+            bot_user_id: bot,
+            token_name: reported.name.clone(),
+            resource_type: resource.kind(),
+            resource_id: resource.id(),
+            resource_full_path: resource.full_path().to_string(),
+            resource_name: resource.name().to_string(),
+        };
+        out.push(run.email(bot_email_key(iv.name(), bot, user_id, today), &n));
+    }
+    Some(BotClaim {
+        bot,
+        marked,
+        out,
+        recipients: recipients.clone(),
+    })
+}
+
+/// §6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
+/// resource and claims the tokens of the bots that have one; one more reads the
+/// claimed bots' resources, hooks and recipients. Outcomes in the order of `bots`.
+async fn claim_bots_set<C: GenericClient>(
+    run: &Run<'_, '_>,
+    c: &C,
+    iv: Interval,
+    min: NaiveDate,
+    bots: &[i64],
+) -> Result<Vec<(i64, BotOutcome)>> {
+    let (_, last) = iv.bounds(run.inv.today());
+    let rows = c
+        .query_typed(
+            &format!(
+                "WITH b AS (SELECT DISTINCT unnest($4::bigint[]) AS bot),
+                 res AS (
+                   SELECT b.bot FROM b
+                   WHERE EXISTS (SELECT 1 FROM members m JOIN projects p ON p.id = m.source_id
+                                 WHERE m.user_id = b.bot AND m.source_type = 'Project'
+                                   AND m.requested_at IS NULL)
+                      OR EXISTS (SELECT 1 FROM members m
+                                   JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group'
+                                 WHERE m.user_id = b.bot AND m.source_type = 'Namespace'
+                                   AND m.requested_at IS NULL AND m.access_level >= 10)),
+                 claimed AS (
+                   UPDATE personal_access_tokens t SET {}
+                   WHERE t.user_id IN (SELECT bot FROM res) AND {}
+                   RETURNING t.id::bigint AS id, t.name, t.created_at::timestamp AS created_at,
+                             t.expires_at, t.last_used_at::timestamptz AS last_used_at,
+                             t.user_id::bigint AS user_id)
+                 SELECT res.bot, c.id, c.name, c.created_at, c.expires_at, c.last_used_at
+                 FROM res LEFT JOIN claimed c ON c.user_id = res.bot",
+                iv.set_list(),
+                iv.scope()
+            ),
+            &[
+                (&min, Type::DATE),
+                (&last, Type::DATE),
+                (&run.inv.now, Type::TIMESTAMPTZ),
+                (&bots, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    let mut with_resource = std::collections::HashSet::new();
+    let mut claimed: std::collections::HashMap<i64, Vec<ClaimedToken>> =
+        std::collections::HashMap::new();
+    for r in &rows {
+        let bot: i64 = r.get(0);
+        with_resource.insert(bot);
+        if let Some(id) = r.get::<_, Option<i64>>(1) {
+            claimed.entry(bot).or_default().push(ClaimedToken {
+                id,
+                name: r.get(2),
+                created_at: r.get(3),
+                expires_at: r.get(4),
+                last_used_at: r.get(5),
+                user_id: bot,
+            });
+        }
+    }
+    let mut claimed_bots: Vec<i64> = claimed.keys().copied().collect();
+    claimed_bots.sort_unstable();
+    let contexts = if claimed_bots.is_empty() {
+        std::collections::HashMap::new()
+    } else {
+        bot_contexts(c, &claimed_bots).await?
+    };
+    let mut out = Vec::with_capacity(bots.len());
+    for &bot in bots {
+        let outcome = if !with_resource.contains(&bot) {
+            BotOutcome::NoResource
+        } else {
+            match claimed.remove(&bot) {
+                None => BotOutcome::NothingClaimed,
+                Some(rows) => {
+                    let ctx = contexts.get(&bot).ok_or_else(|| {
+                        Error::Invariant(format!("the resource of bot {bot} vanished"))
+                    })?;
+                    match bot_messages(run, iv, bot, rows, ctx) {
+                        Some(c) => BotOutcome::Claimed(c),
+                        None => BotOutcome::NothingClaimed,
+                    }
+                }
+            }
+        };
+        out.push((bot, outcome));
+    }
+    Ok(out)
+}
+
+/// A bot's claim: how many tokens, its messages, and its email recipients (for the
+/// log lines).
+struct BotClaim {
+    bot: i64,
+    marked: u64,
+    out: Vec<OutMessage>,
+    recipients: Vec<i64>,
+}
+
+impl BotClaim {
+    fn log(&self, iv: Interval) {
+        for &user_id in &self.recipients {
+            tracing::info!(
+                user_id,
+                bot_user_id = self.bot,
+                interval = iv.name(),
+                "Notifying resource access token owner about expiring tokens"
+            );
+        }
+    }
+
+    fn count(&self, run: &mut Run<'_, '_>) {
+        run.progress = true;
+        run.totals.bot_tokens_marked += self.marked;
+    }
+}
+
 /// How a bot ended.
 enum BotOutcome {
     NoResource,
     NothingClaimed,
-    Claimed(u64),
+    Claimed(BotClaim),
 }
 
-/// §6 steps 2–6 for one bot with a resource: claim, hooks, recipients, send, COMMIT.
-async fn claim_bot<C>(
+/// §6 steps 1–5 for one bot inside the caller's transaction or savepoint: resource,
+/// claim, hooks, recipients; the messages are returned, not sent.
+async fn claim_bot_rows<C: GenericClient>(
     run: &Run<'_, '_>,
-    client: &mut C,
+    c: &C,
     iv: Interval,
     min: NaiveDate,
     bot: i64,
-    found: (ResourceType, i64),
-) -> Result<BotOutcome>
-where
-    C: GenericClient + Send + Sync,
-{
+) -> Result<BotOutcome> {
+    let Some(found) = find_resource(c, bot).await? else {
+        return Ok(BotOutcome::NoResource);
+    };
     let (_, last) = iv.bounds(run.inv.today());
     let today = run.inv.today();
-    let tx = client.transaction().await?;
-    let rows = tx
+    let rows = c
         .query(
             &format!(
                 "UPDATE personal_access_tokens t SET {}
@@ -669,15 +1214,14 @@ where
         })
         .min_by_key(|t| t.id)
     else {
-        tx.commit().await?;
         return Ok(BotOutcome::NothingClaimed);
     };
-    let resource = load_resource(&tx, found.0, found.1).await?;
+    let resource = load_resource(c, found.0, found.1).await?;
     let mut out: Vec<OutMessage> = Vec::new();
     if iv == Interval::SevenDays {
         let body = hook_body(&resource, &reported, run.instance);
         let event_key = webhook_event_key(bot, reported.id);
-        for hook_id in subscribed_hooks(&tx, &resource).await? {
+        for hook_id in subscribed_hooks(c, &resource).await? {
             out.push(OutMessage::new(
                 Function::DeliverNotification,
                 0,
@@ -695,13 +1239,8 @@ where
             ));
         }
     }
-    for user_id in recipients(&tx, &resource, bot).await? {
-        tracing::info!(
-            user_id,
-            bot_user_id = bot,
-            interval = iv.name(),
-            "Notifying resource access token owner about expiring tokens"
-        );
+    let recipients = recipients(c, &resource, bot).await?;
+    for &user_id in &recipients {
         let n = EmailNotification::BotResourceAccessTokenAboutToExpire {
             recipient_user_id: user_id,
             days_to_expire: iv.days_to_expire(),
@@ -714,9 +1253,185 @@ where
         };
         out.push(run.email(bot_email_key(iv.name(), bot, user_id, today), &n));
     }
-    run.inv.queue.send(&out).await?;
+    Ok(BotOutcome::Claimed(BotClaim {
+        bot,
+        marked: rows.len() as u64,
+        out,
+        recipients,
+    }))
+}
+
+/// §6 steps 1–6 for one bot in its own transaction (the fall-back when a page's group
+/// could not be sent).
+async fn claim_bot<C>(
+    run: &Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    bot: i64,
+) -> Result<BotOutcome>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    let outcome = claim_bot_rows(run, &tx, iv, min, bot).await?;
+    if let BotOutcome::Claimed(c) = &outcome {
+        c.log(iv);
+        run.inv.queue.send(&c.out).await?;
+    }
     tx.commit().await?;
-    Ok(BotOutcome::Claimed(rows.len() as u64))
+    Ok(outcome)
+}
+
+/// One bot in its own savepoint of the page's transaction (as
+/// [`claim_user_savepoint`]).
+async fn claim_bot_savepoint(
+    run: &Run<'_, '_>,
+    tx: &mut Transaction<'_>,
+    iv: Interval,
+    min: NaiveDate,
+    bot: i64,
+) -> Result<Result<BotOutcome>> {
+    let sp = tx.transaction().await?;
+    match claim_bot_rows(run, &sp, iv, min, bot).await {
+        Ok(outcome) => {
+            sp.commit().await?;
+            Ok(Ok(outcome))
+        }
+        Err(e) => {
+            sp.rollback().await?;
+            Ok(Err(e))
+        }
+    }
+}
+
+/// Counts and logs a bot that ended without a claim (no resource, or a failure).
+fn bot_ended(
+    run: &mut Run<'_, '_>,
+    excluded: &mut Vec<i64>,
+    iv: Interval,
+    bot: i64,
+    outcome: &Result<BotOutcome>,
+) {
+    match outcome {
+        Ok(BotOutcome::NoResource) => {
+            // No log, as in GitLab; the tokens stay unmarked.
+            excluded.push(bot);
+            run.totals.bots_without_membership += 1;
+        }
+        Ok(BotOutcome::NothingClaimed) | Ok(BotOutcome::Claimed(_)) => {}
+        Err(e) => {
+            excluded.push(bot);
+            run.totals.bot_failures += 1;
+            tracing::error!(
+                user_id = bot,
+                interval = iv.name(),
+                error = %e,
+                error_class = e.class(),
+                "Failed to send notification about expiring resource access tokens"
+            );
+        }
+    }
+}
+
+/// One page of bots, grouped as common.md §7.2 allows: one transaction, one
+/// savepoint per bot (a failing bot rolls back alone), the page's messages sent in
+/// calls of ten before COMMIT; when a send fails, the page rolls back and its bots run
+/// again one transaction each (as [`human_page`]).
+async fn bot_page<C>(
+    run: &mut Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    min: NaiveDate,
+    bots: &[i64],
+    excluded: &mut Vec<i64>,
+) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    let mut flow = Flow::Done;
+    let mut claims: Vec<BotClaim> = Vec::new();
+    let mut attempted: Vec<i64> = Vec::new();
+    let mut progress = run.progress;
+    if run.deadline_stop() {
+        return Ok(Flow::Stop);
+    }
+    let mut tx = client.transaction().await?;
+    let mut set = None;
+    // Near the deadline, bot by bot, so the guard can stop after the first unit.
+    if !run.inv.deadline.reached() {
+        match claim_bots_set(run, &tx, iv, min, bots).await {
+            Ok(c) => set = Some(c),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            Err(_) => {
+                // The claim was the transaction's first statement.
+                tx.rollback().await?;
+                tx = client.transaction().await?;
+            }
+        }
+    }
+    let one_by_one: &[i64] = if set.is_some() { &[] } else { bots };
+    for (bot, outcome) in set.into_iter().flatten() {
+        match outcome {
+            BotOutcome::Claimed(c) => {
+                attempted.push(bot);
+                claims.push(c);
+            }
+            BotOutcome::NothingClaimed => attempted.push(bot),
+            other => bot_ended(run, excluded, iv, bot, &Ok(other)),
+        }
+    }
+    for &bot in one_by_one {
+        if progress && run.inv.deadline.reached() {
+            flow = Flow::Stop;
+            break;
+        }
+        let outcome = retry_transient!(claim_bot_savepoint(run, &mut tx, iv, min, bot).await?);
+        match outcome {
+            Ok(BotOutcome::Claimed(c)) => {
+                attempted.push(bot);
+                progress = true;
+                claims.push(c);
+            }
+            Ok(BotOutcome::NothingClaimed) => attempted.push(bot),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            other => bot_ended(run, excluded, iv, bot, &other),
+        }
+    }
+    let out: Vec<&OutMessage> = claims.iter().flat_map(|c| c.out.iter()).collect();
+    let mut sent = Ok(());
+    for part in out.chunks(SQS_BATCH) {
+        let part: Vec<OutMessage> = part.iter().map(|m| (*m).clone()).collect();
+        sent = run.inv.queue.send(&part).await;
+        if sent.is_err() {
+            break;
+        }
+    }
+    if sent.is_ok() {
+        tx.commit().await?;
+        for c in &claims {
+            c.log(iv);
+            c.count(run);
+        }
+        return Ok(flow);
+    }
+    tx.rollback().await?;
+    tracing::warn!(
+        interval = iv.name(),
+        bots = attempted.len(),
+        "bot group could not be sent; its bots run one by one"
+    );
+    for bot in attempted {
+        if run.deadline_stop() {
+            return Ok(Flow::Stop);
+        }
+        match retry_transient!(claim_bot(run, client, iv, min, bot).await) {
+            Ok(BotOutcome::Claimed(c)) => c.count(run),
+            Err(e) if e.is_connection_lost() => return Err(e),
+            other => bot_ended(run, excluded, iv, bot, &other),
+        }
+    }
+    Ok(flow)
 }
 
 /// §6: the bot tokens of one interval.
@@ -729,7 +1444,7 @@ where
     let mut excluded: Vec<i64> = Vec::new();
     loop {
         let page = client
-            .query(
+            .query_typed(
                 &format!(
                     "SELECT t.id::bigint, t.user_id::bigint, t.expires_at
                      FROM personal_access_tokens t JOIN users u ON u.id = t.user_id
@@ -737,48 +1452,21 @@ where
                      ORDER BY t.expires_at ASC, t.id ASC LIMIT $4",
                     iv.scope()
                 ),
-                &[&min, &last, &excluded, &BATCH_SIZE],
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&excluded, Type::INT8_ARRAY),
+                    (&BATCH_SIZE, Type::INT8),
+                ],
             )
             .await?;
         let Some(last_row) = page.last() else {
             return Ok(Flow::Done);
         };
         let next_min: NaiveDate = last_row.get(2);
-        for bot in distinct_in_order(page.iter().map(|r| r.get::<_, i64>(1))) {
-            if run.deadline_stop() {
-                return Ok(Flow::Stop);
-            }
-            let outcome = match find_resource(&*client, bot).await {
-                Ok(None) => Ok(BotOutcome::NoResource),
-                Ok(Some(found)) => {
-                    retry_transient!(claim_bot(run, client, iv, min, bot, found).await)
-                }
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Ok(BotOutcome::NoResource) => {
-                    // No log, as in GitLab; the tokens stay unmarked.
-                    excluded.push(bot);
-                    run.totals.bots_without_membership += 1;
-                }
-                Ok(BotOutcome::NothingClaimed) => {}
-                Ok(BotOutcome::Claimed(n)) => {
-                    run.progress = true;
-                    run.totals.bot_tokens_marked += n;
-                }
-                Err(e) if e.is_connection_lost() => return Err(e),
-                Err(e) => {
-                    excluded.push(bot);
-                    run.totals.bot_failures += 1;
-                    tracing::error!(
-                        user_id = bot,
-                        interval = iv.name(),
-                        error = %e,
-                        error_class = e.class(),
-                        "Failed to send notification about expiring resource access tokens"
-                    );
-                }
-            }
+        let bots = distinct_in_order(page.iter().map(|r| r.get::<_, i64>(1)));
+        if bot_page(run, client, iv, min, &bots, &mut excluded).await? == Flow::Stop {
+            return Ok(Flow::Stop);
         }
         min = next_min;
         if run.budget_stop() {

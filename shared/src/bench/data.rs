@@ -4,7 +4,8 @@
 //! Owns: the B38 set (groups with subgroups, projects, users, expired and live
 //! memberships, notification settings, and `project_authorizations` consistent with
 //! the memberships), the keyset tables, the project-bot set of the queue-calls bench,
-//! and the state checksum that shows two runs left the same rows. Every number bound
+//! the B28 token set (humans, bots with resources, members and hooks), and the state
+//! checksums that shows two runs left the same rows. Every number bound
 //! into the SQL text is an integer computed here.
 
 use chrono::NaiveDate;
@@ -167,6 +168,143 @@ pub async fn b38_bots(c: &Client, today: NaiveDate, count: u64) -> Result<()> {
     c.batch_execute(&sql).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
     Ok(())
+}
+
+/// Sizes of the B28 data set derived from its number of tokens and users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct B28Sizes {
+    /// Personal access tokens (ids 1..=tokens).
+    pub tokens: u64,
+    /// Users (humans, then bots).
+    pub users: u64,
+    /// Bots among the users (ids `users − bots + 1 ..= users`): two thirds project bots,
+    /// the rest group bots, and every 25th without any membership.
+    pub bots: u64,
+    /// Top-level groups; each has one subgroup holding `projects / top_groups` projects.
+    pub top_groups: u64,
+    /// Projects (one per two project bots).
+    pub projects: u64,
+}
+
+impl B28Sizes {
+    /// The shape used at every scale: 2 % of the users are bots (at least 12), each
+    /// with one or two tokens; a group tree per 300 users.
+    pub fn new(tokens: u64, users: u64) -> B28Sizes {
+        let users = users.max(30);
+        let bots = (users / 50).max(12);
+        let project_bots = bots * 2 / 3;
+        B28Sizes {
+            tokens,
+            users,
+            bots,
+            top_groups: (users / 300).max(1),
+            projects: (project_bots / 2).max(1),
+        }
+    }
+
+    /// Human users (ids 1..=humans).
+    pub fn humans(&self) -> u64 {
+        self.users - self.bots
+    }
+}
+
+/// Fill an empty migrated database with the B28 data set (dated relative to `today`):
+///
+/// * users: humans 1..=H (4 % blocked, 1 % deactivated, 1 % with a NULL state: they
+///   cannot receive notifications, their tokens are marked silently), then bots
+///   (`user_type` 6): project bots (a maintainer membership of their project), group
+///   bots (a developer membership of a subgroup), and every 25th bot without any
+///   membership (its tokens stay unmarked);
+/// * groups: top-level groups, each with one subgroup and an owner per group; projects
+///   in the subgroups, each with one maintainer; hooks: every 3rd project a
+///   subscribed project hook (every 7th an unsubscribed one), every 2nd top-level
+///   group a subscribed group hook;
+/// * tokens: bots hold the first 1.5 × bots tokens, humans the rest at random;
+///   `expires_at` spread uniformly over `today − 10 .. today + 89` (so every interval,
+///   the past and the future beyond 60 days are all present); 3 % revoked, 1 %
+///   impersonation, 2 % with the legacy `expire_notification_delivered`, 2 % with
+///   the 30-day notice already sent.
+pub async fn b28(c: &Client, today: NaiveDate, s: B28Sizes) -> Result<()> {
+    let (n, b, t, p) = (s.tokens, s.bots, s.top_groups, s.projects);
+    let h = s.humans();
+    let pb = b * 2 / 3;
+    let bot_tokens = (b * 3 / 2).min(n);
+    let sql = format!(
+        "SELECT setseed(0.28);
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT g, 'g' || g, 'g' || g, 'Group', NULL, ARRAY[g]::bigint[], 1, '{today}', '{today}'
+           FROM generate_series(1, {t}) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT {t} + g, 's' || g, 's' || g, 'Group', g, ARRAY[g, {t} + g]::bigint[], 1, '{today}', '{today}'
+           FROM generate_series(1, {t}) g;
+         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
+           SELECT i, 'p' || i, 'p' || i, {t} + 1 + (i - 1) % {t}, 1, '{today}', '{today}'
+           FROM generate_series(1, {p}) i;
+         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at)
+           SELECT i, 'u' || i, 'User ' || i, 'u' || i || '@example.com',
+                  CASE WHEN r < 0.04 THEN 'blocked' WHEN r < 0.05 THEN 'deactivated'
+                       WHEN r < 0.06 THEN NULL ELSE 'active' END, 0, '{today}', '{today}'
+           FROM (SELECT i, random() r FROM generate_series(1, {h}) i) x;
+         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at)
+           SELECT {h} + i, 'bot' || i, 'Bot ' || i, 'bot' || i || '@noreply.example.com', 'active', 6,
+                  '{today}', '{today}'
+           FROM generate_series(1, {b}) i;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+           SELECT 40, 1 + (i - 1) % {p}, 'Project', 'ProjectMember', {h} + i, '{today}', '{today}'
+           FROM generate_series(1, {pb}) i WHERE i % 25 <> 0;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+           SELECT 30, {t} + 1 + i % {t}, 'Namespace', 'GroupMember', {h} + i, '{today}', '{today}'
+           FROM generate_series({pb} + 1, {b}) i WHERE i % 25 <> 0;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+           SELECT 40, i, 'Project', 'ProjectMember', 1 + (i * 7919) % {h}, '{today}', '{today}'
+           FROM generate_series(1, {p}) i;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+           SELECT 50, g, 'Namespace', 'GroupMember', 1 + (g * 104729) % {h}, '{today}', '{today}'
+           FROM generate_series(1, 2 * {t}) g;
+         INSERT INTO web_hooks (project_id, type, resource_access_token_events, created_at, updated_at)
+           SELECT i, 'ProjectHook', i % 3 = 0, '{today}', '{today}'
+           FROM generate_series(1, {p}) i WHERE i % 3 = 0 OR i % 7 = 0;
+         INSERT INTO web_hooks (group_id, type, resource_access_token_events, created_at, updated_at)
+           SELECT g, 'GroupHook', true, '{today}', '{today}' FROM generate_series(1, {t}) g WHERE g % 2 = 0;
+         INSERT INTO personal_access_tokens (id, user_id, name, revoked, expires_at, created_at, updated_at,
+                                             impersonation, expire_notification_delivered,
+                                             thirty_days_notification_sent_at, organization_id)
+           SELECT i,
+                  CASE WHEN i <= {bot_tokens} THEN {h} + 1 + (i - 1) % {b} ELSE 1 + floor(r_user * {h}) END,
+                  'token-' || i, r_flag < 0.03, date '{today}' - 10 + floor(r_date * 100)::int,
+                  timestamp '{today}' - interval '100 days', '{today}',
+                  r_flag >= 0.03 AND r_flag < 0.04, r_flag >= 0.04 AND r_flag < 0.06,
+                  CASE WHEN r_flag >= 0.06 AND r_flag < 0.08 THEN timestamptz '{today}' - interval '5 days' END, 1
+           FROM (SELECT i, random() r_user, random() r_date, random() r_flag
+                 FROM generate_series(1, {n}) i) x;"
+    );
+    c.batch_execute(&sql).await?;
+    c.batch_execute("VACUUM ANALYZE").await?;
+    Ok(())
+}
+
+/// A checksum of the rows B28 changes: which tokens carry which notice (not when:
+/// the sides run at different instants), and the legacy flag.
+pub async fn b28_checksum(c: &Client) -> Result<String> {
+    let r = c
+        .query_one(
+            "SELECT count(*) FILTER (WHERE seven_days_notification_sent_at IS NOT NULL),
+                    count(*) FILTER (WHERE thirty_days_notification_sent_at IS NOT NULL),
+                    count(*) FILTER (WHERE sixty_days_notification_sent_at IS NOT NULL),
+                    count(*) FILTER (WHERE expire_notification_delivered),
+                    coalesce(sum(hashtext(id || ':' || (seven_days_notification_sent_at IS NULL)::text
+                                          || (thirty_days_notification_sent_at IS NULL)::text
+                                          || (sixty_days_notification_sent_at IS NULL)::text
+                                          || expire_notification_delivered::text)::bigint), 0)::int8
+             FROM personal_access_tokens",
+            &[],
+        )
+        .await?;
+    let v: Vec<i64> = (0..5).map(|i| r.get(i)).collect();
+    Ok(format!(
+        "notified 7/30/60 days {}/{}/{}, delivered flag {} ({:x})",
+        v[0], v[1], v[2], v[3], v[4]
+    ))
 }
 
 /// A checksum of the rows B38 changes: equal checksums mean equal rows.

@@ -14,6 +14,7 @@
 //!
 //! It is never linked into a function's work: only `hk` calls it.
 
+pub mod b28;
 pub mod b38;
 mod data;
 pub mod footprint;
@@ -34,7 +35,14 @@ use crate::error::{Error, Result};
 pub use report::{render_markdown, write_doc};
 
 /// The benches `hk bench` knows, in the order `all` runs them.
-pub const BENCHES: &[&str] = &["b38", "b38-baseline", "keyset", "queue-calls", "footprint"];
+pub const BENCHES: &[&str] = &[
+    "b38",
+    "b38-baseline",
+    "b28",
+    "keyset",
+    "queue-calls",
+    "footprint",
+];
 
 /// How big the data sets are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,6 +62,10 @@ pub struct Scale {
     pub footprint_page: u64,
     /// Pages the baseline covers (all when `None`); ours is timed on the same pages.
     pub baseline_pages: Option<u64>,
+    /// Personal access tokens of the B28 data set.
+    pub b28_tokens: u64,
+    /// Users of the B28 data set (2 % of them bots).
+    pub b28_users: u64,
 }
 
 impl Scale {
@@ -68,6 +80,8 @@ impl Scale {
                 queue_messages: 1000,
                 footprint_page: 1000,
                 baseline_pages: Some(20),
+                b28_tokens: 1_000_000,
+                b28_users: 300_000,
             }),
             "small" => Ok(Scale {
                 label: "small".into(),
@@ -80,6 +94,8 @@ impl Scale {
                 queue_messages: 200,
                 footprint_page: 1000,
                 baseline_pages: None,
+                b28_tokens: 10_000,
+                b28_users: 3_000,
             }),
             n => {
                 let n: u64 = n.parse().ok().filter(|n| *n >= 10).ok_or_else(|| {
@@ -95,6 +111,8 @@ impl Scale {
                     queue_messages: n.min(1000),
                     footprint_page: n.min(1000),
                     baseline_pages: None,
+                    b28_tokens: n,
+                    b28_users: (n * 3 / 10).max(30),
                 })
             }
         }
@@ -218,10 +236,13 @@ pub async fn context(scale: &Scale, opts: &Options) -> Result<String> {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     Ok(format!(
         "Run {} UTC on {cpus} CPUs (shared), PostgreSQL {version} ({settings}); scale {}: \
-         b38 {} expired members, keyset {} / {} members, queue-calls {} messages, footprint page {} members.",
+         b38 {} expired members, b28 {} tokens over {} users, keyset {} / {} members, \
+         queue-calls {} messages, footprint page {} members.",
         Utc::now().format("%Y-%m-%d %H:%M"),
         scale.label,
         scale.b38_members,
+        scale.b28_tokens,
+        scale.b28_users,
         scale.keyset_small,
         scale.keyset_large,
         scale.queue_messages,
@@ -259,6 +280,9 @@ async fn run_all(
     let baseline = names.contains(&"b38-baseline");
     if b38 || baseline {
         rows.extend(b38::run(scale, opts, dbs, b38, baseline).await?);
+    }
+    if names.contains(&"b28") {
+        rows.extend(b28::run(scale, opts, dbs).await?);
     }
     if names.contains(&"keyset") {
         rows.extend(b38::keyset(scale, opts, dbs).await?);

@@ -25,8 +25,8 @@ use crate::queue::sqs::{QueueTarget, SchedulerTarget, SqsQueue};
 use crate::queue::{OutMessage, Queue};
 use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
 
-/// The moto resources of one run.
-struct Moto {
+/// The moto resources of one run (also the `b28` bench's queues).
+pub(crate) struct Moto {
     sqs: aws_sdk_sqs::Client,
     scheduler: aws_sdk_scheduler::Client,
     routes: HashMap<Function, QueueTarget>,
@@ -34,7 +34,7 @@ struct Moto {
 }
 
 impl Moto {
-    async fn new(endpoint: &str) -> Result<Moto> {
+    pub(crate) async fn new(endpoint: &str) -> Result<Moto> {
         let cfg = aws_config::defaults(BehaviorVersion::latest())
             .endpoint_url(endpoint)
             .region(Region::new("us-east-1"))
@@ -82,7 +82,7 @@ impl Moto {
         })
     }
 
-    fn queue(&self) -> SqsQueue {
+    pub(crate) fn queue(&self) -> SqsQueue {
         SqsQueue::new(
             self.sqs.clone(),
             self.scheduler.clone(),
@@ -95,7 +95,7 @@ impl Moto {
         )
     }
 
-    async fn cleanup(&self) {
+    pub(crate) async fn cleanup(&self) {
         for t in self.routes.values() {
             let _ = self.sqs.delete_queue().queue_url(&t.url).send().await;
         }
