@@ -97,6 +97,10 @@ struct BenchArgs {
     /// Keep the bench databases for inspection (they are dropped otherwise).
     #[arg(long)]
     keep: bool,
+    /// b28: send the notices to moto's SQS (--moto) instead of the in-process queue
+    /// (moto slows as its queues fill: small data sets only)
+    #[arg(long)]
+    b28_on_moto: bool,
 }
 
 #[derive(Subcommand)]
@@ -611,6 +615,7 @@ async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         bin_dir: a.bin_dir.clone(),
         now: parse_now(Some("2025-03-10T00:10:00Z"))?,
         keep: a.keep,
+        b28_on_moto: a.b28_on_moto,
     };
     let context = shared::bench::context(&scale, &opts).await?;
     let rows = shared::bench::run(&a.name, &scale, &opts).await?;

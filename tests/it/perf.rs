@@ -386,6 +386,7 @@ fn bench_options(db: &TestDb) -> shared::bench::Options {
         bin_dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
         now: t(NOW),
         keep: false,
+        b28_on_moto: std::env::var("MOTO_ENDPOINT").is_ok(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! humans and bots.
 //!
 //! Owns: the producer's transport of the bench ([`Sink`]: `deliver-notification`
-//! messages go to the SQS adapter on moto when an endpoint is given, else to an
+//! messages go to the SQS adapter on moto with `--b28-on-moto`, else to an
 //! in-process sink that serializes and counts them; `pat-expiring` continuations are
 //! kept and delivered by the bench at once, so their delays are virtual), ours (the
 //! `pat-expiring` handler until idle, through [`process_record`] like a Lambda
@@ -404,7 +404,7 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
 
 /// A sink on fresh moto queues (when an endpoint is given) or in-process.
 async fn sink(opts: &Options) -> Result<(Sink, Option<Moto>)> {
-    match opts.moto_endpoint.as_deref() {
+    match opts.moto_endpoint.as_deref().filter(|_| opts.b28_on_moto) {
         Some(endpoint) => {
             let moto = Moto::new(endpoint).await?;
             Ok((Sink::new(Some(moto.queue())), Some(moto)))
@@ -456,10 +456,10 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
     let same = ours_side.checksum == floor_side.checksum
         && ours_side.keys == floor_side.keys
         && ours_side.messages == floor_side.messages;
-    let queue = if opts.moto_endpoint.is_some() {
+    let queue = if opts.moto_endpoint.is_some() && opts.b28_on_moto {
         "SQS adapter on moto"
     } else {
-        "in-process queue (no MOTO_ENDPOINT)"
+        "in-process queue"
     };
     let row = Row::new(
         "b28",
