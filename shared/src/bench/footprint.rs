@@ -312,22 +312,10 @@ fn binary(dir: &Path, f: Function) -> PathBuf {
     }
 }
 
-/// The function binaries' directory: `bin_dir` if it holds them, else `target/debug`.
+/// The function binaries' directory: `bin_dir`, as given (a function missing there is
+/// reported as not built, never measured from another build).
 fn binaries(opts: &Options) -> PathBuf {
-    let has_all = |d: &Path| Function::ALL.iter().all(|f| binary(d, *f).is_file());
-    if has_all(&opts.bin_dir) {
-        return opts.bin_dir.clone();
-    }
-    let debug = opts
-        .bin_dir
-        .parent()
-        .map(|p| p.join("debug"))
-        .unwrap_or_else(|| PathBuf::from("target/debug"));
-    if has_all(&debug) {
-        debug
-    } else {
-        opts.bin_dir.clone()
-    }
+    opts.bin_dir.clone()
 }
 
 /// `footprint`: size and start time of every function binary, and the peak RSS of a
