@@ -636,7 +636,13 @@ async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     }
     shared::bench::write_doc(
         &a.doc,
-        &format!("{}:{}", scale.label, a.name),
+        // One block per scale and bench; footprint's also per binary directory (the
+        // native build and the Lambda build are both worth keeping).
+        &if matches!(a.name.as_str(), "footprint" | "all") {
+            format!("{}:{}:{}", scale.label, a.name, a.bin_dir.display())
+        } else {
+            format!("{}:{}", scale.label, a.name)
+        },
         &command,
         &context,
         &rows,
