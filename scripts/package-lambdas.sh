@@ -29,6 +29,12 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+# Lambda bootstraps are optimized for size: the functions wait on PostgreSQL, not on
+# the CPU, and a smaller bootstrap loads faster (issue 8, footprint: 12.75 → 10.40 MiB
+# for remove-expired-members, start 8.8 ms either way, page RSS 13.7 → 12.0 MiB). Rust
+# code at opt-level "s", and the C of the vendored OpenSSL (and ring) at -Os.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL="${CARGO_PROFILE_RELEASE_OPT_LEVEL:-s}"
+export CFLAGS="${CFLAGS:--Os}"
 if [ -x .venv/bin/cargo-lambda ]; then export PATH="$PWD/.venv/bin:$PATH"; fi
 command -v cargo-lambda >/dev/null || { echo "cargo-lambda not found: pip install cargo-lambda==1.9.2 ziglang==0.17.0 (scripts/test.sh does)" >&2; exit 1; }
 if [ "$arch" = "--arm64" ] && ! rustup target list --installed | grep -q aarch64-unknown-linux-gnu; then
