@@ -517,21 +517,19 @@ where
     Ok(claim)
 }
 
-/// One user's claim in its own savepoint of the page's transaction. `Ok(Err(e))`: the
-/// user failed and was rolled back to its savepoint; `Err(e)`: the savepoint could not
-/// be rolled back, so the page's transaction is unusable.
-async fn claim_user_savepoint(
-    run: &Run<'_, '_>,
+/// `work` in its own savepoint of the page's transaction: released when it succeeds,
+/// rolled back when it fails. `Ok(Err(e))`: the subject failed and was rolled back to
+/// its savepoint; `Err(e)`: the savepoint could not be rolled back, so the page's
+/// transaction is unusable.
+async fn in_savepoint<T>(
     tx: &mut Transaction<'_>,
-    iv: Interval,
-    min: NaiveDate,
-    user_id: i64,
-) -> Result<Result<Option<UserClaim>>> {
+    work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<Result<T>> {
     let sp = tx.transaction().await?;
-    match claim_user_rows(run, &sp, iv, min, user_id).await {
-        Ok(claim) => {
+    match work(&sp).await {
+        Ok(v) => {
             sp.commit().await?;
-            Ok(Ok(claim))
+            Ok(Ok(v))
         }
         Err(e) => {
             sp.rollback().await?;
@@ -652,8 +650,13 @@ where
                     flow = Flow::Stop;
                     break;
                 }
-                match retry_transient!(claim_user_savepoint(run, &mut tx, iv, min, user_id).await?)
-                {
+                match retry_transient!(
+                    in_savepoint(&mut tx, async |sp| claim_user_rows(
+                        run, sp, iv, min, user_id
+                    )
+                    .await)
+                    .await?
+                ) {
                     Ok(None) => attempted.push(user_id),
                     Ok(Some(c)) => {
                         attempted.push(user_id);
@@ -1004,30 +1007,55 @@ fn bot_messages(
     rows: Vec<ClaimedToken>,
     ctx: &BotContext,
 ) -> Option<BotClaim> {
-    let (resource, hooks, recipients) = ctx;
     let marked = rows.len() as u64;
     let reported = rows.into_iter().min_by_key(|t| t.id)?;
-    let today = run.inv.today();
+    let out = bot_notices(
+        iv,
+        bot,
+        &reported,
+        ctx,
+        run.instance,
+        &run.env.run_id,
+        run.inv.now,
+    );
+    Some(BotClaim {
+        bot,
+        marked,
+        out,
+        recipients: ctx.2.clone(),
+    })
+}
+
+/// The notices of one bot's claim, `reported` being its claimed token of the lowest id:
+/// in the 7-day interval a web hook per subscribed hook, then an email per recipient.
+/// Pure: also what the `b28` bench's floor sends for the same claim.
+pub fn bot_notices(
+    iv: Interval,
+    bot: i64,
+    reported: &ClaimedToken,
+    (resource, hooks, recipients): &BotContext,
+    instance: &Instance,
+    run_id: &str,
+    now: DateTime<Utc>,
+) -> Vec<OutMessage> {
+    let today = now.date_naive();
+    let deliver = |envelope: Envelope| OutMessage::new(Function::DeliverNotification, 0, envelope);
     let mut out: Vec<OutMessage> = Vec::new();
     if iv == Interval::SevenDays {
-        let body = hook_body(resource, &reported, run.instance);
+        let body = hook_body(resource, reported, instance);
         let event_key = webhook_event_key(bot, reported.id);
         for &hook_id in hooks {
-            out.push(OutMessage::new(
-                Function::DeliverNotification,
-                0,
-                Envelope::new(
-                    "deliver-notification.webhook",
-                    webhook_key(&event_key, hook_id),
-                    &run.env.run_id,
-                    run.inv.now,
-                    WebhookNotification {
-                        hook_id,
-                        event_key: event_key.clone(),
-                        body: body.clone(),
-                    },
-                ),
-            ));
+            out.push(deliver(Envelope::new(
+                "deliver-notification.webhook",
+                webhook_key(&event_key, hook_id),
+                run_id,
+                now,
+                WebhookNotification {
+                    hook_id,
+                    event_key: event_key.clone(),
+                    body: body.clone(),
+                },
+            )));
         }
     }
     for &user_id in recipients {
@@ -1041,14 +1069,15 @@ fn bot_messages(
             resource_full_path: resource.full_path().to_string(),
             resource_name: resource.name().to_string(),
         };
-        out.push(run.email(bot_email_key(iv.name(), bot, user_id, today), &n));
+        out.push(deliver(Envelope::new(
+            "deliver-notification.email",
+            bot_email_key(iv.name(), bot, user_id, today),
+            run_id,
+            now,
+            &n,
+        )));
     }
-    Some(BotClaim {
-        bot,
-        marked,
-        out,
-        recipients: recipients.clone(),
-    })
+    out
 }
 
 /// §6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
@@ -1283,28 +1312,6 @@ where
     Ok(outcome)
 }
 
-/// One bot in its own savepoint of the page's transaction (as
-/// [`claim_user_savepoint`]).
-async fn claim_bot_savepoint(
-    run: &Run<'_, '_>,
-    tx: &mut Transaction<'_>,
-    iv: Interval,
-    min: NaiveDate,
-    bot: i64,
-) -> Result<Result<BotOutcome>> {
-    let sp = tx.transaction().await?;
-    match claim_bot_rows(run, &sp, iv, min, bot).await {
-        Ok(outcome) => {
-            sp.commit().await?;
-            Ok(Ok(outcome))
-        }
-        Err(e) => {
-            sp.rollback().await?;
-            Ok(Err(e))
-        }
-    }
-}
-
 /// Counts and logs a bot that ended without a claim (no resource, or a failure).
 fn bot_ended(
     run: &mut Run<'_, '_>,
@@ -1386,7 +1393,11 @@ where
             flow = Flow::Stop;
             break;
         }
-        let outcome = retry_transient!(claim_bot_savepoint(run, &mut tx, iv, min, bot).await?);
+        let outcome = retry_transient!(
+            in_savepoint(&mut tx, async |sp| claim_bot_rows(run, sp, iv, min, bot)
+                .await)
+            .await?
+        );
         match outcome {
             Ok(BotOutcome::Claimed(c)) => {
                 attempted.push(bot);

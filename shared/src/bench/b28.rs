@@ -28,17 +28,12 @@ use tokio_postgres::Client;
 use super::data::{self, B28Sizes};
 use super::queue_calls::Moto;
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
-use crate::batches::pat_expiring::{
-    bot_contexts, hook_body, ClaimedToken, Interval, Resource, MAX_TOKENS,
-};
+use crate::batches::pat_expiring::{bot_contexts, bot_notices, ClaimedToken, Interval, MAX_TOKENS};
 use crate::config::Settings;
 use crate::db::Connector;
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::messages::{
-    bot_email_key, user_email_key, webhook_event_key, webhook_key, EmailNotification, Envelope,
-    ResourceType, WebhookNotification,
-};
+use crate::messages::{user_email_key, EmailNotification, Envelope};
 use crate::notify::{Instance, Notifier};
 use crate::queue::sqs::SqsQueue;
 use crate::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
@@ -319,7 +314,7 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
             }
             continue;
         }
-        let Some((resource, hooks, recipients)) = bots.get(&user_id) else {
+        let Some(ctx) = bots.get(&user_id) else {
             return Err(Error::Invariant(format!(
                 "b28 floor: bot {user_id} has no resource"
             )));
@@ -335,57 +330,9 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
             last_used_at: t.last_used_at,
             user_id,
         };
-        if iv == Interval::SevenDays {
-            let body = hook_body(resource, &reported, &instance);
-            let event_key = webhook_event_key(user_id, reported.id);
-            for &hook_id in hooks {
-                out.push(OutMessage::new(
-                    Function::DeliverNotification,
-                    0,
-                    Envelope::new(
-                        "deliver-notification.webhook",
-                        webhook_key(&event_key, hook_id),
-                        "bench",
-                        now,
-                        WebhookNotification {
-                            hook_id,
-                            event_key: event_key.clone(),
-                            body: body.clone(),
-                        },
-                    ),
-                ));
-            }
-        }
-        let (rtype, rid, rname, rpath) = match resource {
-            Resource::Project {
-                id,
-                name,
-                full_path,
-                ..
-            } => (ResourceType::Project, *id, name, full_path),
-            Resource::Group {
-                id,
-                name,
-                full_path,
-                ..
-            } => (ResourceType::Group, *id, name, full_path),
-        };
-        for &recipient in recipients {
-            let n = EmailNotification::BotResourceAccessTokenAboutToExpire {
-                recipient_user_id: recipient,
-                days_to_expire: iv.days_to_expire(),
-                bot_user_id: user_id,
-                token_name: reported.name.clone(),
-                resource_type: rtype,
-                resource_id: rid,
-                resource_full_path: rpath.clone(),
-                resource_name: rname.clone(),
-            };
-            out.push(email(
-                bot_email_key(iv.name(), user_id, recipient, today),
-                &n,
-            ));
-        }
+        out.extend(bot_notices(
+            iv, user_id, &reported, ctx, &instance, "bench", now,
+        ));
     }
     for part in out.chunks(SQS_BATCH) {
         sink.send(part).await?;
