@@ -304,6 +304,25 @@ pub async fn fire_due_schedules(aws: &Aws, group: &str, now: chrono::DateTime<Ut
     Ok(fired)
 }
 
+/// Whether any message is still queued (visible, in flight or delayed) or any one-time
+/// schedule of the prefix's group is still waiting.
+async fn work_left(aws: &Aws, targets: &[Target], prefix: &str) -> Result<bool> {
+    for t in targets {
+        if queue_depth(aws, &t.url).await? > 0 {
+            return Ok(true);
+        }
+    }
+    let pending = aws
+        .scheduler
+        .list_schedules()
+        .group_name(prefix)
+        .send()
+        .await?
+        .schedules()
+        .len();
+    Ok(pending > 0)
+}
+
 async fn queue_depth(aws: &Aws, url: &str) -> Result<u64> {
     let a = aws
         .sqs
@@ -406,39 +425,13 @@ pub async fn pump(
         }
         if started.elapsed() >= max {
             if until_idle {
-                let mut depth = 0;
-                for t in &targets {
-                    depth += queue_depth(aws, &t.url).await?;
-                }
-                let pending = aws
-                    .scheduler
-                    .list_schedules()
-                    .group_name(prefix)
-                    .send()
-                    .await?
-                    .schedules()
-                    .len();
-                stats.work_left = depth > 0 || pending > 0;
+                stats.work_left = work_left(aws, &targets, prefix).await?;
             }
             return Ok(stats);
         }
         if !busy {
-            if until_idle {
-                let mut depth = 0;
-                for t in &targets {
-                    depth += queue_depth(aws, &t.url).await?;
-                }
-                let pending = aws
-                    .scheduler
-                    .list_schedules()
-                    .group_name(prefix)
-                    .send()
-                    .await?
-                    .schedules()
-                    .len();
-                if depth == 0 && pending == 0 {
-                    return Ok(stats);
-                }
+            if until_idle && !work_left(aws, &targets, prefix).await? {
+                return Ok(stats);
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
