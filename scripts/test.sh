@@ -72,9 +72,18 @@ step "moto server on 127.0.0.1"
 MOTO_PORT=$(free_port)
 setsid .venv/bin/moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$STATE/moto.log" 2>&1 &
 MOTO_PID=$!
-for _ in $(seq 1 100); do
-  if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $MOTO_PORT), 0.2)" 2>/dev/null; then break; fi
-  sleep 0.1
+# MOTO_START_LIMIT_S: moto imports every service model before it listens, about 2 s
+# on a quiet machine and much longer on a loaded 2-core one; past the limit the run
+# fails here, naming the log, instead of failing every AWS test later.
+MOTO_START_LIMIT_S=120
+moto_deadline=$((SECONDS + MOTO_START_LIMIT_S))
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', $MOTO_PORT), 0.5)" 2>/dev/null; do
+  if [ "$SECONDS" -ge "$moto_deadline" ] || ! kill -0 "$MOTO_PID" 2>/dev/null; then
+    echo "moto did not listen on 127.0.0.1:$MOTO_PORT within ${MOTO_START_LIMIT_S}s (or exited); its log:" >&2
+    cat "$STATE/moto.log" >&2
+    exit 1
+  fi
+  sleep 0.2
 done
 export MOTO_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 echo "MOTO_ENDPOINT=$MOTO_ENDPOINT"

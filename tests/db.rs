@@ -5,7 +5,29 @@ use shared::db::Connector;
 use shared::local::Runner;
 use tokio_postgres::Client;
 
+use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
+
 const TEMPLATE: &str = "hk_template";
+
+/// A connector for the harness's own sessions: administration (create, clone, rename
+/// databases; the template locks), template builds, fixtures and assertions. Their
+/// lock and statement timeouts are [`HARNESS_SESSION_TIMEOUT`], not the product's,
+/// which the handlers under test keep ([`TestDb::connector`]).
+fn harness_connector(url: &str) -> Connector {
+    let ms = u64::try_from(HARNESS_SESSION_TIMEOUT.as_millis()).expect("fits");
+    Connector::from_url(url)
+        .expect("a valid database URL")
+        .with_lock_timeout_ms(ms)
+        .with_statement_timeout_ms(ms)
+}
+
+/// A harness session to `url`.
+async fn harness_session(url: &str) -> Client {
+    harness_connector(url)
+        .connect("tests")
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test cluster: {e}"))
+}
 
 /// The maintenance URL from the environment.
 pub fn base_url() -> String {
@@ -48,11 +70,7 @@ async fn ensure_template(admin: &Client, base: &str) {
             .await
             .expect("create template");
         {
-            let mut c = Connector::from_url(&with_db(base, &format!("{TEMPLATE}_build")))
-                .unwrap()
-                .connect("tests")
-                .await
-                .expect("connect template");
+            let mut c = harness_session(&with_db(base, &format!("{TEMPLATE}_build"))).await;
             shared::migrate::run(&mut c)
                 .await
                 .expect("migrate template");
@@ -80,11 +98,7 @@ impl TestDb {
         Fut: std::future::Future<Output = TestDb>,
     {
         let base = base_url();
-        let admin = Connector::from_url(&base)
-            .unwrap()
-            .connect("tests")
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL: {e}"));
+        let admin = harness_session(&base).await;
         ensure_template(&admin, &base).await;
         admin
             .execute("SELECT pg_advisory_lock(4243)", &[])
@@ -106,11 +120,7 @@ impl TestDb {
                 .await
                 .expect("create build database");
             let url = with_db(&base, &build);
-            let client = Connector::from_url(&url)
-                .unwrap()
-                .connect("tests")
-                .await
-                .expect("connect build database");
+            let client = harness_session(&url).await;
             let filled = init(TestDb {
                 url,
                 name: build.clone(),
@@ -119,20 +129,22 @@ impl TestDb {
             .await;
             drop(filled);
             // Let the build database's sessions end before it is renamed.
-            for _ in 0..500 {
-                let n: i64 = admin
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
-                        &[&build],
-                    )
-                    .await
-                    .unwrap()
-                    .get(0);
-                if n == 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+            wait::until(
+                &format!("the sessions of {build} to end before its rename"),
+                wait::SESSION_END,
+                || async {
+                    let n: i64 = admin
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1",
+                            &[&build],
+                        )
+                        .await
+                        .expect("count sessions")
+                        .get(0);
+                    (n == 0).then_some(())
+                },
+            )
+            .await;
             admin
                 .batch_execute(&format!("ALTER DATABASE {build} RENAME TO {template}"))
                 .await
@@ -148,22 +160,14 @@ impl TestDb {
             .await
             .expect("create test database");
         let url = with_db(&base, &name);
-        let client = Connector::from_url(&url)
-            .unwrap()
-            .connect("tests")
-            .await
-            .expect("connect test database");
+        let client = harness_session(&url).await;
         TestDb { url, name, client }
     }
 
     /// Create `t_<uuid>` from the migrated template and connect to it.
     pub async fn new() -> TestDb {
         let base = base_url();
-        let admin = Connector::from_url(&base)
-            .unwrap()
-            .connect("tests")
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL: {e}"));
+        let admin = harness_session(&base).await;
         ensure_template(&admin, &base).await;
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         admin
@@ -171,11 +175,7 @@ impl TestDb {
             .await
             .expect("create test database");
         let url = with_db(&base, &name);
-        let client = Connector::from_url(&url)
-            .unwrap()
-            .connect("tests")
-            .await
-            .expect("connect test database");
+        let client = harness_session(&url).await;
         TestDb { url, name, client }
     }
 
@@ -187,6 +187,41 @@ impl TestDb {
     /// A second session (another actor in the scenario).
     pub async fn session(&self) -> Client {
         self.connector().connect("other-session").await.unwrap()
+    }
+
+    /// Wait until a session of `application_name` on this database waits for a lock
+    /// (one another session of the test holds), and return its backend pid. Sessions
+    /// of other tests' databases, which run in parallel with the same application
+    /// names, are not counted.
+    pub async fn blocked_on_lock(&self, application_name: &str) -> i32 {
+        self.session_waiting(application_name, "Lock").await
+    }
+
+    /// Wait until a session of `application_name` on this database waits on an event
+    /// of `wait_event_type` (`Lock`; `Timeout` for `pg_sleep` in a fixture's
+    /// trigger), and return its backend pid.
+    pub async fn session_waiting(&self, application_name: &str, wait_event_type: &str) -> i32 {
+        wait::until(
+            &format!(
+                "a session of {application_name} on {} to wait on a {wait_event_type} event",
+                self.name
+            ),
+            wait::LOCK_WAIT,
+            || async {
+                self.client
+                    .query_opt(
+                        "SELECT pid FROM pg_stat_activity
+                         WHERE datname = current_database() AND application_name = $1
+                           AND wait_event_type = $2
+                         LIMIT 1",
+                        &[&application_name, &wait_event_type],
+                    )
+                    .await
+                    .expect("read pg_stat_activity")
+                    .map(|r| r.get::<_, i32>(0))
+            },
+        )
+        .await
     }
 
     /// A local runner whose clock starts at `now`.

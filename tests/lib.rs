@@ -11,6 +11,7 @@ pub mod fixtures;
 pub mod notice;
 pub mod sinks;
 pub mod state;
+pub mod wait;
 
 pub use db::TestDb;
 pub use fixtures::Fx;

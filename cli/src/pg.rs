@@ -9,6 +9,12 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+/// How long `pg_ctl start` waits for the new cluster to accept connections. A start
+/// takes about a second; on a loaded 2-core machine (CI, with a build beside it)
+/// it can take tens of seconds, and past this limit
+/// `hk db up` fails naming the server log.
+const START_LIMIT_S: u32 = 120;
+
 /// Default port of the shared throwaway cluster.
 pub const DEFAULT_PORT: u16 = 54329;
 
@@ -164,14 +170,15 @@ impl Cluster {
             self.port
         );
         let log = self.base.join("server.log").to_string_lossy().to_string();
+        let limit = START_LIMIT_S.to_string();
         run(
             pg_cmd(
                 &bin.join("pg_ctl"),
                 &[
-                    "-D", &data_s, "-l", &log, "-w", "-t", "30", "-o", &opts, "start",
+                    "-D", &data_s, "-l", &log, "-w", "-t", &limit, "-o", &opts, "start",
                 ],
             ),
-            "pg_ctl start",
+            "pg_ctl start ",
         )
         .with_context(|| format!("see {log}"))?;
         Ok(())

@@ -6,11 +6,10 @@
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use integration_tests::aws::{moto_config, moto_endpoint};
 use integration_tests::fixtures::{M, U};
-use integration_tests::{Fx, TestDb};
+use integration_tests::{wait, Fx, TestDb};
 use serde_json::Value;
 
 fn workspace() -> PathBuf {
@@ -82,14 +81,14 @@ fn start_watch(env_file: &std::path::Path, port: u16) -> Watch {
         .stderr(Stdio::from(log))
         .spawn()
         .expect("cargo lambda watch starts");
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "cargo lambda watch did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait::until_blocking(
+        &format!(
+            "cargo lambda watch to listen on 127.0.0.1:{port} (its log: {})",
+            env_file.with_extension("watch.log").display()
+        ),
+        wait::SERVER_LISTEN,
+        || TcpStream::connect(("127.0.0.1", port)).ok(),
+    );
     Watch(child)
 }
 
@@ -278,7 +277,7 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
             &invoke,
             "--until-idle",
             "--max-seconds",
-            "900",
+            &wait::PUMP_UNTIL_IDLE.as_secs().to_string(),
         ],
     );
     assert!(o.status.success(), "pump failed");

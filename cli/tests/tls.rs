@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use integration_tests::wait;
 use shared::config::Config;
 use shared::db::Connector;
 
@@ -215,18 +216,13 @@ async fn tls_to_the_database_verifies_the_certificate_chain_and_the_host_name() 
         )
     };
     let ca = certs.join("ca.crt");
-    let mut ok = None;
-    for _ in 0..100 {
-        match connect(&info("db.test.example"), Some(&ca)).await {
-            Ok(c) => {
-                ok = Some(c);
-                break;
-            }
-            // The reload is asynchronous.
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-        }
-    }
-    let client = ok.expect("the right CA bundle connects");
+    // The reload is asynchronous.
+    let client = wait::until(
+        "the server to accept TLS with the right CA bundle after ssl = on",
+        wait::SERVER_RELOAD,
+        || async { connect(&info("db.test.example"), Some(&ca)).await.ok() },
+    )
+    .await;
     let encrypted: bool = client
         .query_one(
             "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
@@ -276,15 +272,17 @@ async fn tls_to_the_database_verifies_the_certificate_chain_and_the_host_name() 
         .batch_execute("SELECT pg_reload_conf()")
         .await
         .unwrap();
-    let mut switched = false;
-    for _ in 0..100 {
-        if connect(&info("db.other.example"), Some(&ca)).await.is_ok() {
-            switched = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(switched, "the server presents the other certificate");
+    wait::until(
+        "the server to present the certificate for db.other.example after the reload",
+        wait::SERVER_RELOAD,
+        || async {
+            connect(&info("db.other.example"), Some(&ca))
+                .await
+                .ok()
+                .map(drop)
+        },
+    )
+    .await;
     let err = connect(&info("db.test.example"), Some(&ca))
         .await
         .expect_err("a certificate for another host name must not connect");

@@ -130,6 +130,12 @@ impl Connector {
         self
     }
 
+    /// Override the statement timeout (the test harness's own sessions).
+    pub fn with_statement_timeout_ms(mut self, ms: u64) -> Self {
+        self.statement_timeout_ms = ms;
+        self
+    }
+
     /// Open a session for `application_name`, with the settings of §7.1.
     pub async fn connect(&self, application_name: &str) -> Result<Client> {
         let mut pg = self.pg.clone();

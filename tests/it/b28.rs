@@ -727,30 +727,13 @@ async fn a_token_claimed_by_another_session_after_the_page_read_is_not_named() {
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW)).with_notifier(log_notifier().await);
     let body = r.cron_message(F).to_body();
-    let watcher = db.session().await;
+    // The claim waited for the other session's row lock: commit only then.
     let commit_when_blocked = async {
-        for _ in 0..400 {
-            let waiting: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity
-                     WHERE application_name = 'pat-expiring' AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting > 0 {
-                other.batch_execute("COMMIT").await.unwrap();
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        db.blocked_on_lock("pat-expiring").await;
         other.batch_execute("COMMIT").await.unwrap();
-        false
     };
-    let (run, blocked) = tokio::join!(r.invoke(F, &body, 1), commit_when_blocked);
+    let (run, ()) = tokio::join!(r.invoke(F, &body, 1), commit_when_blocked);
     run.unwrap();
-    assert!(blocked, "the claim waited for the other session's row lock");
     let mails = emails(&r.runs[0].sent);
     assert_eq!(mails.len(), 1);
     assert_eq!(mails[0].payload["token_names"], json!(["deploy"]));

@@ -730,23 +730,34 @@ async fn a_message_finding_the_single_flight_lock_held_changes_nothing() {
 }
 
 #[tokio::test]
-async fn two_workers_started_together_exactly_one_works() {
+async fn a_worker_started_while_another_works_skips_and_only_one_works() {
     let db = fixture().await;
     scenario_2_memberships(&db).await;
     schedule(&db, 1, 100, 10, 11).await;
-    // Each deletion takes a while, so the worker holding the lock is still busy when
-    // the other one tries it.
+    // The first deletion waits until the test releases it, so the worker holding the
+    // single-flight lock is still busy, whatever the machine's speed, when the other
+    // one tries it.
     db.exec(
-        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN PERFORM pg_sleep(0.2); RETURN OLD; END $$;
-         CREATE TRIGGER slow BEFORE DELETE ON members FOR EACH ROW EXECUTE FUNCTION slow();",
+        "CREATE TABLE release (x int);
+         CREATE FUNCTION held() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           WHILE NOT EXISTS (SELECT 1 FROM release) LOOP PERFORM pg_sleep(0.01); END LOOP;
+           RETURN OLD;
+         END $$;
+         CREATE TRIGGER held BEFORE DELETE ON members FOR EACH ROW EXECUTE FUNCTION held();",
     )
     .await;
     let (log, _g) = capture();
     let mut a = db.runner(t(NOW));
     let mut b = db.runner(t(NOW));
     let (body_a, body_b) = (message("run-a").to_body(), message("run-b").to_body());
-    let (ra, rb) = tokio::join!(a.invoke(F, &body_a, 1), b.invoke(F, &body_b, 1));
+    let second_while_first_works = async {
+        db.session_waiting("prune-deletions", "Timeout").await;
+        let rb = b.invoke(F, &body_b, 1).await;
+        db.exec("INSERT INTO release VALUES (1)").await;
+        rb
+    };
+    let (ra, rb) = tokio::join!(a.invoke(F, &body_a, 1), second_while_first_works);
     let (ra, rb) = (ra.unwrap().0, rb.unwrap().0);
     assert_eq!((ra.outcome, rb.outcome), ("success", "success"));
     let skipped = log.one("skipped: already running");

@@ -1181,7 +1181,7 @@ async fn a_schedule_taken_over_while_the_restore_waits_is_left_alone() {
     let mut r = db.runner(t(NOW));
     let body = destroy_body(100, 11, "2025-03-03");
     let commit_later = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        db.blocked_on_lock("group-destroy").await;
         tx.commit().await.unwrap();
     };
     let (res, ()) = tokio::join!(r.invoke(GD, &body, 1), commit_later);

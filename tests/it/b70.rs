@@ -320,32 +320,14 @@ async fn s07_a_detail_claimed_by_another_session_before_the_claim_is_stale() {
         )
         .await
         .unwrap();
-    let watcher = db.session().await;
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let body = r.cron_message(F).to_body();
     let run = r.invoke(F, &body, 1);
     // Commit the other claim once our own claim waits for PD1's row lock.
     let commit_when_blocked = async {
-        for _ in 0..1500 {
-            let waiting: bool = watcher
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                     WHERE datname = current_database()
-                       AND application_name = 'placeholder-user-cleanup'
-                       AND wait_event_type = 'Lock')",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting {
-                other.batch_execute("COMMIT").await.unwrap();
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the cleanup never waited for PD1's row lock");
+        db.blocked_on_lock("placeholder-user-cleanup").await;
+        other.batch_execute("COMMIT").await.unwrap();
     };
     let (result, ()) = tokio::join!(run, commit_when_blocked);
     result.unwrap();

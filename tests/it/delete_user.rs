@@ -270,7 +270,7 @@ async fn delete_user_waits_for_the_phase_one_commit_before_looking_for_the_migra
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let commit_later = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        db.blocked_on_lock("delete-user").await;
         tx.commit().await.unwrap();
     };
     let body = message(20);

@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
@@ -129,26 +128,6 @@ async fn a_send_failing_after_a_claim_rolls_it_back_and_the_work_is_retried_not_
     }
 }
 
-/// The pid of the session of `application_name` that waits for a lock.
-async fn blocked_backend(db: &TestDb, application_name: &str) -> i32 {
-    for _ in 0..1000 {
-        if let Some(r) = db
-            .client
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity
-                 WHERE application_name = $1 AND wait_event_type = 'Lock'",
-                &[&application_name],
-            )
-            .await
-            .unwrap()
-        {
-            return r.get(0);
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no session of {application_name} waited for the lock");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_terminated_mid_page_fails_the_item_as_retryable_and_the_redelivery_completes() {
     // (cron, the worker to cut off, a row it locks in the middle of its work)
@@ -188,7 +167,7 @@ async fn a_session_terminated_mid_page_fails_the_item_as_retryable_and_the_redel
         let mut r = db.runner(t(NOW));
         let body = cron(f, NOW, "cut");
         let cut = async {
-            let pid = blocked_backend(&db, worker.name()).await;
+            let pid = db.blocked_on_lock(worker.name()).await;
             let killed: bool = db
                 .client
                 .query_one("SELECT pg_terminate_backend($1)", &[&pid])
@@ -385,7 +364,7 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
         let mut a = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
         let mut b = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
         let second = async {
-            blocked_backend(&db, f.name()).await;
+            db.blocked_on_lock(f.name()).await;
             let (run_b, _) = b.invoke(f, &body_b, 1).await.unwrap();
             tx.rollback().await.unwrap();
             run_b

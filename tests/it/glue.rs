@@ -280,21 +280,7 @@ async fn a_session_terminated_mid_record_fails_that_record_and_the_next_one_reco
         .unwrap();
     let (log, _g) = capture();
     let cut = async {
-        let pid: i32 = loop {
-            if let Some(r) = db
-                .client
-                .query_opt(
-                    "SELECT pid FROM pg_stat_activity
-                     WHERE application_name = 'remove-expired-members' AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-            {
-                break r.get(0);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        };
+        let pid = db.blocked_on_lock("remove-expired-members").await;
         db.client
             .execute("SELECT pg_terminate_backend($1)", &[&pid])
             .await

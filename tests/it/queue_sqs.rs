@@ -4,13 +4,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_scheduler::types::ActionAfterCompletion;
 use integration_tests::aws::{
     config_for, create_queue, moto_config, moto_endpoint, proxy::FaultProxy,
 };
-use integration_tests::t;
+use integration_tests::{t, wait};
 use shared::clock::FixedClock;
 use shared::messages::{DeleteUserRun, Envelope};
 use shared::queue::sqs::{QueueTarget, SchedulerTarget, SqsQueue};
@@ -96,23 +95,27 @@ async fn receive_all(
     url: &str,
     expect: usize,
 ) -> Vec<aws_sdk_sqs::types::Message> {
-    let mut got = Vec::new();
-    for _ in 0..20 {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .message_attribute_names("All")
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .unwrap();
-        got.extend(out.messages.unwrap_or_default());
-        if got.len() >= expect {
-            break;
-        }
-    }
-    got
+    let got = std::cell::RefCell::new(Vec::new());
+    wait::until(
+        &format!("{expect} messages on {url}"),
+        wait::SQS_DELIVERY,
+        || async {
+            let out = sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(10)
+                .message_attribute_names("All")
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .unwrap();
+            let mut got = got.borrow_mut();
+            got.extend(out.messages.unwrap_or_default());
+            (got.len() >= expect).then_some(())
+        },
+    )
+    .await;
+    got.into_inner()
 }
 
 #[tokio::test]
@@ -168,7 +171,7 @@ async fn a_delayed_message_stays_invisible_until_its_delay_has_passed() {
         now.messages.unwrap_or_default().is_empty(),
         "visible before its delay"
     );
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Visible once the delay has passed (moto applies it in wall time).
     assert_eq!(receive_all(&s.sqs, &s.url, 1).await.len(), 1);
 }
 
