@@ -28,6 +28,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+step "system packages (scripts/system-packages.sh: installed with apt-get when missing, as root)"
+bash scripts/system-packages.sh
+
 step "Python test tools (.venv: moto, cargo-lambda, zig; .venv-sam: SAM CLI, cfn-lint)"
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt

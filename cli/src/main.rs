@@ -72,6 +72,10 @@ enum Cmd {
         /// Leave the throwaway cluster running and print its URL.
         #[arg(long)]
         keep_db: bool,
+        /// Also print the functions' JSON log lines (info and above) on stderr; by
+        /// default the demo shows warnings only, and `RUST_LOG` still applies.
+        #[arg(long, short)]
+        verbose: bool,
     },
 }
 
@@ -742,8 +746,7 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
     Ok(ExitCode::from(code as u8))
 }
 
-async fn real_main() -> Result<ExitCode> {
-    let cli = Cli::parse();
+async fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Db { action } => {
             let c = pg::Cluster::default_location();
@@ -775,19 +778,25 @@ async fn real_main() -> Result<ExitCode> {
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Bench(a) => cmd_bench(a).await,
-        Cmd::Demo { now, keep_db } => cmd_demo(now, keep_db).await,
+        Cmd::Demo { now, keep_db, .. } => cmd_demo(now, keep_db).await,
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // A bench measures the handlers, not their info lines: warnings only, unless asked.
-    if std::env::args().nth(1).as_deref() == Some("bench") && std::env::var_os("RUST_LOG").is_none()
-    {
+    let cli = Cli::parse();
+    // A bench measures the handlers, not their info lines; a person running the demo
+    // wants its table: warnings only for both, unless asked (`--verbose`, RUST_LOG).
+    let quiet = match &cli.command {
+        Cmd::Bench(_) => true,
+        Cmd::Demo { verbose, .. } => !verbose,
+        _ => false,
+    };
+    if quiet && std::env::var_os("RUST_LOG").is_none() {
         std::env::set_var("RUST_LOG", "warn");
     }
     shared::telemetry::init(shared::telemetry::Sink::Stderr);
-    match real_main().await {
+    match real_main(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("hk: {e:#}");

@@ -447,6 +447,31 @@ async fn pat_expiring_on_the_demo_data_writes_eml_files_and_refuses_local_hooks(
 }
 
 #[tokio::test]
+async fn demo_verbose_prints_the_functions_json_log_lines() {
+    let db = TestDb::new().await;
+    let mail = std::env::temp_dir().join(format!("hk-demo-mail-{}", db.name));
+    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+        .args(["demo", "--verbose", "--now", "2026-03-01T00:10:00Z"])
+        .env("DATABASE_URL", &db.url)
+        .env("EMAIL_FILE_DIR", &mail)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("hk runs");
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let done = err
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "info" && v["message"] == "done")
+        .count();
+    assert!(
+        done >= 10,
+        "one info `done` line per function run at least:\n{err}"
+    );
+    let _ = std::fs::remove_dir_all(&mail);
+}
+
+#[tokio::test]
 async fn demo_runs_every_cron_batch_to_completion_and_prints_the_summary() {
     let db = TestDb::new().await;
     let mail = std::env::temp_dir().join(format!("hk-demo-mail-{}", db.name));
@@ -454,15 +479,21 @@ async fn demo_runs_every_cron_batch_to_completion_and_prints_the_summary() {
         .args(["demo", "--now", "2026-03-01T00:10:00Z"])
         .env("DATABASE_URL", &db.url)
         .env("EMAIL_FILE_DIR", &mail)
-        .env("RUST_LOG", "warn")
+        .env_remove("RUST_LOG")
         .output()
         .expect("hk runs");
     let out = stdout(&o);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{out}\n{err}");
+    // A person running the demo sees its table, not the functions' info lines.
+    for l in err.lines() {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
+            assert!(
+                matches!(v["level"].as_str(), Some("warn" | "error")),
+                "hk demo printed a log line below warn without --verbose: {l}"
+            );
+        }
+    }
     for f in [
         "remove-expired-members",
         "delete-user",
