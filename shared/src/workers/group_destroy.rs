@@ -111,7 +111,11 @@ enum Chunk {
 /// restore also takes): the root's schedule row `FOR SHARE` (a restore deletes it, so it
 /// waits for the chunk, and the next chunk sees it gone), still the message's user and
 /// still due under the cutoff evaluated at verification.
-async fn still_scheduled<C: GenericClient>(c: &C, p: &GroupDestroyRun, cutoff: NaiveDate) -> Result<bool> {
+async fn still_scheduled<C: GenericClient>(
+    c: &C,
+    p: &GroupDestroyRun,
+    cutoff: NaiveDate,
+) -> Result<bool> {
     let row = c
         .query_opt(
             "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
@@ -119,16 +123,18 @@ async fn still_scheduled<C: GenericClient>(c: &C, p: &GroupDestroyRun, cutoff: N
             &[&p.group_id],
         )
         .await?;
-    Ok(row.is_some_and(|r| {
-        r.get::<_, i64>(0) == p.user_id && r.get::<_, NaiveDate>(1) <= cutoff
-    }))
+    Ok(row.is_some_and(|r| r.get::<_, i64>(0) == p.user_id && r.get::<_, NaiveDate>(1) <= cutoff))
 }
 
 /// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: a transfer
 /// of the project, or of any group above it, updates one of the two rows, since moving
 /// a group rewrites the `traversal_ids` of everything below it), then tell whether it
 /// still lies under `root`. `None`: the project is gone.
-async fn lock_project<C: GenericClient>(c: &C, root: i64, project: i64) -> Result<Option<(bool, Option<i64>)>> {
+async fn lock_project<C: GenericClient>(
+    c: &C,
+    root: i64,
+    project: i64,
+) -> Result<Option<(bool, Option<i64>)>> {
     let Some(row) = c
         .query_opt(
             "SELECT namespace_id::bigint, project_namespace_id::bigint FROM projects
@@ -623,7 +629,9 @@ where
                     );
                 }
                 Chunk::Unscheduled => return Ok(unscheduled(p, n)),
-                Chunk::NotEmpty(what) => blockers.extend(what.into_iter().map(|w| format!("{w} in group {g}"))),
+                Chunk::NotEmpty(what) => {
+                    blockers.extend(what.into_iter().map(|w| format!("{w} in group {g}")))
+                }
                 Chunk::Nothing => {}
             }
         }
@@ -753,11 +761,9 @@ where
                 .metric("projects_deleted", n.projects as f64)
                 .metric("groups_deleted", n.groups as f64)
         }
-        Outcome::Unscheduled(n) => {
-            Report::new("stale", counts_json(&p, "not_scheduled", n))
-                .metric("projects_deleted", n.projects as f64)
-                .metric("groups_deleted", n.groups as f64)
-        }
+        Outcome::Unscheduled(n) => Report::new("stale", counts_json(&p, "not_scheduled", n))
+            .metric("projects_deleted", n.projects as f64)
+            .metric("groups_deleted", n.groups as f64),
         Outcome::Blocked(n) => Report::new("blocked", counts_json(&p, "blocked", n))
             .metric("projects_deleted", n.projects as f64)
             .metric("groups_deleted", n.groups as f64),
