@@ -561,3 +561,134 @@ async fn dates_compare_in_utc_from_midnight() {
     r.invoke(F, &body, 1).await.unwrap();
     assert_eq!(db.ids("members WHERE id >= 60").await, vec![61]);
 }
+
+#[tokio::test]
+async fn a_blocked_sole_owners_expired_row_is_kept_and_not_counted_as_updated() {
+    let db = fixture().await;
+    // U11 (blocked) holds G100's only owner row; with another member in the same group,
+    // the page runs as a group, and the owner row must take the per-member path.
+    db.exec(
+        "UPDATE users SET state = 'blocked' WHERE id = 11;
+         UPDATE members SET expires_at = '2025-03-09' WHERE id = 1",
+    )
+    .await;
+    Fx(&db)
+        .members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    let (_, log) = cron_once(&db).await;
+    assert!(db.exists("members WHERE id = 1").await);
+    assert!(!db.exists("members WHERE id = 10").await);
+    let w = log.one("Expired Member ID=1 not removed - last owner of group");
+    assert_eq!(w["user_id"], 11);
+    // updated_rows counts removed rows only (docs/gitlab-differences.md).
+    let done = log.done();
+    assert_eq!(
+        (done["updated_rows"].as_i64(), done["skipped_rows"].as_i64()),
+        (Some(1), Some(1))
+    );
+}
+
+#[tokio::test]
+async fn a_deactivated_owner_whose_only_co_owner_is_deactivated_too_keeps_both_rows() {
+    let db = fixture().await;
+    db.exec(
+        "UPDATE users SET state = 'deactivated' WHERE id IN (11, 12);
+         UPDATE members SET expires_at = '2025-03-09' WHERE id = 1",
+    )
+    .await;
+    Fx(&db)
+        .members(&[M::gm(16, 100, 12, 50).expires("2025-03-08")])
+        .await;
+    let (_, log) = cron_once(&db).await;
+    // Neither counts, so each is protected: no removal leaves G100 without an owner row.
+    assert_eq!(db.ids("members WHERE id IN (1, 16)").await, vec![1, 16]);
+    assert_eq!(log.done()["skipped_rows"], 2);
+}
+
+#[tokio::test]
+async fn an_active_owner_whose_only_co_owner_is_deactivated_is_kept_as_the_last_owner() {
+    let db = fixture().await;
+    db.exec("UPDATE members SET expires_at = '2025-03-09' WHERE id = 1")
+        .await;
+    Fx(&db)
+        .users(&[U::human(13).state(Some("deactivated"))])
+        .await;
+    Fx(&db).members(&[M::gm(16, 100, 13, 50)]).await;
+    let (_, log) = cron_once(&db).await;
+    // The deactivated row is not counted: M1 is the last counted owner.
+    assert!(db.exists("members WHERE id = 1").await);
+    log.one("Expired Member ID=1 not removed - last owner of group");
+}
+
+#[tokio::test]
+async fn the_deadline_guard_stops_inside_a_group_and_resumes_at_the_first_member_left() {
+    // Page order: M31 (plain, 2025-03-09), M1 (owner candidate, kept), M30 (plain).
+    // The group's set-based statement deletes M31 and M30; the guard then fires before
+    // M1's per-member step, so the group commits and the continuation resumes at M1.
+    let db = fixture().await;
+    db.exec("UPDATE members SET expires_at = '2025-03-08' WHERE id = 1")
+        .await;
+    Fx(&db)
+        .members(&[
+            M::pm(31, 200, 10, 30).expires("2025-03-09"),
+            M::pm(30, 200, 12, 30).expires("2025-03-07"),
+        ])
+        .await;
+    // The guard is reached 3 s into the invocation. The group waits for G100's
+    // group-owner lock (held here) until then: a wait the test ends only once the
+    // deadline has certainly passed.
+    let margin = Function::RemoveExpiredMembers.timeout() - std::time::Duration::from_secs(3);
+    let settings = shared::config::Settings {
+        deadline_margin: margin,
+        ..Default::default()
+    };
+    let mut holder = db.session().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&shared::locks::lock_key("group-owners:100")],
+    )
+    .await
+    .unwrap();
+    let (log, _g) = capture();
+    let mut r = db.runner_with(t(NOW), settings);
+    let body = r.cron_message(F).to_body();
+    let release = async {
+        loop {
+            let waiting: bool = db
+                .client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                       WHERE datname = current_database()
+                         AND application_name = 'remove-expired-members'
+                         AND wait_event_type = 'Lock')",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // The invocation started before it waited: 3 s from now its guard has fired.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        tx.commit().await.unwrap();
+    };
+    let (res, ()) = tokio::join!(r.invoke(F, &body, 1), release);
+    res.unwrap();
+    assert_eq!(db.ids("members WHERE id IN (1, 30, 31)").await, vec![1]);
+    assert!(log
+        .with_message("Expired Member ID=1 not removed - last owner of group")
+        .is_empty());
+    let done = log.done();
+    assert_eq!(done["status"], "limit_reached");
+    assert_eq!(done["updated_rows"], 2);
+    assert_eq!(
+        done["next_cursor"],
+        json!({"expires_at": "2025-03-09", "id": 31})
+    );
+    let c: &OutMessage = &r.runs[0].sent[0].message;
+    assert_eq!((c.delay_s, c.envelope.hop), (0, 1));
+}

@@ -1089,3 +1089,35 @@ async fn prune_deletions_works_with_int4_ids_and_integer_traversal_ids() {
     );
     assert!(!db.exists("members_deletion_schedules").await);
 }
+
+#[tokio::test]
+async fn an_admins_schedule_cannot_remove_a_bots_project_membership() {
+    let db = fixture().await;
+    Fx(&db).members(&[M::pm(33, 200, 20, 40)]).await;
+    schedule(&db, 3, 100, 20, 1).await;
+    let (_, log) = prune_once(&db).await;
+    assert!(db.exists("members WHERE id = 33").await);
+    assert!(!db.exists("members_deletion_schedules").await);
+    let w = log.one(DENIED);
+    assert_eq!(w["member_id"], 33);
+    assert_eq!(w["reason"], "project_bot_project_member");
+    assert_eq!(log.one(PROCESSED)["outcome"], "denied");
+}
+
+#[tokio::test]
+async fn a_blocked_sole_owners_removal_is_denied_as_the_last_owner() {
+    let db = fixture().await;
+    // G100's only owner row is U10's, and U10 is blocked: it counts for nobody, but it
+    // is the last owner row the group has.
+    db.exec("DELETE FROM members WHERE id = 1; UPDATE users SET state = 'blocked' WHERE id = 10")
+        .await;
+    Fx(&db).members(&[M::gm(40, 100, 10, 50)]).await;
+    schedule(&db, 4, 100, 10, 1).await;
+    let (_, log) = prune_once(&db).await;
+    assert!(db.exists("members WHERE id = 40").await);
+    let w = log.one(DENIED);
+    assert_eq!(
+        (w["member_id"].as_i64(), w["reason"].as_str()),
+        (Some(40), Some("last_owner"))
+    );
+}

@@ -1232,3 +1232,299 @@ async fn the_demo_data_destroys_oldco_restores_labs_and_keeps_newco() {
     assert_eq!(log.one("Group destroyed")["projects_deleted"], 2);
     log.one("Group restored: scheduling user cannot remove group");
 }
+
+/// Wait until a session of this test's database named `app` waits for a lock.
+async fn until_waiting(db: &TestDb, app: &str) {
+    loop {
+        let waiting: bool = db
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                   WHERE datname = current_database() AND application_name = $1
+                     AND wait_event_type = 'Lock')",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// G100 (scheduled by U11, its owner) with subgroups G101 "one" and G102 "two", P201 in
+/// G101 and P202 in G102 with three issues each, and G900 "elsewhere" outside it.
+async fn transfer_fixture() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme-deletion_scheduled-100", None).await;
+    fx.group(101, "one", Some(100)).await;
+    fx.group(102, "two", Some(100)).await;
+    fx.group(900, "elsewhere", None).await;
+    fx.project(201, 101).await;
+    fx.project(202, 102).await;
+    fx.users(&[U::human(11)]).await;
+    fx.members(&[M::gm(1, 100, 11, 50)]).await;
+    period(&db, 1, 7).await;
+    schedule(&db, 100, 11, "2025-03-03").await;
+    for i in 0..3 {
+        fx.contribution("issues", 1000 + i, 201, 11).await;
+        fx.contribution("issues", 2000 + i, 202, 11).await;
+    }
+    db
+}
+
+/// Run `group-destroy` for G100 while another session holds P202's row; once the
+/// destroy waits for it (G101 and P201 are gone by then), `change` runs in the holding
+/// transaction, which then commits.
+async fn destroy_with_change_while_p202_is_held(db: &TestDb, change: &str) -> (Captured, Run) {
+    let mut holder = db.session().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute("SELECT 1 FROM projects WHERE id = 202 FOR UPDATE")
+        .await
+        .unwrap();
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW));
+    let body = destroy_body(100, 11, "2025-03-03");
+    let mover = async {
+        until_waiting(db, "group-destroy").await;
+        assert!(
+            !db.exists("projects WHERE id = 201").await,
+            "G101 went first"
+        );
+        tx.batch_execute(change).await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    let (res, ()) = tokio::join!(r.invoke(GD, &body, 1), mover);
+    (log, res.unwrap().0)
+}
+
+#[tokio::test]
+async fn a_subgroup_transferred_out_mid_destroy_survives_with_its_project_and_issues() {
+    let db = transfer_fixture().await;
+    let (log, run) = destroy_with_change_while_p202_is_held(
+        &db,
+        "UPDATE namespaces SET parent_id = 900, traversal_ids = ARRAY[900, 102] WHERE id = 102;
+         UPDATE namespaces SET traversal_ids = ARRAY[900, 102, 302] WHERE id = 302;
+         UPDATE routes SET path = 'elsewhere/two' || substr(path, char_length('acme-deletion_scheduled-100/two') + 1)
+          WHERE path LIKE 'acme-deletion_scheduled-100/two%';",
+    )
+    .await;
+    assert_eq!(run.outcome, "success");
+    assert_eq!(
+        db.ids("namespaces WHERE id IN (100, 101, 301)").await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        db.ids("namespaces WHERE id IN (102, 302)").await,
+        vec![102, 302]
+    );
+    assert!(db.exists("projects WHERE id = 202").await);
+    assert_eq!(db.ids("issues").await, vec![2000, 2001, 2002]);
+    assert_eq!(route(&db, "Project", 202).await.0, "elsewhere/two/p202");
+    let w = log.one("Group destroy skipped: project no longer belongs to the group");
+    assert_eq!(
+        (w["group_id"].as_i64(), w["project_id"].as_i64()),
+        (Some(100), Some(202))
+    );
+    let w = log.one("Group destroy skipped: subgroup no longer belongs to the group");
+    assert_eq!(w["namespace_id"], 102);
+    let done = log.done();
+    assert_eq!(done["outcome"], "destroyed");
+    assert_eq!(
+        (
+            done["contributions_deleted"].as_i64(),
+            done["projects_deleted"].as_i64(),
+            done["groups_deleted"].as_i64()
+        ),
+        (Some(3), Some(1), Some(2))
+    );
+}
+
+#[tokio::test]
+async fn a_project_transferred_out_mid_destroy_survives_with_its_issues() {
+    let db = transfer_fixture().await;
+    let (log, _) = destroy_with_change_while_p202_is_held(
+        &db,
+        "UPDATE projects SET namespace_id = 900 WHERE id = 202;
+         UPDATE namespaces SET parent_id = 900, traversal_ids = ARRAY[900, 302] WHERE id = 302;
+         UPDATE routes SET path = 'elsewhere/p202' WHERE source_type = 'Project' AND source_id = 202;",
+    )
+    .await;
+    assert!(
+        db.exists("projects WHERE id = 202 AND namespace_id = 900")
+            .await
+    );
+    assert_eq!(db.ids("issues").await, vec![2000, 2001, 2002]);
+    assert_eq!(
+        db.ids("namespaces WHERE id IN (100, 101, 102)").await,
+        Vec::<i64>::new()
+    );
+    log.one("Group destroy skipped: project no longer belongs to the group");
+    let done = log.done();
+    assert_eq!(
+        (
+            done["projects_deleted"].as_i64(),
+            done["groups_deleted"].as_i64()
+        ),
+        (Some(1), Some(3))
+    );
+}
+
+#[tokio::test]
+async fn a_restore_mid_destroy_stops_it_before_the_next_chunk() {
+    let db = transfer_fixture().await;
+    // P202 gets 1002 issues: its first chunk deletes 1000, the other two must survive.
+    db.exec(
+        "INSERT INTO issues (id, project_id, author_id, created_at, updated_at)
+         SELECT 3000 + i, 202, 11, '2024-01-01', '2024-01-01' FROM generate_series(0, 998) i",
+    )
+    .await;
+    let mut holder = db.session().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute("SELECT 1 FROM projects WHERE id = 202 FOR UPDATE")
+        .await
+        .unwrap();
+    let restorer = db.session().await;
+    restorer
+        .batch_execute("SET application_name = 'restorer'")
+        .await
+        .unwrap();
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW));
+    let body = destroy_body(100, 11, "2025-03-03");
+    let restore = async {
+        until_waiting(&db, "group-destroy").await;
+        // The restore deletes the schedule: it waits for the chunk holding the row.
+        let delete = restorer.execute(
+            "DELETE FROM group_deletion_schedules WHERE group_id = 100",
+            &[],
+        );
+        let release = async {
+            until_waiting(&db, "restorer").await;
+            tx.commit().await.unwrap();
+        };
+        let (deleted, ()) = tokio::join!(delete, release);
+        assert_eq!(deleted.unwrap(), 1);
+    };
+    let (res, ()) = tokio::join!(r.invoke(GD, &body, 1), restore);
+    res.unwrap();
+    assert_eq!(db.count("issues WHERE project_id = 202").await, 2);
+    assert!(db.exists("projects WHERE id = 202").await);
+    assert_eq!(
+        db.ids("namespaces WHERE id IN (100, 102)").await,
+        vec![100, 102]
+    );
+    let l = log.one("Group destroy stopped: group no longer scheduled for deletion");
+    assert_eq!(l["groups_deleted"], 1);
+    let done = log.done();
+    assert_eq!(
+        (done["status"].as_str(), done["outcome"].as_str()),
+        (Some("stale"), Some("not_scheduled"))
+    );
+}
+
+#[tokio::test]
+async fn a_group_with_an_orphan_project_namespace_is_destroyed_with_it_in_one_delivery() {
+    let db = fixture().await;
+    // A project namespace below G101 whose project row is gone, with its route.
+    db.exec(
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+         VALUES (350, 'lost', 'lost', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01');
+         INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
+         VALUES (350, 'Namespace', 'acme-deletion_scheduled-100/web/lost', 'lost', 350, '2024-01-01', '2024-01-01');",
+    )
+    .await;
+    let (r, log, run) = destroy_once(&db).await;
+    assert_eq!(run.outcome, "success");
+    assert_eq!(r.runs.len(), 1, "no retry");
+    assert!(!db.exists("namespaces").await);
+    assert!(!db.exists("routes").await);
+    let l = log.one("Group destroy removed an orphan project namespace");
+    assert_eq!(
+        (l["namespace_id"].as_i64(), l["parent_id"].as_i64()),
+        (Some(350), Some(101))
+    );
+    assert_eq!(log.done()["outcome"], "destroyed");
+}
+
+#[tokio::test]
+async fn a_group_blocked_by_a_row_it_cannot_delete_ends_once_with_a_line_naming_it() {
+    let db = fixture().await;
+    // A project namespace below G101 that a project elsewhere still uses: not an orphan.
+    db.exec(
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+         VALUES (900, 'other', 'other', 'Group', NULL, ARRAY[900], '2024-01-01', '2024-01-01');
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+         VALUES (350, 'odd', 'odd', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01');
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id)
+         VALUES (950, 'odd', 'odd', 900, 350, 1);",
+    )
+    .await;
+    let (r, log, run) = destroy_once(&db).await;
+    assert_eq!(run.outcome, "success", "acknowledged: never a retry loop");
+    assert!(r.queue().pop().is_none(), "no re-send");
+    let e = log.one("Group destroy blocked: rows below the group cannot be deleted; an operator must move or delete them, then the next cron run destroys the group");
+    assert_eq!(e["level"], "error");
+    assert!(e["blocking"]
+        .as_str()
+        .unwrap()
+        .contains("namespace 350 (Project) in group 101"));
+    assert!(db.exists("projects WHERE id = 950").await);
+    assert_eq!(log.done()["status"], "blocked");
+}
+
+#[tokio::test]
+async fn a_restore_racing_an_ancestors_restore_leaves_every_route_consistent_with_its_parent() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "p-deletion_scheduled-100", None).await;
+    fx.group(101, "g-deletion_scheduled-101", Some(100)).await;
+    fx.group(102, "leaf", Some(101)).await;
+    fx.project_path(200, 102, "site").await;
+    // U11 owns nothing: both destroys find it unauthorized and restore.
+    fx.users(&[U::human(11)]).await;
+    period(&db, 1, 7).await;
+    schedule(&db, 100, 11, "2025-03-03").await;
+    schedule(&db, 101, 11, "2025-03-03").await;
+    // Hold the child's row: its restore waits there while the parent's restore commits.
+    let mut holder = db.session().await;
+    let tx = holder.transaction().await.unwrap();
+    tx.batch_execute("SELECT 1 FROM namespaces WHERE id = 101 FOR UPDATE")
+        .await
+        .unwrap();
+    let (log, _g) = capture();
+    let mut child = db.runner(t(NOW));
+    let mut parent = db.runner(t(NOW));
+    let child_body = destroy_body(101, 11, "2025-03-03");
+    let parent_body = destroy_body(100, 11, "2025-03-03");
+    let race = async {
+        until_waiting(&db, "group-destroy").await;
+        parent.invoke(GD, &parent_body, 1).await.unwrap();
+        assert_eq!(route(&db, "Namespace", 100).await.0, "p");
+        tx.rollback().await.unwrap();
+    };
+    let (res, ()) = tokio::join!(child.invoke(GD, &child_body, 1), race);
+    res.unwrap();
+    assert_eq!(
+        log.with_message("Group destroy unauthorized: group restored")
+            .len(),
+        2
+    );
+    assert_eq!(route(&db, "Namespace", 100).await, ("p".into(), "p".into()));
+    assert_eq!(
+        route(&db, "Namespace", 101).await,
+        ("p/g".into(), "p / g".into())
+    );
+    assert_eq!(
+        route(&db, "Namespace", 102).await,
+        ("p/g/leaf".into(), "p / g / leaf".into())
+    );
+    assert_eq!(
+        route(&db, "Project", 200).await,
+        ("p/g/leaf/site".into(), "p / g / leaf / site".into())
+    );
+    assert!(!db.exists("group_deletion_schedules").await);
+}

@@ -440,3 +440,46 @@ mod permission_rules {
         let _ = c;
     }
 }
+
+#[tokio::test]
+async fn a_blocked_user_holding_the_only_owner_row_is_a_sole_owner_for_phase_one() {
+    let db = tree().await;
+    let fx = Fx(&db);
+    fx.users(&[
+        U::human(13).blocked(),
+        U::human(14).state(Some("deactivated")),
+    ])
+    .await;
+    fx.members(&[M::gm(1, 100, 13, 50), M::gm(2, 100, 14, 50)])
+        .await;
+    // Neither counts; each is the only owner row besides an uncounted one.
+    assert_eq!(
+        permissions::sole_owned_groups(&db.client, 13)
+            .await
+            .unwrap(),
+        vec![100]
+    );
+    let (log, _g) = capture();
+    let mut outbox = Vec::new();
+    let req = RemovalRequest {
+        user_id: 13,
+        initiator: None,
+        reason: "test",
+        extra_affected: &[],
+    };
+    let r = schedule_removal(&db.client, t(NOW), "run", &req, &mut outbox)
+        .await
+        .unwrap();
+    assert_eq!(r, PhaseOne::Refused);
+    assert_eq!(
+        log.one("User removal refused: sole owner of group")["group_ids"],
+        "[100]"
+    );
+    assert!(db.exists("members WHERE id = 1").await);
+    // An active co-owner makes the blocked one removable.
+    fx.members(&[M::gm(3, 100, 11, 50)]).await;
+    assert!(permissions::sole_owned_groups(&db.client, 13)
+        .await
+        .unwrap()
+        .is_empty());
+}

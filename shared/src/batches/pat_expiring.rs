@@ -19,6 +19,12 @@
 //! rolls back and its subjects run again one transaction each, so only the subject
 //! whose message cannot be sent fails (scenario 11 as written). Info lines and totals
 //! are applied once the page has committed.
+//!
+//! Deadline guard per item (common.md §7.2 (c)): the page's set-based claim is one item
+//! bounded by the page size, and the guard is checked before it; on the SAVEPOINT path
+//! it is checked before each user or bot. Send-failure rule (§7.2 (b)): re-run the
+//! page's subjects one transaction each, never a retryable end of the record
+//! (docs/gitlab-differences.md).
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{json, Value};

@@ -4,7 +4,10 @@
 //! highest id, default 7) and the inclusive cutoff computed from it in the
 //! application, the `group_deletion_schedules` rows (due pages, one group's row), the
 //! rename-suffix rules, and `restore_group`: strip the suffix, rename the group and
-//! re-prefix the routes of everything below it, delete the schedule. It decides
+//! re-prefix the routes of everything below it, delete the schedule. The new paths are
+//! derived from committed state: after the group's row, the routes of its ancestors and
+//! its own are locked root first and read again, so a restore racing an ancestor's
+//! restore waits for it and builds on the ancestor's new path. It decides
 //! nothing about permissions and never commits: callers choose the transaction.
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -219,31 +222,50 @@ pub async fn restore_group<C: GenericClient>(
     }
     let Some(g) = c
         .query_opt(
-            "SELECT n.name, n.path, n.parent_id::bigint, r.path, r.name, pr.path, pr.name
-             FROM namespaces n
-             LEFT JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = n.id
-             LEFT JOIN routes pr ON pr.source_type = 'Namespace' AND pr.source_id = n.parent_id
-             WHERE n.id = $1::bigint AND n.type = 'Group'
-             FOR UPDATE OF n",
+            "SELECT name, path, parent_id::bigint, traversal_ids::bigint[] FROM namespaces
+             WHERE id = $1::bigint AND type = 'Group' FOR UPDATE",
             &[&group_id],
         )
         .await?
     else {
         return Ok(Restore::NotScheduled);
     };
-    let (name, path): (String, String) = (g.get(0), g.get(1));
+    // The routes of the group's ancestors and its own, root first, locked: a restore
+    // (or rename) of an ancestor rewrites them, so this waits for it to commit and then
+    // reads the committed paths. Two restores in one tree take these locks in the same
+    // order, so they serialize instead of deadlocking.
+    let traversal: Vec<i64> = g.get(3);
+    c.execute(
+        "SELECT count(*) FROM (
+           SELECT r.id FROM routes r
+           WHERE r.source_type = 'Namespace' AND r.source_id = ANY($1::bigint[])
+           ORDER BY array_position($1::bigint[], r.source_id::bigint), r.id
+           FOR UPDATE) AS locked",
+        &[&traversal],
+    )
+    .await?;
     let parent_id: Option<i64> = g.get(2);
-    let parent_path: Option<String> = g.get(5);
-    let parent_name: Option<String> = g.get(6);
+    let routes = c
+        .query_one(
+            "SELECT (SELECT path FROM routes WHERE source_type = 'Namespace' AND source_id = $1::bigint),
+                    (SELECT name FROM routes WHERE source_type = 'Namespace' AND source_id = $1::bigint),
+                    (SELECT path FROM routes WHERE source_type = 'Namespace' AND source_id = $2::bigint),
+                    (SELECT name FROM routes WHERE source_type = 'Namespace' AND source_id = $2::bigint)",
+            &[&group_id, &parent_id],
+        )
+        .await?;
+    let (name, path): (String, String) = (g.get(0), g.get(1));
+    let parent_path: Option<String> = routes.get(2);
+    let parent_name: Option<String> = routes.get(3);
     let full = |leaf: &str, parent: &Option<String>, sep: &str| match (parent_id, parent) {
         (Some(_), Some(p)) => format!("{p}{sep}{leaf}"),
         _ => leaf.to_string(),
     };
-    let old_full_path: String = g
-        .get::<_, Option<String>>(3)
+    let old_full_path: String = routes
+        .get::<_, Option<String>>(0)
         .unwrap_or_else(|| full(&path, &parent_path, "/"));
-    let old_full_name: String = g
-        .get::<_, Option<String>>(4)
+    let old_full_name: String = routes
+        .get::<_, Option<String>>(1)
         .unwrap_or_else(|| full(&name, &parent_name, " / "));
     // Steps 2–4: strip the suffix; a taken full path or sibling name gets a random one.
     let new_path = free_value(strip_deletion_suffix(&path), "path", |candidate| {

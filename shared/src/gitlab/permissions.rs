@@ -7,6 +7,14 @@
 //! `sole_owned_groups` (§2.6). Counted owners are active, non-bot users with an active
 //! `access_level = 50` group membership (⚑ D7). A user who is not active has no
 //! permission; an active admin has every permission of §2.3.
+//!
+//! Protection is wider than counting, as in GitLab (`last_blocked_owner?`): the owner
+//! row of a non-bot user is protected whatever the user's state (blocked, deactivated,
+//! banned …) when no counted owner other than itself remains, so no removal ever leaves
+//! a group without an owner row; a user in that position is a sole owner for phase 1.
+//! A project bot's membership, of a group or of a project, is never removed through
+//! `can_remove_member`, not even by an admin (GitLab's member policies enable
+//! `destroy_*_member` only for non-bot targets). See docs/gitlab-differences.md.
 
 use tokio_postgres::GenericClient;
 
@@ -119,8 +127,10 @@ pub async fn project_owner<C: GenericClient>(c: &C, u: &Actor, project_id: i64) 
 pub enum Denial {
     /// Rule 1.
     ActorInactive,
-    /// Rule 2 (even for admins).
+    /// Rule 2 for a group membership (even for admins).
     ProjectBotGroupMember,
+    /// Rule 2 for a project membership (even for admins).
+    ProjectBotProjectMember,
     /// Rules 3 and 5.
     NotAuthorized,
     /// Rule 4.
@@ -135,6 +145,7 @@ impl Denial {
         match self {
             Denial::ActorInactive => "actor_inactive",
             Denial::ProjectBotGroupMember => "project_bot_group_member",
+            Denial::ProjectBotProjectMember => "project_bot_project_member",
             Denial::NotAuthorized => "not_authorized",
             Denial::LastOwner => "last_owner",
             Denial::OwnerRequired => "owner_required",
@@ -142,8 +153,11 @@ impl Denial {
     }
 }
 
-/// `owner_protected(m)` (§2.5). Takes the group-owner locks of `owner_scope(g)` first
-/// (ascending) when m is a candidate, so the answer holds until COMMIT.
+/// `owner_protected(m)` (§2.5). A candidate is an active owner membership of a group
+/// whose user exists and is not a project bot, in any state: a blocked or deactivated
+/// owner is not counted, but it is protected while no counted owner other than itself
+/// remains. Takes the group-owner locks of `owner_scope(g)` first (ascending) when m is
+/// a candidate, so the answer holds until COMMIT.
 pub async fn owner_protected<C: GenericClient>(c: &C, m: &Member) -> Result<bool> {
     if !(m.is_group() && m.access_level == access::OWNER && m.is_active()) {
         return Ok(false);
@@ -151,11 +165,11 @@ pub async fn owner_protected<C: GenericClient>(c: &C, m: &Member) -> Result<bool
     let Some(uid) = m.user_id else {
         return Ok(false);
     };
-    let counted = match load_actor(c, uid).await? {
-        Some(u) => u.active && !u.is_project_bot(),
+    let candidate = match load_actor(c, uid).await? {
+        Some(u) => !u.is_project_bot(),
         None => false,
     };
-    if !counted {
+    if !candidate {
         return Ok(false);
     }
     let scope = hierarchy::owner_scope(c, m.source_id).await?;
@@ -172,15 +186,22 @@ pub async fn can_remove_member<C: GenericClient>(
     if !a.active {
         return Ok(Some(Denial::ActorInactive));
     }
-    if m.is_group() {
+    // Rule 2: a project bot's membership, of a group or of a project.
+    if m.is_group() || m.is_project() {
         if let Some(uid) = m.user_id {
             if load_actor(c, uid)
                 .await?
                 .is_some_and(|u| u.is_project_bot())
             {
-                return Ok(Some(Denial::ProjectBotGroupMember));
+                return Ok(Some(if m.is_group() {
+                    Denial::ProjectBotGroupMember
+                } else {
+                    Denial::ProjectBotProjectMember
+                }));
             }
         }
+    }
+    if m.is_group() {
         if !admin_group_member(c, a, m.source_id).await? {
             return Ok(Some(Denial::NotAuthorized));
         }
@@ -220,7 +241,8 @@ pub async fn other_counted_owner_exists<C: GenericClient>(
     Ok(row.get(0))
 }
 
-/// `sole_owned_groups(u)` (§2.6), ascending group ids.
+/// `sole_owned_groups(u)` (§2.6), ascending group ids. u's own state does not matter
+/// (only a project bot is never a sole owner); the other owners must be counted ones.
 pub async fn sole_owned_groups<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
     let rows = c
         .query(
@@ -230,7 +252,7 @@ pub async fn sole_owned_groups<C: GenericClient>(c: &C, user_id: i64) -> Result<
              LEFT JOIN namespaces g ON g.id = m.source_id
              WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
                AND m.access_level = 50 AND m.state = 0 AND m.requested_at IS NULL
-               AND u.state = 'active' AND u.user_type <> 6
+               AND u.user_type <> 6
                AND NOT EXISTS (
                  SELECT 1 FROM members o JOIN users ou ON ou.id = o.user_id
                  WHERE o.source_type = 'Namespace'

@@ -92,6 +92,15 @@ pub async fn schedule_removal<C: GenericClient>(
         tracing::info!(user_id = u, "User removal skipped: user not found");
         return Ok(PhaseOne::NotFound);
     }
+    // The user's membership rows first (ascending ids): the lock order puts row locks
+    // before group-owner locks (ARCHITECTURE.md), and step 5 deletes these rows. A
+    // caller that nests phase 1 (B38 for a bot) already holds them.
+    c.execute(
+        "SELECT count(*) FROM (SELECT id FROM members WHERE user_id = $1::bigint
+                                ORDER BY id FOR UPDATE) AS locked",
+        &[&u],
+    )
+    .await?;
     match refusal(c, u, true).await? {
         Some(Refusal::PersonalProjects(project_ids)) => {
             tracing::warn!(user_id = u, project_ids = ?project_ids, "User removal refused: user owns personal projects");

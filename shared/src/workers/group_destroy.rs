@@ -10,7 +10,20 @@
 //! deepest first. Under its budget it re-sends the same message (same key, `hop + 1`).
 //! Idempotent: rows already gone are simply not found again. It touches no storage
 //! (⚑ D15).
+//!
+//! It never deletes what has left the group: every chunk, contributions included, runs
+//! in its own transaction that first takes the root's schedule row `FOR SHARE` (a
+//! restore deletes it: the invocation stops as soon as it is gone or no longer the
+//! message's) and then the row a transfer must also take — the project row and its
+//! namespace row, or the subgroup's row — and re-checks that it still lies under the
+//! group; a project or subgroup that moved away is skipped with a warning. Orphan
+//! project namespaces (type 'Project' without a `projects` row) directly below a group
+//! are deleted with it, with their routes. Anything else still below a group after a
+//! pass (moved in after the listing) gets another pass; a pass that deletes nothing
+//! ends the message as `blocked` with an error line naming the rows, never a retry
+//! loop (docs/gitlab-differences.md).
 
+use chrono::NaiveDate;
 use serde_json::json;
 use tokio_postgres::GenericClient;
 
@@ -62,6 +75,10 @@ enum Outcome {
     Continue(Counts),
     /// The group itself is gone.
     Destroyed(Counts),
+    /// The schedule is gone or changed mid-destroy: stop, nothing more is deleted.
+    Unscheduled(Counts),
+    /// A pass deleted nothing and the group is still there: ends without a retry.
+    Blocked(Counts),
 }
 
 /// The projects directly in namespace `g`, ascending.
@@ -75,20 +92,111 @@ async fn projects_in<C: GenericClient>(c: &C, g: i64) -> Result<Vec<i64>> {
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Chunk "contributions t of p": at most `CONTRIBUTION_BATCH` rows, lowest ids first.
-async fn delete_contributions<C: GenericClient>(
+/// What a chunk found under its locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Chunk {
+    /// It deleted rows (contributions: how many; project or group: 1).
+    Deleted(u64),
+    /// Nothing left to delete (already gone, or the table is finished for the project).
+    Nothing,
+    /// The project or subgroup no longer belongs to the group being destroyed: skipped.
+    Left,
+    /// The group's schedule is gone or no longer the message's: stop the invocation.
+    Unscheduled,
+    /// The group still holds namespaces or projects this pass did not delete.
+    NotEmpty(Vec<String>),
+}
+
+/// What every chunk re-checks first (one transaction, under locks that a transfer or a
+/// restore also takes): the root's schedule row `FOR SHARE` (a restore deletes it, so it
+/// waits for the chunk, and the next chunk sees it gone), still the message's user and
+/// still due under the cutoff evaluated at verification.
+async fn still_scheduled<C: GenericClient>(
     c: &C,
+    p: &GroupDestroyRun,
+    cutoff: NaiveDate,
+) -> Result<bool> {
+    let row = c
+        .query_opt(
+            "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
+             WHERE group_id = $1::bigint FOR SHARE",
+            &[&p.group_id],
+        )
+        .await?;
+    Ok(row.is_some_and(|r| r.get::<_, i64>(0) == p.user_id && r.get::<_, NaiveDate>(1) <= cutoff))
+}
+
+/// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: a transfer
+/// of the project, or of any group above it, updates one of the two rows, since moving
+/// a group rewrites the `traversal_ids` of everything below it), then tell whether it
+/// still lies under `root`. `None`: the project is gone.
+async fn lock_project<C: GenericClient>(
+    c: &C,
+    root: i64,
+    project: i64,
+) -> Result<Option<(bool, Option<i64>)>> {
+    let Some(row) = c
+        .query_opt(
+            "SELECT namespace_id::bigint, project_namespace_id::bigint FROM projects
+             WHERE id = $1::bigint FOR UPDATE",
+            &[&project],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let ns: i64 = row.get(0);
+    let under: bool = c
+        .query_opt(
+            "SELECT $2::bigint = ANY(traversal_ids::bigint[]) FROM namespaces
+             WHERE id = $1::bigint FOR SHARE",
+            &[&ns, &root],
+        )
+        .await?
+        .is_some_and(|r| r.get(0));
+    Ok(Some((under, row.get(1))))
+}
+
+/// Chunk "contributions t of p": at most `CONTRIBUTION_BATCH` rows, lowest ids first,
+/// in one transaction, only while p is locked and still under the group, and the group
+/// is still scheduled.
+async fn contributions_chunk<C>(
+    client: &mut C,
+    p: &GroupDestroyRun,
+    cutoff: NaiveDate,
     (table, column): (&str, &str),
-    project_id: i64,
-) -> Result<u64> {
-    Ok(c.execute(
-        &format!(
-            "DELETE FROM {table} WHERE id IN
-               (SELECT id FROM {table} WHERE {column} = $1::bigint ORDER BY id LIMIT $2)"
-        ),
-        &[&project_id, &CONTRIBUTION_BATCH],
-    )
-    .await?)
+    project: i64,
+) -> Result<Chunk>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    if !still_scheduled(&tx, p, cutoff).await? {
+        tx.commit().await?;
+        return Ok(Chunk::Unscheduled);
+    }
+    let chunk = match lock_project(&tx, p.group_id, project).await? {
+        None => Chunk::Nothing,
+        Some((false, _)) => Chunk::Left,
+        Some((true, _)) => {
+            let n = tx
+                .execute(
+                    &format!(
+                        "DELETE FROM {table} WHERE id IN
+                           (SELECT id FROM {table} WHERE {column} = $1::bigint ORDER BY id LIMIT $2)"
+                    ),
+                    &[&project, &CONTRIBUTION_BATCH],
+                )
+                .await?;
+            if n == 0 {
+                Chunk::Nothing
+            } else {
+                Chunk::Deleted(n)
+            }
+        }
+    };
+    tx.commit().await?;
+    Ok(chunk)
 }
 
 /// Phase 1 for every project bot with a membership of the source, ascending ids
@@ -144,29 +252,35 @@ async fn delete_source_rows<C: GenericClient>(
     Ok(())
 }
 
-/// Chunk "project p" (§4.3). Returns whether the project was deleted.
+/// Chunk "project p" (§4.3), after the same re-checks as a contributions chunk.
 async fn project_chunk<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
     client: &mut C,
-    user_id: i64,
+    msg: &GroupDestroyRun,
+    cutoff: NaiveDate,
     p: i64,
-) -> Result<bool>
+) -> Result<Chunk>
 where
     C: GenericClient + Send + Sync,
 {
+    let user_id = msg.user_id;
     let tx = client.transaction().await?;
-    let Some(row) = tx
-        .query_opt(
-            "SELECT project_namespace_id::bigint FROM projects WHERE id = $1::bigint FOR UPDATE",
-            &[&p],
-        )
-        .await?
-    else {
+    if !still_scheduled(&tx, msg, cutoff).await? {
         tx.commit().await?;
-        return Ok(false);
+        return Ok(Chunk::Unscheduled);
+    }
+    let project_namespace = match lock_project(&tx, msg.group_id, p).await? {
+        None => {
+            tx.commit().await?;
+            return Ok(Chunk::Nothing);
+        }
+        Some((false, _)) => {
+            tx.commit().await?;
+            return Ok(Chunk::Left);
+        }
+        Some((true, pns)) => pns,
     };
-    let project_namespace: Option<i64> = row.get(0);
     let mut outbox = Vec::new();
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
     delete_source_rows(&tx, "Project", p).await?;
@@ -195,31 +309,98 @@ where
     // Send-then-commit (common.md §9.5).
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(Chunk::Deleted(1))
 }
 
-/// Chunk "group g" (§4.4). Returns whether the group was deleted.
+/// Orphan project namespaces directly below `$1`: type 'Project', no `projects` row
+/// refers to them, and nothing below them. GitLab never leaves one behind on purpose,
+/// but one blocks the group's deletion (`namespaces.parent_id` restricts), so the
+/// subtree takes it along with its route.
+const ORPHANS: &str = "namespaces o
+     WHERE o.parent_id = $1::bigint AND o.type = 'Project'
+       AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.project_namespace_id = o.id)
+       AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.namespace_id = o.id)
+       AND NOT EXISTS (SELECT 1 FROM namespaces c WHERE c.parent_id = o.id)";
+
+/// Chunk "group g" (§4.4): g locked and still under the group being destroyed (the
+/// root itself always is), its orphan project namespaces deleted with it, and nothing
+/// else left below it (what a transfer brought in after the listing waits for the next
+/// pass).
 async fn group_chunk<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
     client: &mut C,
-    user_id: i64,
+    msg: &GroupDestroyRun,
+    cutoff: NaiveDate,
     g: i64,
-) -> Result<bool>
+) -> Result<Chunk>
 where
     C: GenericClient + Send + Sync,
 {
+    let user_id = msg.user_id;
     let tx = client.transaction().await?;
-    if tx
+    if !still_scheduled(&tx, msg, cutoff).await? {
+        tx.commit().await?;
+        return Ok(Chunk::Unscheduled);
+    }
+    let Some(row) = tx
         .query_opt(
-            "SELECT id FROM namespaces WHERE id = $1::bigint AND type = 'Group' FOR UPDATE",
+            "SELECT $2::bigint = ANY(traversal_ids::bigint[]) FROM namespaces
+             WHERE id = $1::bigint AND type = 'Group' FOR UPDATE",
+            &[&g, &msg.group_id],
+        )
+        .await?
+    else {
+        tx.commit().await?;
+        return Ok(Chunk::Nothing);
+    };
+    if !row.get::<_, bool>(0) {
+        tx.commit().await?;
+        return Ok(Chunk::Left);
+    }
+    let orphans = tx
+        .query(
+            &format!("SELECT o.id::bigint FROM {ORPHANS} ORDER BY o.id FOR UPDATE OF o"),
+            &[&g],
+        )
+        .await?;
+    let orphans: Vec<i64> = orphans.iter().map(|r| r.get(0)).collect();
+    if !orphans.is_empty() {
+        tx.execute(
+            "DELETE FROM routes WHERE source_type = 'Namespace' AND source_id = ANY($1::bigint[])",
+            &[&orphans],
+        )
+        .await?;
+        tx.execute(
+            "DELETE FROM namespaces WHERE id = ANY($1::bigint[])",
+            &[&orphans],
+        )
+        .await?;
+        for o in &orphans {
+            tracing::info!(
+                group_id = msg.group_id,
+                namespace_id = *o,
+                parent_id = g,
+                "Group destroy removed an orphan project namespace"
+            );
+        }
+    }
+    let left: Vec<String> = tx
+        .query(
+            "SELECT 'namespace ' || id || ' (' || COALESCE(type, 'NULL') || ')' FROM namespaces
+             WHERE parent_id = $1::bigint
+             UNION ALL
+             SELECT 'project ' || id FROM projects WHERE namespace_id = $1::bigint
+             ORDER BY 1",
             &[&g],
         )
         .await?
-        .is_none()
-    {
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !left.is_empty() {
         tx.commit().await?;
-        return Ok(false);
+        return Ok(Chunk::NotEmpty(left));
     }
     let mut outbox = Vec::new();
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
@@ -242,7 +423,7 @@ where
         .await?;
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(Chunk::Deleted(1))
 }
 
 async fn restore<C>(
@@ -359,7 +540,13 @@ where
     }
 }
 
-/// §4.2: the subtree, deepest first, chunk by chunk, under the budget.
+/// §4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
+/// listed at the start of a pass; every chunk then re-checks under its locks that the
+/// group is still scheduled as the message says (otherwise the invocation stops) and
+/// that its project or subgroup still lies under the group (otherwise it is skipped with
+/// a log line). A pass that leaves the root in place (something was moved in after the
+/// listing) is followed by another; a pass that changed nothing ends the message as
+/// blocked, with a line naming what blocks the deletion.
 async fn destroy<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -370,43 +557,113 @@ async fn destroy<C>(
 where
     C: GenericClient + Send + Sync,
 {
+    let period = group_deletion::deletion_adjourned_period(&*client).await?;
+    let cutoff = group_deletion::cutoff(inv.today(), period);
     let mut n = Counts::default();
     // A chunk that deleted rows is one unit of progress; only after one may we stop.
     let mut progressed = false;
     let stop = |progressed: bool| progressed && (budget.exhausted() || inv.deadline.reached());
-    for g in hierarchy::descendant_groups_deepest_first(&*client, p.group_id).await? {
-        for project in projects_in(&*client, g).await? {
-            for table in CONTRIBUTIONS {
-                loop {
-                    if stop(progressed) {
-                        return Ok(Outcome::Continue(n));
+    loop {
+        let mut pass_progress = false;
+        let mut blockers: Vec<String> = Vec::new();
+        let groups = hierarchy::descendant_groups_deepest_first(&*client, p.group_id).await?;
+        if groups.is_empty() {
+            return Ok(Outcome::Destroyed(n));
+        }
+        for g in groups {
+            'project: for project in projects_in(&*client, g).await? {
+                for table in CONTRIBUTIONS {
+                    loop {
+                        if stop(progressed) {
+                            return Ok(Outcome::Continue(n));
+                        }
+                        match retry_transient!(
+                            contributions_chunk(client, p, cutoff, table, project).await
+                        )? {
+                            Chunk::Deleted(k) => {
+                                n.contributions += k;
+                                progressed = true;
+                                pass_progress = true;
+                            }
+                            // This table is finished for the project: not a unit.
+                            Chunk::Nothing | Chunk::NotEmpty(_) => break,
+                            Chunk::Left => {
+                                left_project(p, project);
+                                continue 'project;
+                            }
+                            Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                        }
                     }
-                    let deleted =
-                        retry_transient!(delete_contributions(&*client, table, project).await)?;
-                    if deleted == 0 {
-                        break; // this table is finished for the project: not a unit
+                }
+                if stop(progressed) {
+                    return Ok(Outcome::Continue(n));
+                }
+                match retry_transient!(project_chunk(inv, env, client, p, cutoff, project).await)? {
+                    Chunk::Deleted(_) => {
+                        n.projects += 1;
+                        progressed = true;
+                        pass_progress = true;
                     }
-                    n.contributions += deleted;
-                    progressed = true;
+                    Chunk::Left => left_project(p, project),
+                    Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                    Chunk::Nothing | Chunk::NotEmpty(_) => {}
                 }
             }
             if stop(progressed) {
                 return Ok(Outcome::Continue(n));
             }
-            if retry_transient!(project_chunk(inv, env, client, p.user_id, project).await)? {
-                n.projects += 1;
-                progressed = true;
+            match retry_transient!(group_chunk(inv, env, client, p, cutoff, g).await)? {
+                Chunk::Deleted(_) => {
+                    n.groups += 1;
+                    progressed = true;
+                    pass_progress = true;
+                    if g == p.group_id {
+                        return Ok(Outcome::Destroyed(n));
+                    }
+                }
+                Chunk::Left => {
+                    tracing::warn!(
+                        group_id = p.group_id,
+                        namespace_id = g,
+                        "Group destroy skipped: subgroup no longer belongs to the group"
+                    );
+                }
+                Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                Chunk::NotEmpty(what) => {
+                    blockers.extend(what.into_iter().map(|w| format!("{w} in group {g}")))
+                }
+                Chunk::Nothing => {}
             }
         }
-        if stop(progressed) {
-            return Ok(Outcome::Continue(n));
-        }
-        if retry_transient!(group_chunk(inv, env, client, p.user_id, g).await)? {
-            n.groups += 1;
-            progressed = true;
+        if !pass_progress {
+            tracing::error!(
+                group_id = p.group_id,
+                blocking = ?blockers,
+                "Group destroy blocked: rows below the group cannot be deleted; an operator must move or delete them, then the next cron run destroys the group"
+            );
+            return Ok(Outcome::Blocked(n));
         }
     }
-    Ok(Outcome::Destroyed(n))
+}
+
+/// Log a project that left the group since the listing.
+fn left_project(p: &GroupDestroyRun, project: i64) {
+    tracing::warn!(
+        group_id = p.group_id,
+        project_id = project,
+        "Group destroy skipped: project no longer belongs to the group"
+    );
+}
+
+/// The schedule went away (a restore) or changed while the destroy ran.
+fn unscheduled(p: &GroupDestroyRun, n: Counts) -> Outcome {
+    tracing::info!(
+        group_id = p.group_id,
+        projects_deleted = n.projects,
+        groups_deleted = n.groups,
+        "Group destroy stopped: group no longer scheduled for deletion"
+    );
+    Outcome::Unscheduled(n)
 }
 
 async fn work<C>(
@@ -504,6 +761,12 @@ where
                 .metric("projects_deleted", n.projects as f64)
                 .metric("groups_deleted", n.groups as f64)
         }
+        Outcome::Unscheduled(n) => Report::new("stale", counts_json(&p, "not_scheduled", n))
+            .metric("projects_deleted", n.projects as f64)
+            .metric("groups_deleted", n.groups as f64),
+        Outcome::Blocked(n) => Report::new("blocked", counts_json(&p, "blocked", n))
+            .metric("projects_deleted", n.projects as f64)
+            .metric("groups_deleted", n.groups as f64),
         Outcome::Destroyed(n) => {
             tracing::info!(
                 group_id = p.group_id,

@@ -4,8 +4,12 @@
 //! Owns: single flight through the overlap lock `function:prune-deletions` (GitLab's
 //! `MAX_RUNNING_JOBS = 1`), the page of 10 schedules by id, the one monotonic budget
 //! that all of them share, and the schedule batch: in **one** transaction, lock the
-//! schedule, remove up to 100 of the user's memberships in the schedule's hierarchy
-//! (by id), each authorized as `scheduled_by` through `can_remove_member`, one
+//! schedule, lock up to 100 of the user's memberships in the schedule's hierarchy (by
+//! id) and then the group-owner locks of the owner rows among them (ascending: the lock
+//! order of ARCHITECTURE.md holds for the batch as a whole), remove them in id order,
+//! each authorized as `scheduled_by` through `can_remove_member` (a project bot's
+//! membership, of a group or a project, is denied even for an admin; a blocked or
+//! deactivated sole owner's row is protected by the last-owner rule), one
 //! authorization refresh, and delete the schedule when it is complete or denied. A
 //! denial keeps what was already removed in that batch. It also owns the continuation
 //! (delay 0, `hop + 1`) while schedules remain and nothing failed. It never blocks or
@@ -152,13 +156,39 @@ where
     let root = root_of(&tx, s.namespace_id).await?;
     let groups = hierarchy::descendant_groups(&tx, root).await?;
     let projects = hierarchy::projects_under(&tx, root).await?;
-    // c. The batch, by id (⚑ D11), read without locks; each row is locked in turn.
+    // c. The batch, by id (⚑ D11). Its rows are locked here, ascending, and then the
+    // group-owner locks of every owner candidate among them, ascending: the lock order
+    // (rows, group owners, authorizations) holds for the batch as a whole, so it cannot
+    // deadlock against a B38 group or a phase 1. Each row is re-read in turn below.
     let batch = tx
         .query(
-            &format!("SELECT m.id::bigint FROM {HIERARCHY_MEMBERS} ORDER BY m.id LIMIT $4"),
+            &format!(
+                "SELECT m.id::bigint FROM {HIERARCHY_MEMBERS} ORDER BY m.id LIMIT $4 FOR UPDATE OF m"
+            ),
             &[&s.user_id, &groups, &projects, &MEMBER_BATCH_SIZE],
         )
         .await?;
+    let ids: Vec<i64> = batch.iter().map(|r| r.get(0)).collect();
+    let scopes: Vec<i64> = tx
+        .query(
+            "SELECT DISTINCT s.id::bigint
+             FROM members m
+               JOIN users u ON u.id = m.user_id AND u.user_type <> 6
+               LEFT JOIN namespaces g ON g.id = m.source_id
+               CROSS JOIN LATERAL unnest(
+                 CASE WHEN g.id IS NULL OR g.parent_id IS NULL OR cardinality(g.traversal_ids) = 0
+                      THEN ARRAY[m.source_id::bigint] ELSE g.traversal_ids::bigint[] END) AS s(id)
+             WHERE m.id = ANY($1::bigint[]) AND m.type = 'GroupMember'
+               AND m.source_type = 'Namespace' AND m.access_level = 50
+               AND m.state = 0 AND m.requested_at IS NULL
+             ORDER BY 1",
+            &[&ids],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    locks::group_owner_locks(&tx, &scopes).await?;
     let mut destroyed = 0u64;
     let mut denial: Option<(i64, Denial)> = None;
     let mut attempted = 0usize;
