@@ -654,24 +654,7 @@ async fn the_deadline_guard_stops_inside_a_group_and_resumes_at_the_first_member
     let mut r = db.runner_with(t(NOW), settings);
     let body = r.cron_message(F).to_body();
     let release = async {
-        loop {
-            let waiting: bool = db
-                .client
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                       WHERE datname = current_database()
-                         AND application_name = 'remove-expired-members'
-                         AND wait_event_type = 'Lock')",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if waiting {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        db.blocked_on_lock("remove-expired-members").await;
         // The invocation started before it waited: 3 s from now its guard has fired.
         tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         tx.commit().await.unwrap();

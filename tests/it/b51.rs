@@ -1235,23 +1235,7 @@ async fn the_demo_data_destroys_oldco_restores_labs_and_keeps_newco() {
 
 /// Wait until a session of this test's database named `app` waits for a lock.
 async fn until_waiting(db: &TestDb, app: &str) {
-    loop {
-        let waiting: bool = db
-            .client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-                   WHERE datname = current_database() AND application_name = $1
-                     AND wait_event_type = 'Lock')",
-                &[&app],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.blocked_on_lock(app).await;
 }
 
 /// G100 (scheduled by U11, its owner) with subgroups G101 "one" and G102 "two", P201 in

@@ -3,14 +3,24 @@
 //! group-owner lock, never deadlock.
 
 use integration_tests::fixtures::{M, U};
-use integration_tests::{t, Fx, TestDb};
+use integration_tests::{t, wait, Fx, TestDb};
+use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
+use shared::local::Runner;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
 use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
 const REPETITIONS: usize = 50;
+
+/// Lock timeout of the three participants. They wait behind the test's lock until all
+/// three have reached it, which on a loaded machine can outlast the product's 5 s; a
+/// deadlock is still detected by PostgreSQL after `deadlock_timeout` (1 s), whatever
+/// the lock timeout.
+fn participant_lock_timeout_ms() -> u64 {
+    u64::try_from(wait::LOCK_WAIT.as_millis()).expect("fits")
+}
 
 /// The rows of one repetition: G100 with P200; U10 a counted owner that stays; U11 with
 /// an expired owner row and an expired project row (B38) and a schedule by admin U1
@@ -38,6 +48,16 @@ async fn reset(db: &TestDb) {
     Fx(db)
         .pas(&[(10, 200, 50), (11, 200, 50), (12, 200, 50), (20, 200, 40)])
         .await;
+}
+
+/// A local runner for one participant.
+fn participant(db: &TestDb) -> Runner {
+    Runner::new(
+        db.connector()
+            .with_lock_timeout_ms(participant_lock_timeout_ms()),
+        Settings::default(),
+        t(NOW),
+    )
 }
 
 /// How many sessions of this database named in `apps` wait for a lock.
@@ -72,9 +92,12 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
     let (log, _g) = capture();
     let mut holder = db.session().await;
     let mut p1 = db.session().await;
-    p1.batch_execute("SET application_name = 'phase-one'")
-        .await
-        .unwrap();
+    p1.batch_execute(&format!(
+        "SET application_name = 'phase-one'; SET lock_timeout = {}",
+        participant_lock_timeout_ms()
+    ))
+    .await
+    .unwrap();
     for rep in 0..REPETITIONS {
         reset(&db).await;
         // Everything starts behind G100's group-owner lock, held here.
@@ -85,9 +108,9 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
         )
         .await
         .unwrap();
-        let mut b38 = db.runner(t(NOW));
+        let mut b38 = participant(&db);
         let b38_body = b38.cron_message(Function::RemoveExpiredMembers).to_body();
-        let mut b43 = db.runner(t(NOW));
+        let mut b43 = participant(&db);
         let run_id = format!("rep-{rep}");
         let b43_body = Envelope::new(
             "prune-deletions.run",
@@ -111,15 +134,19 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
             r
         };
         let release = async {
-            while waiting(
-                &db,
-                &["remove-expired-members", "prune-deletions", "phase-one"],
+            wait::until(
+                "B38, B43 and phase 1 all to wait behind the held group-owner lock",
+                wait::LOCK_WAIT,
+                || async {
+                    let n = waiting(
+                        &db,
+                        &["remove-expired-members", "prune-deletions", "phase-one"],
+                    )
+                    .await;
+                    (n == 3).then_some(())
+                },
             )
-            .await
-                < 3
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
+            .await;
             hold.commit().await.unwrap();
         };
         let (a, b, c, ()) = tokio::join!(
