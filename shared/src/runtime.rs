@@ -331,11 +331,7 @@ where
                 }
             }
             Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let msg = crate::telemetry::panic_message(&*panic);
                 tracing::error!(
                     error = msg.as_str(),
                     error_class = "panic",
