@@ -10,7 +10,7 @@
 //! [`Payload::from_payload`], the one place where each field's type and range is
 //! checked (ids ≥ 1, dates exactly `YYYY-MM-DD`, `days_to_expire` ∈ {7, 30, 60}, at
 //! most 100 `token_names`, a web-hook `body` that is an object, bounded strings, a
-//! cursor `index` within the ids visited). Serde's `Deserialize` of every payload type
+//! cursor `index` within the ids visited, cursor ids ≥ 0). Serde's `Deserialize` of every payload type
 //! goes through the same function. An error names the field and the rule, never the
 //! value.
 //! Changing these types is a compatibility change: fixtures in
@@ -787,8 +787,8 @@ pub const TOKEN_NAMES_MAX: usize = 100;
 pub const ATTEMPT_MAX: i64 = 15;
 
 /// A cursor's run-wide `index` counts children of rows with ids up to the cursor's
-/// id, each at most once, and ids are ≥ 1: so `index <= id`. Anything larger is not
-/// a cursor this bundle wrote.
+/// id (≥ 0; 0 reads from the start), each at most once, and row ids are ≥ 1: so
+/// `index <= id`. Anything larger is not a cursor this bundle wrote.
 fn index_within(c: &Fields<'_>, index: u64, id: i64) -> Checked<()> {
     if i64::try_from(index).is_ok_and(|i| i <= id) {
         Ok(())
@@ -804,7 +804,7 @@ impl Payload for MemberCursor {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         Ok(MemberCursor {
             expires_at: f.date("expires_at")?,
-            id: f.id("id")?,
+            id: f.int("id", 0, i64::MAX)?,
         })
     }
 }
@@ -850,7 +850,7 @@ impl Payload for PatExpiringRun {
 
 impl Payload for GroupCursor {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        let group_id = f.id("group_id")?;
+        let group_id = f.int("group_id", 0, i64::MAX)?;
         let index = f.int("index", 0, i64::MAX)? as u64;
         index_within(f, index, group_id)?;
         Ok(GroupCursor { group_id, index })
@@ -880,7 +880,7 @@ impl Payload for GroupDestroyRun {
 
 impl Payload for DetailCursor {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        let detail_id = f.id("detail_id")?;
+        let detail_id = f.int("detail_id", 0, i64::MAX)?;
         let index = f.int("index", 0, i64::from(u32::MAX))? as u32;
         index_within(f, u64::from(index), detail_id)?;
         Ok(DetailCursor { detail_id, index })
