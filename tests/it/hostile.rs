@@ -877,7 +877,7 @@ fn handlers_fed_arbitrary_payloads_on_the_demo_data_never_panic_and_never_log_a_
                 .unwrap()
                 .with_network(Arc::new(TestNetwork::new()));
         let r = db.runner(t(NOW)).with_notifier(Arc::new(n));
-        (db, std::cell::RefCell::new(r))
+        (db, std::cell::RefCell::new(Some(r)))
     });
     let strategy =
         (0..KINDS.len()).prop_flat_map(|k| (Just(KINDS[k]), arb_payload(KINDS[k]), 0u64..3));
@@ -893,9 +893,11 @@ fn handlers_fed_arbitrary_payloads_on_the_demo_data_never_panic_and_never_log_a_
             log.clear();
             let f = Function::receiver_of(kind).unwrap();
             let body = envelope(kind, hop, "fuzz", payload).to_string();
-            let (run, outcome) = rt
-                .block_on(async { r.borrow_mut().invoke(f, &body, 1).await })
-                .map_err(|e| TestCaseError::fail(format!("{kind}: {e}")))?;
+            // The runner is moved out for the case and put back (the closure is `Fn`).
+            let mut runner = r.borrow_mut().take().unwrap();
+            let result = rt.block_on(runner.invoke(f, &body, 1));
+            *r.borrow_mut() = Some(runner);
+            let (run, outcome) = result.map_err(|e| TestCaseError::fail(format!("{kind}: {e}")))?;
             *outcomes
                 .borrow_mut()
                 .entry(format!("{kind} {}", run.outcome))
