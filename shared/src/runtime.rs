@@ -4,8 +4,10 @@
 //! deadline and budgets), [`Report`] (what a handler says it did), [`Handler`] (what
 //! serves parsed messages; the implementations are in [`crate::handlers`]) and
 //! [`process_record_with`], the one per-record pipeline:
-//! parse and validate, span with the standard fields, `start` line, handler under
-//! `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
+//! parse and validate (envelope and payload), span with the standard fields, `start`
+//! line (with the validated cursor only), the hop-limit case for a message received
+//! above its function's `MAX_HOPS` (logged, acknowledged, no work, nothing sent),
+//! handler under `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
 //! the local runner both call it.
 
 use std::future::Future;
@@ -99,7 +101,7 @@ impl Invocation<'_> {
         let max_hops = u64::from(self.function.max_hops());
         if next.envelope.hop > max_hops {
             tracing::error!(
-                hop = next.envelope.hop - 1,
+                hop = next.envelope.hop.saturating_sub(1),
                 max_hops,
                 "continuation not sent: hop limit reached"
             );
@@ -274,13 +276,28 @@ where
         span.record("run_id", env.run_id.as_str());
         span.record("message_key", env.message_key.as_str());
         span.record("hop", env.hop);
-        let cursor = env.payload.get("cursor").cloned().unwrap_or(Value::Null);
+        // Validated by `Envelope::parse` and rebuilt from its type: bounded.
+        let cursor = env.validated_cursor().unwrap_or(Value::Null);
         tracing::info!(
             now = %rfc3339(inv.now),
             message_type = env.kind.as_str(),
             _flatten = %serde_json::json!({ "cursor": cursor }),
             "start"
         );
+        let max_hops = u64::from(inv.function.max_hops());
+        if env.hop > max_hops {
+            // Received above the limit (no sender of this bundle sends one): the
+            // hop-limit case of §9.8, before any work, so nothing is sent.
+            tracing::error!(
+                hop = env.hop,
+                max_hops,
+                "continuation not sent: hop limit reached"
+            );
+            let report = Report::new("hop_limit_reached", Value::Null);
+            let duration_s = started.elapsed().as_secs_f64();
+            tracing::info!(_flatten = %report.to_json(), duration_s, "done");
+            return RecordOutcome::Success(report);
+        }
         let result = AssertUnwindSafe(handler.handle(inv, client, &env))
             .catch_unwind()
             .await;
@@ -331,11 +348,7 @@ where
                 }
             }
             Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let msg = crate::telemetry::panic_message(&*panic);
                 tracing::error!(
                     error = msg.as_str(),
                     error_class = "panic",

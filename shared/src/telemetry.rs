@@ -7,6 +7,11 @@
 //! JSON object is merged into the line (used for the batch-specific `done` fields).
 //! Also owns [`capture`], which tests use to assert on exact log lines. It must never
 //! be given secrets: callers log ids, never addresses, URLs, tokens or bodies.
+//!
+//! Every line a function writes is JSON: [`init`] also replaces the default panic
+//! hook (which prints plain text to stderr) with one that logs the panic as an error
+//! line `panic` (`error`, `error_class` = `panic`, `location`) through the same
+//! layer, with the fields of the record's span.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -131,7 +136,7 @@ where
                 let mut out = std::io::stderr().lock();
                 let _ = writeln!(out, "{value}");
             }
-            Sink::Buffer(b) => b.lock().unwrap().push(value),
+            Sink::Buffer(b) => b.lock().unwrap_or_else(|p| p.into_inner()).push(value),
         }
     }
 }
@@ -164,10 +169,40 @@ fn targets(spec: &str) -> Targets {
     })
 }
 
-/// Install the global subscriber writing to `sink`. Idempotent: a second call is a no-op.
+/// Install the global subscriber writing to `sink`, and the JSON panic hook.
+/// Idempotent: a second call installs nothing new.
 pub fn init(sink: Sink) {
     let subscriber = Registry::default().with(filter()).with(JsonLayer { sink });
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    if tracing::subscriber::set_global_default(subscriber).is_ok() {
+        install_panic_hook();
+    }
+}
+
+/// The text of a panic payload (`&str` or `String`; anything else is unnamed).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Replace the default panic hook (plain text on stderr) with one that logs the panic
+/// as a JSON `panic` line at error through the current subscriber.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let error = panic_message(info.payload());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(
+            error = error.as_str(),
+            error_class = "panic",
+            location = location.as_str(),
+            "panic"
+        );
+    }));
 }
 
 /// Captured log lines of one test.

@@ -860,8 +860,8 @@ async fn a_continuation_past_the_hop_limit_logs_and_sends_only_the_child() {
     Fx(&db)
         .users(&[U::placeholder(50), U::placeholder(51)])
         .await;
-    pd(&db, 1, 50, None, 0, None).await;
-    pd(&db, 2, 51, None, 0, None).await;
+    pd(&db, 11, 50, None, 0, None).await;
+    pd(&db, 12, 51, None, 0, None).await;
     let settings = Settings {
         deadline_margin: Duration::from_secs(100_000),
         ..Default::default()
@@ -871,7 +871,8 @@ async fn a_continuation_past_the_hop_limit_logs_and_sends_only_the_child() {
     let mut env = r.cron_message(F);
     env.hop = 1000;
     env.message_key = "placeholder-user-cleanup:r:1000".into();
-    env.payload = json!({"cursor": {"detail_id": 0, "index": 7}});
+    // Seven children were sent for details up to id 10 (an index is at most the id).
+    env.payload = json!({"cursor": {"detail_id": 10, "index": 7}});
     r.invoke(F, &env.to_body(), 1).await.unwrap();
     let l = log.one("continuation not sent: hop limit reached");
     assert_eq!(l["level"], "error");

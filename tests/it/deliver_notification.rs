@@ -170,6 +170,68 @@ async fn an_email_goes_over_starttls_with_the_spec_headers_body_and_message_id()
 }
 
 #[tokio::test]
+async fn a_display_name_with_line_breaks_controls_a_thousand_characters_or_non_ascii_is_delivered()
+{
+    let db = fixture().await;
+    let env = human_email(&db).await;
+    let sink = SmtpSink::start(SinkTls::StartTls).await;
+    let n = notifier(&Wiring {
+        smtp: Some((sink.port, "starttls")),
+        ..Wiring::default()
+    })
+    .await;
+    let long_ascii = "Eve ".repeat(300);
+    let long_word = "é".repeat(1200);
+    let names: Vec<(String, String)> = vec![
+        ("Eve\nSubject: x".into(), "Eve Subject: x".into()),
+        (
+            "Eve\rBcc: mallory@example.com".into(),
+            "Eve Bcc: mallory@example.com".into(),
+        ),
+        ("Eve\r\n\r\nbody".into(), "Eve body".into()),
+        (
+            "\tEve\u{7f}\u{85}\u{2028}Adams\u{1b}[31m".into(),
+            "Eve Adams [31m".into(),
+        ),
+        ("Ève Zoë 山田 😀".into(), "Ève Zoë 山田 😀".into()),
+        // Cut to 255 characters (GitLab's limit), so even one long word fits a line.
+        (long_ascii.clone(), "Eve ".repeat(64).trim_end().to_string()),
+        (long_word.clone(), "é".repeat(255)),
+    ];
+    for (i, (name, greeted)) in names.iter().enumerate() {
+        db.client
+            .execute("UPDATE users SET name = $1 WHERE id = 10", &[name])
+            .await
+            .unwrap();
+        let (outcome, log) = deliver(&db, &n, &env).await;
+        assert!(
+            outcome.is_success(),
+            "{name:?}: {outcome:?}\n{}",
+            log.dump()
+        );
+        log.one("Email delivered");
+        let got = sink.received();
+        assert_eq!(got.len(), i + 1, "{name:?}");
+        let m = &got[i];
+        let head = m.data.split("\r\n\r\n").next().unwrap();
+        for line in head.split("\r\n") {
+            assert!(line.len() <= 998, "{name:?}: header line of {}", line.len());
+            assert!(!line.starts_with("Bcc"), "{name:?}: injected {line}");
+        }
+        assert_eq!(
+            m.header("Subject").unwrap(),
+            "Your personal access tokens will expire in 7 days or less"
+        );
+        assert_eq!(m.rcpt_to.len(), 1, "{name:?}");
+        let body = m.text().replace("\r\n", "\n");
+        assert!(
+            body.starts_with(&format!("Hi {greeted}!\n")),
+            "{name:?}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn implicit_tls_delivers_to_the_plain_address_when_no_notification_email_is_set() {
     let db = fixture().await;
     db.exec("UPDATE users SET name = NULL, notification_email = '' WHERE id = 10")

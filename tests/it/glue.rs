@@ -302,3 +302,71 @@ async fn a_session_terminated_mid_record_fails_that_record_and_the_next_one_reco
     assert!(!db.exists("members WHERE id = 10").await);
     assert_eq!(log.done()["updated_rows"], 1);
 }
+
+const JSON_CHILD: &str = "HK_TEST_JSON_PANIC_CHILD";
+
+/// Run as a child process (below): a function's whole output, its logs installed as a
+/// Lambda installs them, while a record's handler panics.
+async fn panicking_function_writes_its_output() {
+    shared::telemetry::init(shared::telemetry::Sink::Stderr);
+    let db = fixture().await;
+    let fx = Fx(&db);
+    fx.users(&[U::bot(21).blocked()]).await;
+    fx.ghost_migration(21, None).await;
+    let q = PanickingQueue {
+        inner: LocalQueue::new(t(NOW)),
+        key: "delete-user:20",
+    };
+    fx.members(&[M::pm(18, 200, 20, 40).expires("2025-03-09")])
+        .await;
+    let deps = deps(&db, Function::RemoveExpiredMembers, Arc::new(q));
+    let ev = event("events/remove-expired-members.json");
+    let resp = handle_event(&deps, LambdaEvent::new(ev, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(failures(&resp).len(), 1);
+}
+
+#[tokio::test]
+async fn a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line() {
+    if std::env::var_os(JSON_CHILD).is_some() {
+        return panicking_function_writes_its_output().await;
+    }
+    let name = "glue::a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(JSON_CHILD, "1")
+        .env("RUST_LOG", "info")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {stdout}");
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test: {stdout}"
+    );
+    // The function's stream (stderr here; stdout under Lambda) is all JSON objects.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .filter(serde_json::Value::is_object)
+                .unwrap_or_else(|| panic!("not a JSON line: {l:?}\nall:\n{stderr}"))
+        })
+        .collect();
+    let panic = lines
+        .iter()
+        .find(|l| l["message"] == "panic")
+        .unwrap_or_else(|| panic!("no `panic` line:\n{stderr}"));
+    assert_eq!(panic["error"], "transport exploded");
+    assert_eq!(panic["error_class"], "panic");
+    assert_eq!(panic["level"], "error");
+    assert_eq!(panic["function"], "remove-expired-members");
+    assert!(panic["location"].as_str().unwrap().contains("glue.rs"));
+    assert!(lines
+        .iter()
+        .any(|l| l["message"] == "record failed: handler panicked"));
+}

@@ -13,6 +13,7 @@ mod deliver_notification;
 mod faults;
 mod fuzz;
 mod glue;
+mod hostile;
 mod lock_order;
 mod perf;
 mod queue_sqs;

@@ -159,3 +159,118 @@ async fn a_redirect_to_the_metadata_service_is_never_followed() {
     // metadata service) was neither resolved nor contacted.
     assert_eq!(net.connects(), vec!["203.0.113.20:80".parse().unwrap()]);
 }
+
+/// The blocked IPv4 ranges of b28 §10.5, as (first address, prefix length).
+const BLOCKED_V4: [([u8; 4], u32); 9] = [
+    ([0, 0, 0, 0], 8),
+    ([10, 0, 0, 0], 8),
+    ([100, 64, 0, 0], 10),
+    ([127, 0, 0, 0], 8),
+    ([169, 254, 0, 0], 16),
+    ([172, 16, 0, 0], 12),
+    ([192, 168, 0, 0], 16),
+    ([224, 0, 0, 0], 4),
+    ([240, 0, 0, 0], 4),
+];
+
+/// Every IPv6 form that carries an IPv4 address, as a function of it (and of the
+/// free bits around it, so the whole range is covered).
+fn embeddings(v4: std::net::Ipv4Addr, free: u128) -> Vec<(&'static str, std::net::Ipv6Addr)> {
+    use std::net::Ipv6Addr;
+    let a = u128::from(u32::from(v4));
+    vec![
+        ("IPv4-compatible ::/96", Ipv6Addr::from(a)),
+        (
+            "IPv4-mapped ::ffff:0:0/96",
+            Ipv6Addr::from((0xFFFFu128 << 32) | a),
+        ),
+        (
+            "IPv4-translated ::ffff:0:0:0/96",
+            Ipv6Addr::from((0xFFFFu128 << 48) | a),
+        ),
+        (
+            "NAT64 64:ff9b::/96",
+            Ipv6Addr::from((0x64_ff9bu128 << 96) | a),
+        ),
+        (
+            // The local-use prefix is refused whatever it carries, wherever.
+            "NAT64 local-use 64:ff9b:1::/48",
+            Ipv6Addr::from((0x64_ff9b_0001u128 << 80) | (free & ((1u128 << 80) - 1))),
+        ),
+        (
+            "6to4 2002::/16",
+            Ipv6Addr::from((0x2002u128 << 112) | (a << 80) | (free & ((1u128 << 80) - 1))),
+        ),
+        (
+            // Teredo: the client address, inverted, in the low 32 bits; any server.
+            "Teredo client 2001::/32",
+            Ipv6Addr::from(
+                (0x2001_0000u128 << 96) | (free & (((1u128 << 64) - 1) << 32)) | (a ^ 0xFFFF_FFFF),
+            ),
+        ),
+        (
+            "Teredo server 2001::/32",
+            Ipv6Addr::from((0x2001_0000u128 << 96) | (a << 64) | (free & ((1u128 << 64) - 1))),
+        ),
+    ]
+}
+
+#[test]
+fn every_ipv6_form_embedding_a_blocked_ipv4_address_is_refused_and_a_public_one_is_not() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use shared::notify::webhook::is_local_network;
+    use std::net::{IpAddr, Ipv4Addr};
+    let mut runner = TestRunner::new(Config {
+        cases: 2000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (0..BLOCKED_V4.len(), any::<u32>(), any::<u128>());
+    runner
+        .run(&strategy, |(range, host, free)| {
+            let (base, len) = BLOCKED_V4[range];
+            let v4 = Ipv4Addr::from(u32::from(Ipv4Addr::from(base)) | (host >> len));
+            prop_assert!(is_local_network(IpAddr::V4(v4)), "{v4}");
+            for (form, v6) in embeddings(v4, free) {
+                prop_assert!(is_local_network(IpAddr::V6(v6)), "{form}: {v6} ({v4})");
+            }
+            Ok(())
+        })
+        .unwrap();
+    // A public IPv4 address carried by the translating forms stays reachable (they are
+    // unwrapped, not refused wholesale); the local-use NAT64 prefix is refused always.
+    for (form, v6) in embeddings(Ipv4Addr::new(203, 0, 113, 10), 0) {
+        if form.starts_with("Teredo") {
+            continue; // with free bits 0 its other address is 0.0.0.0 or 255.255.255.255
+        }
+        let want = form.starts_with("NAT64 local-use");
+        assert_eq!(is_local_network(IpAddr::V6(v6)), want, "{form}: {v6}");
+    }
+    // Teredo with a public server (203.0.113.10) and a public client (203.255.0.10).
+    let teredo = "2001:0:cb00:710a::3400:fff5".parse().unwrap();
+    assert!(!is_local_network(IpAddr::V6(teredo)), "{teredo}");
+}
+
+#[tokio::test]
+async fn nat64_ipv4_compatible_and_translated_loopback_or_private_targets_are_refused() {
+    let rx = HttpReceiver::start().await;
+    let p = rx.addr.port();
+    let strict = client(false);
+    for url in [
+        format!("http://[64:ff9b::7f00:1]:{p}/x"),
+        format!("http://[64:ff9b::a00:5]:{p}/x"),
+        format!("http://[64:ff9b:1::a00:5]:{p}/x"),
+        format!("http://[::127.0.0.1]:{p}/x"),
+        format!("http://[::ffff:0:7f00:1]:{p}/x"),
+        format!("http://[2002:7f00:1::1]:{p}/x"),
+        format!("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:{p}/x"),
+    ] {
+        assert_eq!(
+            post(&strict, &url).await,
+            PostOutcome::Refused(Refusal::LocalNetwork),
+            "{url}"
+        );
+    }
+    assert!(rx.requests().is_empty(), "a refused target got a request");
+}

@@ -195,7 +195,12 @@ where
                 }
             }
             after = Some(s.group_id);
-            index += 1;
+            // `index` comes from the message: checked (it is at most the last id).
+            index = index.checked_add(1).ok_or_else(|| {
+                crate::error::Error::Malformed(
+                    "invalid payload: field `cursor.index` leaves no room for another group".into(),
+                )
+            })?;
         }
         if (page.len() as i64) < BATCH_SIZE {
             return Ok(r);

@@ -208,7 +208,13 @@ where
                 }
                 // Step 4 (sent with the group) and step 5's increment.
                 outbox.push(child(env, inv.now, c, p.index));
-                p.index += 1;
+                // `i` comes from the message: checked (the group rolls back on error).
+                p.index = p.index.checked_add(1).ok_or_else(|| {
+                    crate::error::Error::Malformed(
+                        "invalid payload: field `cursor.index` leaves no room for another child"
+                            .into(),
+                    )
+                })?;
                 p.enqueued += 1;
             }
             Ok(None) => {

@@ -6,6 +6,14 @@
 //! `SMTP_CA_BUNDLE`), a `file` transport writing `<dir>/<message-id>.eml`, and a `log`
 //! transport. It reads no database and never logs an address or a body; the SMTP
 //! outcome is reduced to a code and a kind, because server replies may echo addresses.
+//!
+//! User-controlled text (the display name, token names, resource paths) is made one
+//! line by [`one_line`] before it reaches a header or a body line: every control
+//! character (CR, LF, NUL, tab, DEL, C1) and the Unicode line and paragraph
+//! separators become a space, runs of white space one space. Non-ASCII stays (lettre
+//! encodes it per RFC 2047), long headers are folded by lettre, and a display name is
+//! cut to 255 characters (a single long word cannot be folded), so no header line
+//! exceeds RFC 5322's 998 characters and any name delivers.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,8 +38,44 @@ pub struct Rendered {
     pub body: String,
 }
 
-/// The subject and body of `n` for a recipient greeted as `display_name`.
+/// `s` as one line of text: control characters and line or paragraph separators
+/// become spaces, white-space runs collapse to one space, the ends are trimmed.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let c = if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+            ' '
+        } else {
+            c
+        };
+        if c.is_whitespace() && (out.is_empty() || out.ends_with(char::is_whitespace)) {
+            continue;
+        }
+        out.push(c);
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// The longest display name kept (GitLab's own limit for `users.name`): a name is one
+/// word at worst, which header folding cannot break, and 255 characters keep the `To`
+/// line far below RFC 5322's 998.
+pub const DISPLAY_NAME_MAX_CHARS: usize = 255;
+
+/// A display name fit for the `To` header and the greeting: [`one_line`], at most
+/// [`DISPLAY_NAME_MAX_CHARS`] characters.
+pub fn display_name(s: &str) -> String {
+    let one = one_line(s);
+    match one.char_indices().nth(DISPLAY_NAME_MAX_CHARS) {
+        Some((cut, _)) => one[..cut].trim_end().to_string(),
+        None => one,
+    }
+}
+
+/// The subject and body of `n` for a recipient greeted as `display_name`. Every
+/// user-controlled value is made [`one_line`] first.
 pub fn render(n: &EmailNotification, display_name: &str, instance: &Instance) -> Rendered {
+    let display_name = self::display_name(display_name);
     match n {
         EmailNotification::AccessTokenAboutToExpire {
             days_to_expire,
@@ -43,7 +87,7 @@ pub fn render(n: &EmailNotification, display_name: &str, instance: &Instance) ->
                  The following personal access tokens expire in {days_to_expire} days or less:\n\n"
             );
             for name in token_names {
-                body.push_str(&format!("- {name}\n"));
+                body.push_str(&format!("- {}\n", one_line(name)));
             }
             body.push_str(&format!(
                 "\nYou can create a new token or extend these ones at {}/-/user_settings/personal_access_tokens\n",
@@ -63,6 +107,8 @@ pub fn render(n: &EmailNotification, display_name: &str, instance: &Instance) ->
             resource_full_path,
             ..
         } => {
+            let (token_name, resource_full_path) =
+                (one_line(token_name), one_line(resource_full_path));
             let link = match resource_type {
                 ResourceType::Project => {
                     format!(
@@ -245,8 +291,11 @@ impl Mailer {
             };
             Message::builder()
                 .from(from)
-                .to(Mailbox::new(Some(display_name.to_string()), address))
-                .subject(rendered.subject.clone())
+                .to(Mailbox::new(
+                    Some(self::display_name(display_name)).filter(|n| !n.is_empty()),
+                    address,
+                ))
+                .subject(one_line(&rendered.subject))
                 .message_id(Some(format!("<{message_id}>")))
                 .date_now()
                 .header(ContentType::TEXT_PLAIN)
@@ -405,5 +454,61 @@ mod tests {
         let pem = include_str!("../../testdata/two-certs.pem");
         assert_eq!(pem_certificates(pem).len(), 2);
         assert!(pem_certificates("nothing here").is_empty());
+    }
+
+    #[test]
+    fn one_line_removes_every_control_and_line_separator_and_keeps_non_ascii() {
+        assert_eq!(one_line("Eve\nSubject: x"), "Eve Subject: x");
+        assert_eq!(one_line("Eve\r"), "Eve");
+        assert_eq!(one_line("\0Eve\0\0Adams\0"), "Eve Adams");
+        assert_eq!(one_line("a\u{2028}b\u{2029}c\u{85}d\u{7f}e"), "a b c d e");
+        assert_eq!(one_line("Zoë  山田\t😀"), "Zoë 山田 😀");
+        assert_eq!(one_line("\r\n\t"), "");
+    }
+
+    #[tokio::test]
+    async fn hostile_display_names_and_token_names_build_a_well_formed_email() {
+        let dir = std::env::temp_dir().join(format!("hk-mail-{}", std::process::id()));
+        let mailer = Mailer::File(dir.clone());
+        let names = [
+            "Eve\nSubject: x".to_string(),
+            "Eve\rBcc: m@example.com".to_string(),
+            "Eve\0Null".to_string(),
+            "\r\n".to_string(),
+            "Zoë 山田 😀".to_string(),
+            "x".repeat(1500),
+            "é ".repeat(800),
+        ];
+        for (i, name) in names.iter().enumerate() {
+            let n = EmailNotification::AccessTokenAboutToExpire {
+                recipient_user_id: 10,
+                days_to_expire: 7,
+                token_names: vec![format!("tok\r\nBcc: x{i}")],
+            };
+            let r = render(&n, name, &instance());
+            assert!(!r.body.contains('\r') && !r.body.contains('\0'));
+            let id = format!("m{i}");
+            let out = mailer
+                .send(
+                    "gitlab@gitlab.example.com",
+                    "eve@example.com",
+                    name,
+                    &r,
+                    &id,
+                    10,
+                    "t",
+                )
+                .await
+                .unwrap();
+            assert_eq!(out, SendOutcome::Accepted, "{name:?}");
+            let eml = std::fs::read_to_string(dir.join(format!("{id}.eml"))).unwrap();
+            let head = eml.split("\r\n\r\n").next().unwrap();
+            for line in head.split("\r\n") {
+                assert!(line.len() <= 998, "{name:?}: {}", line.len());
+                assert!(!line.starts_with("Bcc") && !line.contains('\0'), "{name:?}");
+            }
+            assert_eq!(head.matches("\r\nSubject:").count(), 1, "{name:?}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,7 +1,10 @@
 //! Web-hook requests (b28 §10.3–§10.5, ⚑ D23).
 //!
 //! Owns: the target-safety check (schemes, loopback/private/link-local/metadata
-//! ranges, IPv4-mapped IPv6 checked as IPv4), the [`Network`] port (name resolution
+//! ranges; every IPv6 form that embeds or translates to IPv4 — IPv4-compatible,
+//! IPv4-mapped, IPv4-translated, NAT64 `64:ff9b::/96`, 6to4, Teredo — is checked as the
+//! IPv4 address it carries, and the local-use NAT64 prefix `64:ff9b:1::/48` is
+//! refused whole, since its embedding is network-specific), the [`Network`] port (name resolution
 //! and TCP connects, so tests can resolve names to public addresses and route them to
 //! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that connects to
 //! the address it checked (pinned: DNS cannot change between check and connect),
@@ -79,13 +82,44 @@ fn v4_blocked(ip: Ipv4Addr) -> bool {
         || o[0] >= 224 // 224.0.0.0/4 and 240.0.0.0/4
 }
 
+/// The IPv4 address an IPv6 address embeds or translates to, for the ranges that carry
+/// one (the IPv4 rules then apply to it): IPv4-compatible `::/96`, IPv4-mapped
+/// `::ffff:0:0/96`, IPv4-translated `::ffff:0:0:0/96`, NAT64 `64:ff9b::/96`, 6to4
+/// `2002::/16` (bits 16–47). Teredo `2001::/32` embeds two (the server in bits 32–63 and
+/// the client, inverted, in bits 96–127); both are returned.
+fn v6_embedded_v4(ip: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let s = ip.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    if s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xFFFF) {
+        // ::/96 (IPv4-compatible, also :: and ::1) and ::ffff:0:0/96 (IPv4-mapped).
+        return vec![v4(s[6], s[7])];
+    }
+    if s[..4] == [0; 4] && s[4] == 0xFFFF && s[5] == 0 {
+        // ::ffff:0:0:0/96 (IPv4-translated, SIIT).
+        return vec![v4(s[6], s[7])];
+    }
+    if s[0] == 0x64 && s[1] == 0xFF9B && s[2..6] == [0; 4] {
+        // 64:ff9b::/96 (NAT64 well-known prefix).
+        return vec![v4(s[6], s[7])];
+    }
+    if s[0] == 0x2002 {
+        // 2002::/16 (6to4).
+        return vec![v4(s[1], s[2])];
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        // 2001::/32 (Teredo): server, then the obfuscated client.
+        return vec![v4(s[2], s[3]), v4(!s[6], !s[7])];
+    }
+    Vec::new()
+}
+
 fn v6_blocked(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        return v4_blocked(v4);
+    let embedded = v6_embedded_v4(ip);
+    if !embedded.is_empty() {
+        return embedded.into_iter().any(v4_blocked);
     }
     let s = ip.segments();
-    ip.is_unspecified()                 // ::/128
-        || ip.is_loopback()             // ::1/128
+    (s[0] == 0x64 && s[1] == 0xFF9B && s[2] == 1) // 64:ff9b:1::/48 (local-use NAT64)
         || (s[0] & 0xFE00) == 0xFC00    // fc00::/7
         || (s[0] & 0xFFC0) == 0xFE80    // fe80::/10
         || (s[0] & 0xFF00) == 0xFF00 // ff00::/8

@@ -215,7 +215,11 @@ where
                     ))
                     .await?;
                 if sent {
-                    tracing::info!(user_id = u, hop = env.hop + 1, "delete-user continuing");
+                    tracing::info!(
+                        user_id = u,
+                        hop = env.hop.saturating_add(1),
+                        "delete-user continuing"
+                    );
                 }
                 return Ok(Report::new(
                     "limit_reached",

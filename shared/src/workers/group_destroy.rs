@@ -751,7 +751,7 @@ where
             if sent {
                 tracing::info!(
                     group_id = p.group_id,
-                    hop = env.hop + 1,
+                    hop = env.hop.saturating_add(1),
                     projects_deleted = n.projects,
                     groups_deleted = n.groups,
                     "Group destroy continuing"
