@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use integration_tests::fixtures::{M, U};
-use integration_tests::{d, t, Fx, TestDb};
+use integration_tests::{d, t, wait, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
 use shared::local::{Run, Runner};
@@ -1373,28 +1373,41 @@ async fn a_restore_mid_destroy_stops_it_before_the_next_chunk() {
         .unwrap();
     let restorer = db.session().await;
     restorer
-        .batch_execute("SET application_name = 'restorer'")
+        .batch_execute(&format!(
+            "SET application_name = 'restorer'; SET lock_timeout = {}",
+            wait::LOCK_WAIT.as_millis()
+        ))
         .await
         .unwrap();
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let body = destroy_body(100, 11, "2025-03-03");
     let restore = async {
+        // P202's first chunk holds the schedule row FOR SHARE and waits for P202.
         until_waiting(&db, "group-destroy").await;
-        // The restore deletes the schedule: it waits for the chunk holding the row.
-        let delete = restorer.execute(
-            "DELETE FROM group_deletion_schedules WHERE group_id = 100",
-            &[],
+        // The restore deletes the schedule between that chunk and the next. A row lock
+        // freed by a COMMIT is not handed to its waiter first (the next chunk could take
+        // it again), so the restore queues on the table lock instead, which PostgreSQL
+        // grants in order: it commits before the next chunk can read the schedule.
+        let restore = restorer.batch_execute(
+            "BEGIN;
+             LOCK TABLE group_deletion_schedules IN EXCLUSIVE MODE;
+             DELETE FROM group_deletion_schedules WHERE group_id = 100;
+             COMMIT",
         );
         let release = async {
             until_waiting(&db, "restorer").await;
             tx.commit().await.unwrap();
         };
-        let (deleted, ()) = tokio::join!(delete, release);
-        assert_eq!(deleted.unwrap(), 1);
+        let (restored, ()) = tokio::join!(restore, release);
+        restored.unwrap();
     };
     let (res, ()) = tokio::join!(r.invoke(GD, &body, 1), restore);
     res.unwrap();
+    assert!(
+        !db.exists("group_deletion_schedules WHERE group_id = 100")
+            .await
+    );
     assert_eq!(db.count("issues WHERE project_id = 202").await, 2);
     assert!(db.exists("projects WHERE id = 202").await);
     assert_eq!(

@@ -108,9 +108,12 @@ enum Chunk {
 }
 
 /// What every chunk re-checks first (one transaction, under locks that a transfer or a
-/// restore also takes): the root's schedule row `FOR SHARE` (a restore deletes it, so it
-/// waits for the chunk, and the next chunk sees it gone), still the message's user and
-/// still due under the cutoff evaluated at verification.
+/// restore also takes): the root's schedule row `FOR SHARE`, still the message's user and
+/// still due under the cutoff evaluated at verification. A restore deletes the row: it
+/// waits for the running chunk, and once it has committed no further chunk starts. (A
+/// restore still waiting when a chunk commits can lose the freed row lock to the next
+/// chunk, since PostgreSQL does not queue row locks across a commit; it then commits at
+/// a later chunk boundary.)
 async fn still_scheduled<C: GenericClient>(
     c: &C,
     p: &GroupDestroyRun,
