@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod batches;
+pub mod catalogue;
 pub mod bench;
 pub mod chaos;
 pub mod clock;

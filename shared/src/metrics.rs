@@ -13,7 +13,7 @@ use crate::function::Function;
 pub const NAMESPACE: &str = "GitLabHousekeeping";
 
 /// Print one EMF line for `function` with the given `(name, value)` metrics.
-pub fn emit(function: Function, metrics: &[(String, f64)]) {
+pub fn emit(function: Function, metrics: &[(&str, f64)]) {
     let ts = chrono::Utc::now().timestamp_millis();
     let defs: Vec<Value> = metrics
         .iter()
@@ -40,7 +40,7 @@ pub fn emit(function: Function, metrics: &[(String, f64)]) {
     );
     line.insert("function".into(), Value::from(function.name()));
     for (name, v) in metrics {
-        line.insert(name.clone(), json!(v));
+        line.insert((*name).to_string(), json!(v));
     }
     let line = Value::Object(line);
     tracing::info!(_flatten = %line, "metrics");

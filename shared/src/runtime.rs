@@ -10,12 +10,14 @@
 //! handler under `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
 //! the local runner both call it.
 
+use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
+use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_postgres::GenericClient;
 use tracing::{field::Empty, Instrument};
@@ -112,51 +114,182 @@ impl Invocation<'_> {
     }
 }
 
-/// What a handler did: its `done` status and batch-specific result fields.
+/// A handler's typed `done` result: one `#[derive(Serialize)]` struct per function
+/// (or per outcome shape), whose fields are the `done` line's result fields and whose
+/// metrics and counters are declared with it. The runner and `hk` read these methods,
+/// never the JSON.
+pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
+    /// The `status` field of `done`.
+    fn status(&self) -> &'static str;
+    /// Metrics for this invocation's EMF line (besides `duration_s`), by name.
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+    /// The items this invocation processed, by name, that `hk`'s summary adds up.
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// Object-safe view of a [`Done`] (the report holds any function's result).
+trait AnyDone: std::fmt::Debug + Send + Sync {
+    fn status(&self) -> &'static str;
+    fn fields(&self) -> Map<String, Value>;
+    fn metrics(&self) -> Vec<(&'static str, f64)>;
+    fn counts(&self) -> Vec<(&'static str, u64)>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Done> AnyDone for T {
+    fn status(&self) -> &'static str {
+        Done::status(self)
+    }
+    fn fields(&self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        Done::metrics(self)
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        Done::counts(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// The `skipped: already running` result (§9.10): no fields.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Skipped;
+
+impl Done for Skipped {
+    fn status(&self) -> &'static str {
+        "skipped"
+    }
+}
+
+/// TRANSITIONAL (removed once every handler returns its own type): a result
+/// given as a status and a JSON object.
+#[derive(Debug, Serialize)]
+pub struct Untyped {
+    #[serde(skip)]
+    status: &'static str,
+    #[serde(flatten)]
+    fields: Map<String, Value>,
+    #[serde(skip)]
+    metrics: Vec<(&'static str, f64)>,
+}
+
+impl Done for Untyped {
+    fn status(&self) -> &'static str {
+        self.status
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        self.metrics.clone()
+    }
+}
+
+/// The hop-limit case on receipt (§9.8): no work, no fields.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct HopLimitReached;
+
+impl Done for HopLimitReached {
+    fn status(&self) -> &'static str {
+        "hop_limit_reached"
+    }
+}
+
+/// What a handler did: its typed [`Done`] result, and whether the record must
+/// still be retried.
 #[derive(Debug)]
 pub struct Report {
-    /// The `status` field of `done`.
-    pub status: String,
-    /// The other result fields of `done`, exactly as the batch file names them.
-    pub fields: Map<String, Value>,
+    done: Box<dyn AnyDone>,
     /// Set when the work ended in a way the batch file calls retryable while still
     /// producing a report (the record is then reported as a failure).
     pub retry: Option<Error>,
-    /// Metrics for this invocation's EMF line (besides `duration_s`).
-    pub metrics: Vec<(String, f64)>,
 }
 
 impl Report {
-    /// A report with a status and fields.
-    pub fn new(status: &str, fields: Value) -> Report {
+    /// A report of a typed result.
+    pub fn new<T: Done>(done: T) -> Report {
         Report {
-            status: status.to_string(),
+            done: Box::new(done),
+            retry: None,
+        }
+    }
+
+    /// TRANSITIONAL: a report from a status and a JSON object of fields.
+    pub fn untyped(status: &'static str, fields: Value) -> Report {
+        Report::new(Untyped {
+            status,
             fields: match fields {
                 Value::Object(m) => m,
                 _ => Map::new(),
             },
-            retry: None,
             metrics: Vec::new(),
-        }
+        })
     }
 
-    /// Add a metric to the invocation's EMF line.
-    pub fn metric(mut self, name: &str, value: f64) -> Report {
-        self.metrics.push((name.to_string(), value));
+    /// TRANSITIONAL: add a metric (or a field) to an untyped report.
+    pub fn metric(mut self, name: &'static str, value: f64) -> Report {
+        if let Some(u) = self.done.as_any_mut().downcast_mut::<Untyped>() {
+            u.metrics.push((name, value));
+        }
+        self
+    }
+
+    /// TRANSITIONAL: add a field to an untyped report.
+    pub fn field(mut self, name: &str, value: Value) -> Report {
+        if let Some(u) = self.done.as_any_mut().downcast_mut::<Untyped>() {
+            u.fields.insert(name.to_string(), value);
+        }
+        self
+    }
+
+    /// The same report, to be retried because of `e`.
+    pub fn retrying(mut self, e: Error) -> Report {
+        self.retry = Some(e);
         self
     }
 
     /// The `skipped: already running` report (§9.10).
     pub fn skipped() -> Report {
         tracing::info!("skipped: already running");
-        Report::new("skipped", Value::Null)
+        Report::new(Skipped)
     }
 
-    /// The report as one JSON object (status first).
+    /// The `status` field of `done`.
+    pub fn status(&self) -> &'static str {
+        self.done.status()
+    }
+
+    /// The typed result, when it is a `T`.
+    pub fn get<T: Done>(&self) -> Option<&T> {
+        self.done.as_any().downcast_ref::<T>()
+    }
+
+    /// Metrics for the invocation's EMF line (besides `duration_s`).
+    pub fn metrics(&self) -> Vec<(&'static str, f64)> {
+        self.done.metrics()
+    }
+
+    /// The counters `hk`'s summary adds up.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        self.done.counts()
+    }
+
+    /// The report as one JSON object (status first): the `done` line's fields.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
-        m.insert("status".into(), Value::from(self.status.clone()));
-        m.extend(self.fields.clone());
+        m.insert("status".into(), Value::from(self.status()));
+        m.extend(self.done.fields());
         Value::Object(m)
     }
 }
@@ -293,7 +426,7 @@ where
                 max_hops,
                 "continuation not sent: hop limit reached"
             );
-            let report = Report::new("hop_limit_reached", Value::Null);
+            let report = Report::new(HopLimitReached);
             let duration_s = started.elapsed().as_secs_f64();
             tracing::info!(_flatten = %report.to_json(), duration_s, "done");
             return RecordOutcome::Success(report);
@@ -305,8 +438,8 @@ where
         match result {
             Ok(Ok(report)) => {
                 tracing::info!(_flatten = %report.to_json(), duration_s, "done");
-                let mut metrics = vec![("duration_s".to_string(), duration_s)];
-                metrics.extend(report.metrics.iter().cloned());
+                let mut metrics = vec![("duration_s", duration_s)];
+                metrics.extend(report.metrics());
                 crate::metrics::emit(inv.function, &metrics);
                 match report.retry {
                     None => RecordOutcome::Success(report),

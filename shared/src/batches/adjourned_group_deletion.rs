@@ -245,7 +245,7 @@ where
         inv.continue_with(OutMessage::new(FUNCTION, 0, next))
             .await?;
     }
-    Ok(Report::new(
+    Ok(Report::untyped(
         status,
         json!({
             "groups_due": r.due,

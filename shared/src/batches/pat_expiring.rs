@@ -1545,7 +1545,7 @@ where
         Flow::Done => "completed",
     };
     let t = &run.totals;
-    Ok(Report::new(
+    Ok(Report::untyped(
         status,
         json!({
             "total_notification_delivered_for_resource_access_tokens": t.bot_tokens_marked,

@@ -315,7 +315,7 @@ where
         inv.continue_with(OutMessage::new(FUNCTION, 0, message))
             .await?;
     }
-    Ok(Report::new(
+    Ok(Report::untyped(
         status,
         json!({
             "enqueued_count": p.enqueued,

@@ -683,7 +683,7 @@ where
         inv.continue_with(OutMessage::new(FUNCTION, delay, next))
             .await?;
     }
-    Ok(Report::new(
+    Ok(Report::untyped(
         status,
         json!({
             "updated_rows": page.updated,

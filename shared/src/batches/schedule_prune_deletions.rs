@@ -80,16 +80,15 @@ where
     let _: SchedulePruneDeletionsRun = env.payload()?;
     let lock = locks::function_key(FUNCTION.name());
     if !locks::try_session_lock(&*client, &lock).await? {
-        let mut r = Report::skipped();
-        r.fields.insert("enqueued".into(), json!(false));
-        return Ok(r);
+        tracing::info!("skipped: already running");
+        return Ok(Report::untyped("skipped", json!({"enqueued": false})));
     }
     let result = enqueue_if_needed(inv, &*client, env).await;
     // Released on error paths too (§9.10); a send failure is then a retryable failure.
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (enqueued, b) = result?;
     unlocked?;
-    Ok(Report::new("completed", json!({ "enqueued": enqueued }))
+    Ok(Report::untyped("completed", json!({ "enqueued": enqueued }))
         .metric("remaining_schedules", b.remaining as f64)
         .metric("oldest_schedule_age_s", b.oldest_age_s))
 }

@@ -61,6 +61,16 @@ pub trait Queue: Send + Sync {
     async fn send(&self, messages: &[OutMessage]) -> Result<(), QueueError>;
 }
 
+/// Send an outbox in calls of at most [`SQS_BATCH`] messages, stopping at the first
+/// failed call (send-then-commit: the caller rolls back on an error). The one place
+/// that knows the adapter's batch size; handlers hand over their whole outbox.
+pub async fn send_outbox(queue: &dyn Queue, outbox: &[OutMessage]) -> Result<(), QueueError> {
+    for part in outbox.chunks(SQS_BATCH) {
+        queue.send(part).await?;
+    }
+    Ok(())
+}
+
 /// The name (and client token) of the one-time schedule for a message key:
 /// `hk-` + the first 40 hex characters of SHA-256(key) (common.md §9.5).
 pub fn schedule_name(message_key: &str) -> String {

@@ -143,7 +143,7 @@ where
         // Phase 1 has logged why.
         Outcome::Refused => "refused",
     };
-    Ok(Report::new(
+    Ok(Report::untyped(
         status,
         json!({ "outcome": outcome.as_str(), "placeholder_user_id": u }),
     ))

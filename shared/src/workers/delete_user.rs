@@ -155,7 +155,7 @@ where
     let p: DeleteUserRun = env.payload()?;
     let u = p.user_id;
     let budget = Budget::start(inv.settings.delete_user_budget);
-    let stale = |outcome: &str| Report::new("stale", json!({ "user_id": u, "outcome": outcome }));
+    let stale = |outcome: &str| Report::untyped("stale", json!({ "user_id": u, "outcome": outcome }));
     match retry_transient!(precheck(client, u).await)? {
         Pre::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
@@ -173,7 +173,7 @@ where
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            return Ok(Report::new(
+            return Ok(Report::untyped(
                 "refused",
                 json!({ "user_id": u, "outcome": "ghost" }),
             ));
@@ -182,7 +182,7 @@ where
     }
     if let Some(r) = user_removal::refusal(&*client, u, false).await? {
         log_refusal(u, &r);
-        return Ok(Report::new(
+        return Ok(Report::untyped(
             "refused",
             json!({ "user_id": u, "outcome": "refused" }),
         ));
@@ -221,7 +221,7 @@ where
                         "delete-user continuing"
                     );
                 }
-                return Ok(Report::new(
+                return Ok(Report::untyped(
                     "limit_reached",
                     json!({
                         "user_id": u,
@@ -245,7 +245,7 @@ where
                 reason = p.reason.as_deref(),
                 "User deleted"
             );
-            Ok(Report::new(
+            Ok(Report::untyped(
                 "completed",
                 json!({
                     "user_id": u,
@@ -272,14 +272,14 @@ where
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            Ok(Report::new(
+            Ok(Report::untyped(
                 "refused",
                 json!({ "user_id": u, "outcome": "ghost" }),
             ))
         }
         Final::Refused(r) => {
             log_refusal(u, &r);
-            Ok(Report::new(
+            Ok(Report::untyped(
                 "refused",
                 json!({ "user_id": u, "outcome": "refused" }),
             ))

@@ -71,8 +71,8 @@ async fn email<C: GenericClient>(
     let (instance, d) = delivery(inv)?;
     let user_id = n.recipient_user_id();
     let template = n.template();
-    let report = |status: &str, outcome: &str| {
-        Report::new(
+    let report = |status: &'static str, outcome: &str| {
+        Report::untyped(
             status,
             json!({"kind": "email", "user_id": user_id, "template": template, "outcome": outcome}),
         )
@@ -258,8 +258,8 @@ where
     let p: WebhookNotification = env.payload()?;
     let (instance, d) = delivery(inv)?;
     let hook_id = p.hook_id;
-    let report = |status: &str, outcome: &str| {
-        Report::new(
+    let report = |status: &'static str, outcome: &str| {
+        Report::untyped(
             status,
             json!({"kind": "webhook", "hook_id": hook_id, "outcome": outcome}),
         )

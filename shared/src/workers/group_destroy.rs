@@ -709,7 +709,7 @@ where
             group_id = p.group_id,
             "Group destroy skipped: already in progress"
         );
-        return Ok(Report::new(
+        return Ok(Report::untyped(
             "skipped",
             json!({ "group_id": p.group_id, "outcome": "locked" }),
         ));
@@ -731,9 +731,9 @@ where
     };
     unlocked?;
     Ok(match outcome {
-        Outcome::Stale(why) => Report::new("stale", counts_json(&p, why, Counts::default())),
+        Outcome::Stale(why) => Report::untyped("stale", counts_json(&p, why, Counts::default())),
         Outcome::Inactive => {
-            let mut r = Report::new(
+            let mut r = Report::untyped(
                 "failed",
                 counts_json(&p, "user_not_active", Counts::default()),
             );
@@ -741,7 +741,7 @@ where
             r
         }
         Outcome::Restored => {
-            Report::new("restored", counts_json(&p, "restored", Counts::default()))
+            Report::untyped("restored", counts_json(&p, "restored", Counts::default()))
         }
         Outcome::Continue(n) => {
             let sent = inv
@@ -760,14 +760,14 @@ where
                     "Group destroy continuing"
                 );
             }
-            Report::new("limit_reached", counts_json(&p, "continuing", n))
+            Report::untyped("limit_reached", counts_json(&p, "continuing", n))
                 .metric("projects_deleted", n.projects as f64)
                 .metric("groups_deleted", n.groups as f64)
         }
-        Outcome::Unscheduled(n) => Report::new("stale", counts_json(&p, "not_scheduled", n))
+        Outcome::Unscheduled(n) => Report::untyped("stale", counts_json(&p, "not_scheduled", n))
             .metric("projects_deleted", n.projects as f64)
             .metric("groups_deleted", n.groups as f64),
-        Outcome::Blocked(n) => Report::new("blocked", counts_json(&p, "blocked", n))
+        Outcome::Blocked(n) => Report::untyped("blocked", counts_json(&p, "blocked", n))
             .metric("projects_deleted", n.projects as f64)
             .metric("groups_deleted", n.groups as f64),
         Outcome::Destroyed(n) => {
@@ -779,7 +779,7 @@ where
                 hop = env.hop,
                 "Group destroyed"
             );
-            Report::new("completed", counts_json(&p, "destroyed", n))
+            Report::untyped("completed", counts_json(&p, "destroyed", n))
                 .metric("projects_deleted", n.projects as f64)
                 .metric("groups_deleted", n.groups as f64)
         }

@@ -346,8 +346,8 @@ where
     Ok(t)
 }
 
-fn report(status: &str, t: &Totals) -> Report {
-    Report::new(
+fn report(status: &'static str, t: &Totals) -> Report {
+    Report::untyped(
         status,
         json!({
             "schedules_processed": t.processed,
@@ -365,9 +365,11 @@ where
     let _: PruneDeletionsRun = env.payload()?;
     let lock = locks::function_key(FUNCTION.name());
     if !locks::try_session_lock(&*client, &lock).await? {
-        let mut r = Report::skipped();
-        r.fields.insert("schedules_processed".into(), json!(0));
-        r.fields.insert("destroyed_count_total".into(), json!(0));
+        tracing::info!("skipped: already running");
+        let r = Report::untyped(
+            "skipped",
+            json!({"schedules_processed": 0, "destroyed_count_total": 0}),
+        );
         return Ok(r.metric("failed_schedules", 0.0));
     }
     let budget = Budget::start(inv.settings.prune_deletions_budget);
