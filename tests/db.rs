@@ -1,8 +1,8 @@
 //! One fresh database per test, cloned from a migrated template database.
 
+use hk::local::Runner;
 use shared::config::Settings;
 use shared::db::Connector;
-use shared::local::Runner;
 use tokio_postgres::Client;
 
 use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
@@ -71,9 +71,7 @@ async fn ensure_template(admin: &Client, base: &str) {
             .expect("create template");
         {
             let mut c = harness_session(&with_db(base, &format!("{TEMPLATE}_build"))).await;
-            shared::migrate::run(&mut c)
-                .await
-                .expect("migrate template");
+            hk::migrate::run(&mut c).await.expect("migrate template");
         }
         admin
             .batch_execute(&format!(

@@ -2,9 +2,6 @@
 //! as the Lambda functions, through the in-process queue with virtual time. It holds
 //! no SQL of its own.
 
-mod aws_local;
-mod pg;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,10 +12,10 @@ use chrono::{DateTime, SubsecRound, Utc};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
-use shared::chaos::ChaosSpec;
+use hk::chaos::ChaosSpec;
+use hk::local::{Run, Runner};
 use shared::config::Config;
 use shared::db::Connector;
-use shared::local::{Run, Runner};
 use shared::notify::Notifier;
 use shared::Function;
 
@@ -213,7 +210,7 @@ fn function_arg(name: &str) -> Result<Function> {
     })
 }
 
-fn print_replay(r: &aws_local::ReplayReport, verb: &str) {
+fn print_replay(r: &hk::aws_local::ReplayReport, verb: &str) {
     let total: u64 = r.by_type.values().sum();
     println!(
         "{verb} {total} message(s); left in place by the filter: {}",
@@ -231,9 +228,9 @@ async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             visibility_s,
             env_file,
         } => {
-            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
             let env =
-                aws_local::setup(&clients, &aws.prefix, visibility_s, aws.endpoint.as_deref())
+                hk::aws_local::setup(&clients, &aws.prefix, visibility_s, aws.endpoint.as_deref())
                     .await?;
             if let Some(dir) = env_file.parent() {
                 std::fs::create_dir_all(dir)?;
@@ -255,8 +252,8 @@ async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             until_idle,
             max_seconds,
         } => {
-            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
-            let stats = aws_local::pump(
+            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let stats = hk::aws_local::pump(
                 &clients,
                 &aws.prefix,
                 &invoke,
@@ -292,11 +289,16 @@ async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             dry_run,
         } => {
             let f = function_arg(&function)?;
-            let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
-            let dlq = clients.url(&aws_local::dlq_name(&aws.prefix, f)).await?;
-            let queue = clients.url(&aws_local::queue_name(&aws.prefix, f)).await?;
-            let r = aws_local::replay_dlq(&clients, &dlq, &queue, max, kind.as_deref(), dry_run)
+            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let dlq = clients
+                .url(&hk::aws_local::dlq_name(&aws.prefix, f))
                 .await?;
+            let queue = clients
+                .url(&hk::aws_local::queue_name(&aws.prefix, f))
+                .await?;
+            let r =
+                hk::aws_local::replay_dlq(&clients, &dlq, &queue, max, kind.as_deref(), dry_run)
+                    .await?;
             print_replay(&r, if dry_run { "would move" } else { "moved" });
             Ok(ExitCode::SUCCESS)
         }
@@ -309,11 +311,12 @@ async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             until_idle,
             json,
         } => {
-            let lines = aws_local::read_lines(&path)?;
+            let lines = hk::aws_local::read_lines(&path)?;
             let to = to.as_deref().map(function_arg).transpose()?;
             if queue {
-                let clients = aws_local::Aws::new(aws.endpoint.as_deref()).await;
-                let r = aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await?;
+                let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+                let r =
+                    hk::aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await?;
                 print_replay(&r, "sent");
                 return Ok(ExitCode::SUCCESS);
             }
@@ -418,7 +421,7 @@ fn local_env(k: &str) -> Option<String> {
     std::env::var(k)
         .ok()
         .filter(|v| !v.trim().is_empty())
-        .or_else(|| shared::notify::hk_default(k))
+        .or_else(|| hk::demo::hk_default(k))
 }
 
 /// B28's instance and delivery means for local runs.
@@ -428,13 +431,13 @@ async fn local_notifier() -> Result<Arc<Notifier>> {
 }
 
 async fn connector(config: &Config) -> Result<Connector> {
-    let pg = config.database.source.resolve(None).await?;
+    let pg = shared::aws::database_config(&config.database.source, None).await?;
     Ok(Connector::new(pg, &config.database)?)
 }
 
 async fn migrate(url: &str) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
-    Ok(shared::migrate::run(&mut c).await?)
+    Ok(hk::migrate::run(&mut c).await?)
 }
 
 fn print_run(r: &Run) {
@@ -612,8 +615,8 @@ async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
 }
 
 async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
-    let scale = shared::bench::Scale::parse(&a.scale)?;
-    let opts = shared::bench::Options {
+    let scale = hk::bench::Scale::parse(&a.scale)?;
+    let opts = hk::bench::Options {
         database_url: database_url()?,
         moto_endpoint: a.moto.clone(),
         bin_dir: a.bin_dir.clone(),
@@ -621,8 +624,8 @@ async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         keep: a.keep,
         b28_on_moto: a.b28_on_moto,
     };
-    let context = shared::bench::context(&scale, &opts).await?;
-    let rows = shared::bench::run(&a.name, &scale, &opts).await?;
+    let context = hk::bench::context(&scale, &opts).await?;
+    let rows = hk::bench::run(&a.name, &scale, &opts).await?;
     let command = format!(
         "hk {}",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
@@ -635,10 +638,10 @@ async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     } else {
         println!(
             "{command}\n{context}\n\n{}",
-            shared::bench::render_markdown(&rows)
+            hk::bench::render_markdown(&rows)
         );
     }
-    shared::bench::write_doc(
+    hk::bench::write_doc(
         &a.doc,
         // One block per scale and bench; footprint's also per binary directory (the
         // native build and the Lambda build are both worth keeping).
@@ -660,9 +663,9 @@ async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitCode> {
     let url = match std::env::var("DATABASE_URL") {
         Ok(u) => u,
         Err(_) => {
-            let c = pg::Cluster {
+            let c = hk::pg::Cluster {
                 base: std::env::temp_dir().join(format!("hk-demo-{}", std::process::id())),
-                port: pg::free_port()?,
+                port: hk::pg::free_port()?,
             };
             eprintln!(
                 "starting a throwaway PostgreSQL in {} on port {}",
@@ -692,9 +695,9 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
     let connector = Connector::from_url(url)?;
     {
         let mut c = connector.connect("hk").await?;
-        shared::demo::seed(&mut c, now.date_naive()).await?;
+        hk::demo::seed(&mut c, now.date_naive()).await?;
     }
-    let before = shared::demo::table_counts(&connector.connect("hk").await?).await?;
+    let before = hk::demo::table_counts(&connector.connect("hk").await?).await?;
     let mut all: Vec<Run> = Vec::new();
     let mut code = 0;
     let notifier = local_notifier().await?;
@@ -706,7 +709,7 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
         code = code.max(runner.exit_code(false));
         all.extend(runner.runs);
     }
-    let after = shared::demo::table_counts(&connector.connect("hk").await?).await?;
+    let after = hk::demo::table_counts(&connector.connect("hk").await?).await?;
     println!(
         "hk demo at {} (virtual time; every batch run until idle)\n",
         shared::clock::rfc3339(now)
@@ -749,7 +752,7 @@ async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
 async fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Db { action } => {
-            let c = pg::Cluster::default_location();
+            let c = hk::pg::Cluster::default_location();
             match action {
                 DbAction::Up => {
                     c.up()?;
@@ -770,7 +773,7 @@ async fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             let now = parse_now(now.as_deref())?;
             let mut c = Connector::from_url(&database_url()?)?.connect("hk").await?;
-            shared::demo::seed(&mut c, now.date_naive()).await?;
+            hk::demo::seed(&mut c, now.date_naive()).await?;
             println!("demo data loaded (dates relative to {})", now.date_naive());
             Ok(ExitCode::SUCCESS)
         }

@@ -150,10 +150,7 @@ async fn connect(conninfo: &str, ca: Option<&Path>) -> Result<tokio_postgres::Cl
     }
     let config = Config::from_lookup(|k| env.get(k).cloned()).map_err(|e| e.to_string())?;
     assert!(config.database.require_tls);
-    let pg = config
-        .database
-        .source
-        .resolve(None)
+    let pg = shared::aws::database_config(&config.database.source, None)
         .await
         .map_err(|e| e.to_string())?;
     let connector = Connector::new(pg, &config.database).map_err(|e| e.to_string())?;

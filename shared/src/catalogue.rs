@@ -43,11 +43,8 @@ pub fn all() -> Vec<Statement> {
     MODULES
         .iter()
         .flat_map(|(module, list)| {
-            list.iter().map(move |(name, text)| Statement {
-                module,
-                name,
-                text,
-            })
+            list.iter()
+                .map(move |(name, text)| Statement { module, name, text })
         })
         .collect()
 }

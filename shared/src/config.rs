@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::queue::sqs::{QueueTarget, SchedulerTarget};
 
 /// Where the database connection comes from.
 #[derive(Clone, PartialEq, Eq)]
@@ -203,6 +202,26 @@ impl Config {
     }
 }
 
+/// Where a function's messages go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTarget {
+    /// The queue URL (`QUEUE_URL_<FUNCTION>`).
+    pub url: String,
+    /// The queue ARN (`QUEUE_ARN_<FUNCTION>`), the target of schedules.
+    pub arn: Option<String>,
+    /// The DLQ ARN (`DLQ_ARN_<FUNCTION>`), the schedule's dead-letter target.
+    pub dlq_arn: Option<String>,
+}
+
+/// Scheduler settings for delays over 900 s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerTarget {
+    /// `SCHEDULER_GROUP_NAME`.
+    pub group_name: String,
+    /// `SCHEDULER_ROLE_ARN`: the role Scheduler assumes to send to the queue.
+    pub role_arn: String,
+}
+
 fn num(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64) -> Result<u64> {
     match get(key) {
         None => Ok(default),
@@ -215,46 +234,6 @@ fn num(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64) -> Result
 
 fn secs(get: &impl Fn(&str) -> Option<String>, key: &str, default: u64) -> Result<Duration> {
     num(get, key, default).map(Duration::from_secs)
-}
-
-impl DatabaseSource {
-    /// Turn the source into a connection configuration, reading the secret if needed.
-    pub async fn resolve(
-        &self,
-        aws: Option<&aws_config::SdkConfig>,
-    ) -> Result<tokio_postgres::Config> {
-        match self {
-            DatabaseSource::Url(url) => url.parse().map_err(|e| {
-                Error::Config(format!(
-                    "DATABASE_URL is not a valid connection string: {e}"
-                ))
-            }),
-            DatabaseSource::SecretArn(arn) => {
-                let aws = aws.ok_or_else(|| {
-                    Error::Config("DATABASE_SECRET_ARN needs AWS configuration".into())
-                })?;
-                let mut conf = aws_sdk_secretsmanager::config::Builder::from(aws);
-                if let Some(url) =
-                    crate::lambda::service_endpoint(|k| std::env::var(k).ok(), "SECRETS_MANAGER")
-                {
-                    conf = conf.endpoint_url(url);
-                }
-                let client = aws_sdk_secretsmanager::Client::from_conf(conf.build());
-                let out = client
-                    .get_secret_value()
-                    .secret_id(arn)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        Error::Config(format!("reading DATABASE_SECRET_ARN failed: {e}"))
-                    })?;
-                let text = out.secret_string().ok_or_else(|| {
-                    Error::Config("DATABASE_SECRET_ARN has no SecretString".into())
-                })?;
-                pg_config_from_secret(text)
-            }
-        }
-    }
 }
 
 /// Build a connection configuration from an RDS-shaped secret

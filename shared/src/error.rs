@@ -4,7 +4,10 @@
 //! retry meaning of each error (transient, connection lost, retryable, permanent).
 //! It does not decide what a handler does with an error: handlers do.
 
-use crate::queue::QueueError;
+/// A send that did not happen. Sends are all-or-error: the caller rolls back.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct QueueError(pub String);
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

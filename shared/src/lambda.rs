@@ -10,7 +10,8 @@
 //! before the next one (§7.1).
 //!
 //! [`run`] is generic over the function's [`FunctionHandler`], so a function binary
-//! links its own handler only; [`handle_event`] (tests) serves every function.
+//! links its own handler only; tests hand [`handle_event_with`] the
+//! every-function handler (`handlers::Dispatch`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -18,12 +19,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, Diagnostic, LambdaEvent};
 
+use crate::aws;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, TransportKind};
 use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
-use crate::handlers::{Dispatch, FunctionHandler};
+use crate::handlers::FunctionHandler;
 use crate::queue::sqs::SqsQueue;
 use crate::queue::Queue;
 use crate::runtime::{
@@ -76,20 +78,12 @@ impl Deps {
         }
         config.require_queues(function.sends_to())?;
         let env = |k: &str| std::env::var(k).ok();
-        let aws = aws_from_env(env);
-        let pg = config.database.source.resolve(Some(&aws)).await?;
+        let aws = aws::from_env(env);
+        let pg = aws::database_config(&config.database.source, Some(&aws)).await?;
         let connector = Connector::new(pg, &config.database)?;
-        let mut sqs = aws_sdk_sqs::config::Builder::from(&aws);
-        if let Some(url) = service_endpoint(env, "SQS") {
-            sqs = sqs.endpoint_url(url);
-        }
-        let mut scheduler = aws_sdk_scheduler::config::Builder::from(&aws);
-        if let Some(url) = service_endpoint(env, "SCHEDULER") {
-            scheduler = scheduler.endpoint_url(url);
-        }
         let queue = SqsQueue::new(
-            aws_sdk_sqs::Client::from_conf(sqs.build()),
-            aws_sdk_scheduler::Client::from_conf(scheduler.build()),
+            aws::sqs_client(&aws, env),
+            aws::scheduler_client(&aws, env),
             config.queues.clone(),
             config.scheduler.clone(),
             Arc::new(SystemClock),
@@ -104,72 +98,6 @@ impl Deps {
             clock: Arc::new(SystemClock),
         })
     }
-}
-
-/// The AWS SDK configuration of a function, from Lambda's environment alone: the
-/// region (`AWS_REGION`, else `AWS_DEFAULT_REGION`), the execution role's credentials
-/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, read when the
-/// SDK asks for them) and the global endpoint override (`AWS_ENDPOINT_URL`, unless
-/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`). A function never needs the rest of the
-/// default provider chain (profile files, SSO, IMDS, web identity), whose code and
-/// start-up work it therefore does not carry (issue 8, footprint).
-pub fn aws_from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
-    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-    let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
-    let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER"]
-        .iter()
-        .any(|s| service_endpoint(get, s).is_some());
-    let mut b = aws_config::SdkConfig::builder()
-        .behavior_version(aws_config::BehaviorVersion::latest())
-        .http_client(https_client(custom_endpoint))
-        .region(region.map(aws_config::Region::new))
-        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
-            aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
-        ));
-    if let Some(url) = service_endpoint(get, "") {
-        b = b.endpoint_url(url);
-    }
-    b.build()
-}
-
-/// The Amazon Trust Services roots (Amazon Root CA 1–4, Starfield Services Root G2):
-/// every AWS endpoint a function calls (SQS, Scheduler, Secrets Manager, public or
-/// through interface VPC endpoints) chains to one of them.
-const AMAZON_ROOTS: &[u8] = include_bytes!("../certs/amazon-trust-services.pem");
-
-/// The one HTTPS client of a function's AWS SDK clients: rustls with ring, trusting the
-/// Amazon roots only, so a cold start parses five certificates instead of loading the
-/// system store (about 150 files). With a custom endpoint (`AWS_ENDPOINT_URL*`, local
-/// emulators or a proxy) the system store is trusted too.
-pub fn https_client(with_system_roots: bool) -> aws_sdk_sqs::config::SharedHttpClient {
-    use aws_smithy_http_client::tls;
-    let trust = tls::TrustStore::empty()
-        .with_native_roots(with_system_roots)
-        .with_pem_certificate(AMAZON_ROOTS);
-    let context = tls::TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .expect("a trust store of valid certificates");
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .tls_context(context)
-        .build_https()
-}
-
-/// `AWS_ENDPOINT_URL_<service>` (or `AWS_ENDPOINT_URL` for `""`), unless
-/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is true.
-pub fn service_endpoint(get: impl Fn(&str) -> Option<String>, service: &str) -> Option<String> {
-    if get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        return None;
-    }
-    let key = if service.is_empty() {
-        "AWS_ENDPOINT_URL".to_string()
-    } else {
-        format!("AWS_ENDPOINT_URL_{service}")
-    };
-    get(&key).filter(|v| !v.trim().is_empty())
 }
 
 /// Time left before Lambda's deadline. A deadline more than a day in the past is not
@@ -188,15 +116,6 @@ fn remaining(deadline_ms: u64, function: Function) -> Duration {
         return function.timeout();
     }
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
-}
-
-/// Handle one SQS event with every function's handler ([`Dispatch`]); see
-/// [`handle_event_with`].
-pub async fn handle_event(
-    deps: &Deps,
-    event: LambdaEvent<SqsEvent>,
-) -> Result<SqsBatchResponse, InvokeError> {
-    handle_event_with(&Dispatch, deps, event).await
 }
 
 /// Handle one SQS event: every record in order through `handler`, failures reported
@@ -308,39 +227,6 @@ pub async fn serve<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_sdk_configuration_comes_from_lambdas_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let c = aws_from_env(env(&[
-            ("AWS_REGION", "eu-west-1"),
-            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
-        ]));
-        assert_eq!(c.region().map(|r| r.as_ref()), Some("eu-west-1"));
-        assert_eq!(c.endpoint_url(), Some("http://127.0.0.1:5000"));
-        assert!(c.credentials_provider().is_some());
-        let c = aws_from_env(env(&[("AWS_DEFAULT_REGION", "us-east-2")]));
-        assert_eq!(c.region().map(|r| r.as_ref()), Some("us-east-2"));
-        assert_eq!(c.endpoint_url(), None);
-        let e = env(&[
-            ("AWS_ENDPOINT_URL", "http://a"),
-            ("AWS_ENDPOINT_URL_SQS", "http://b"),
-        ]);
-        assert_eq!(service_endpoint(e, "SQS").as_deref(), Some("http://b"));
-        assert_eq!(service_endpoint(e, "SCHEDULER"), None);
-        let e = env(&[
-            ("AWS_ENDPOINT_URL", "http://a"),
-            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
-        ]);
-        assert_eq!(service_endpoint(e, ""), None);
-    }
 
     #[test]
     fn a_real_deadline_is_used_and_an_emulators_1970_deadline_is_not() {

@@ -5,24 +5,20 @@
 //! ARCHITECTURE.md for the map and the invariants.
 #![warn(missing_docs)]
 
+pub mod aws;
 pub mod batches;
 pub mod catalogue;
-pub mod bench;
-pub mod chaos;
 pub mod clock;
 pub mod config;
 pub mod db;
-pub mod demo;
 pub mod error;
 pub mod function;
 pub mod gitlab;
 pub mod handlers;
 pub mod lambda;
-pub mod local;
 pub mod locks;
 pub mod messages;
 pub mod metrics;
-pub mod migrate;
 pub mod notify;
 pub mod queue;
 pub mod runtime;

@@ -361,20 +361,6 @@ fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
     );
 }
 
-/// Process one record end to end with every function's handler
-/// ([`process_record_with`] and [`crate::handlers::Dispatch`]): `hk`, benches, tests.
-pub async fn process_record<C>(
-    inv: &Invocation<'_>,
-    client: &mut C,
-    body: &str,
-    meta: &RecordMeta,
-) -> RecordOutcome
-where
-    C: GenericClient + Send + Sync,
-{
-    process_record_with(&crate::handlers::Dispatch, inv, client, body, meta).await
-}
-
 /// Process one record end to end: the single pipeline behind every function, with
 /// `handler` serving the parsed message.
 pub async fn process_record_with<H, C>(

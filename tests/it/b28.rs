@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hk::local::Runner;
+use hk::local_queue::SentRecord;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
-use shared::local::Runner;
 use shared::messages::Envelope;
 use shared::notify::{Notifier, NotifyConfig};
-use shared::queue::local::SentRecord;
 use shared::telemetry::{capture, Captured};
 use shared::Function;
 

@@ -1,10 +1,10 @@
 //! B38 remove-expired-members: every acceptance scenario of
 //! b38-remove-expired-members.md §11, plus replay and duplicate delivery.
 
+use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
-use shared::local::Runner;
 use shared::queue::OutMessage;
 use shared::telemetry::{capture, Captured};
 use shared::Function;

@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
-use shared::local::Runner;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
 use shared::queue::OutMessage;
 use shared::telemetry::{capture, Captured};
@@ -103,7 +103,7 @@ fn zero_budget() -> Settings {
 }
 
 /// The one continuation a run sent: delay 0, same run, `hop + 1`, key by hop.
-fn assert_continuation(sent: &[shared::queue::local::SentRecord], run_id: &str, hop: u64) {
+fn assert_continuation(sent: &[hk::local_queue::SentRecord], run_id: &str, hop: u64) {
     assert_eq!(sent.len(), 1, "one continuation: {sent:?}");
     let m: &OutMessage = &sent[0].message;
     assert_eq!(m.receiver, F);
@@ -896,13 +896,14 @@ async fn a_continuation_past_the_hop_limit_is_not_sent() {
 
 #[tokio::test]
 async fn the_lambda_events_of_both_functions_are_processed() {
+    use crate::handle_event;
     use aws_lambda_events::event::sqs::SqsEvent;
+    use hk::local_queue::LocalQueue;
     use lambda_runtime::{Context, LambdaEvent};
     use shared::clock::FixedClock;
     use shared::config::Config;
     use shared::db::Session;
-    use shared::lambda::{handle_event, Deps};
-    use shared::queue::local::LocalQueue;
+    use shared::lambda::Deps;
     use std::sync::Arc;
 
     let db = fixture().await;

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use hk::local::{Run, Runner};
 use integration_tests::fixtures::{M, U};
 use integration_tests::{d, t, wait, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
-use shared::local::{Run, Runner};
 use shared::messages::{group_destroy_key, Envelope, GroupDestroyRun};
 use shared::queue::schedule_name;
 use shared::telemetry::{capture, Captured};
@@ -1204,7 +1204,7 @@ async fn a_schedule_taken_over_while_the_restore_waits_is_left_alone() {
 async fn the_demo_data_destroys_oldco_restores_labs_and_keeps_newco() {
     let db = TestDb::new().await;
     let mut c = db.connector().connect("hk").await.unwrap();
-    shared::demo::seed(&mut c, d("2025-03-10")).await.unwrap();
+    hk::demo::seed(&mut c, d("2025-03-10")).await.unwrap();
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let body = r.cron_message(CRON).to_body();

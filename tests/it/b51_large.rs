@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use aws_sdk_scheduler::types::ActionAfterCompletion;
+use hk::local::process_record;
 use integration_tests::aws::{
     config_for, create_queue, moto_config, moto_endpoint, proxy::FaultProxy,
 };
@@ -14,10 +15,11 @@ use integration_tests::fixtures::U;
 use integration_tests::{t, Fx, TestDb};
 use shared::clock::FixedClock;
 use shared::config::Settings;
+use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::Envelope;
 use shared::queue::schedule_name;
-use shared::queue::sqs::{at_expression, QueueTarget, SchedulerTarget, SqsQueue};
-use shared::runtime::{process_record, Deadline, Invocation, RecordMeta};
+use shared::queue::sqs::{at_expression, SqsQueue};
+use shared::runtime::{Deadline, Invocation, RecordMeta};
 use shared::telemetry::capture;
 use shared::Function;
 

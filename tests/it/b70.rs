@@ -7,8 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::handle_event;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use hk::local::process_record;
+use hk::local::Runner;
+use hk::local_queue::{LocalQueue, SentRecord};
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
@@ -16,12 +20,10 @@ use serde_json::{json, Value};
 use shared::clock::FixedClock;
 use shared::config::{Config, Settings};
 use shared::db::Session;
-use shared::lambda::{handle_event, Deps};
-use shared::local::Runner;
+use shared::lambda::Deps;
 use shared::messages::{DeletePlaceholderUserRun, Envelope};
-use shared::queue::local::{LocalQueue, SentRecord};
 use shared::queue::{schedule_name, OutMessage, Queue, QueueError};
-use shared::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
 use shared::telemetry::{capture, Captured};
 use shared::Function;
 
@@ -1092,7 +1094,7 @@ async fn the_demo_data_deletes_the_two_deletable_placeholders_and_keeps_the_rest
     let db = TestDb::new().await;
     db.exec("TRUNCATE users CASCADE").await;
     let mut c = db.connector().connect("tests").await.unwrap();
-    shared::demo::seed(&mut c, integration_tests::d("2026-03-01"))
+    hk::demo::seed(&mut c, integration_tests::d("2026-03-01"))
         .await
         .unwrap();
     let (log, _g) = capture();

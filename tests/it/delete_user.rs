@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
-use shared::local::Runner;
 use shared::messages::{DeleteUserRun, Envelope};
 use shared::telemetry::capture;
 use shared::Function;

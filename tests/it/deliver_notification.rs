@@ -7,16 +7,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hk::local::Runner;
+use hk::local_queue::SentRecord;
 use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::http::HttpReceiver;
 use integration_tests::sinks::net::TestNetwork;
 use integration_tests::sinks::smtp::{SinkTls, SmtpSink};
 use integration_tests::{t, Fx, TestDb};
-use shared::local::Runner;
 use shared::messages::Envelope;
 use shared::notify::webhook::WebhookClient;
 use shared::notify::Notifier;
-use shared::queue::local::SentRecord;
 use shared::runtime::RecordOutcome;
 use shared::telemetry::{capture, Captured};
 
@@ -935,14 +935,15 @@ fn event(path: &str) -> aws_lambda_events::event::sqs::SqsEvent {
 /// cold start builds for each.
 #[tokio::test]
 async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
+    use crate::handle_event;
     use lambda_runtime::{Context, LambdaEvent};
-    use shared::lambda::{handle_event, Deps};
+    use shared::lambda::Deps;
     let db = fixture().await;
     let rx = HttpReceiver::start().await;
     scenario7(&db, &rx.url("/hook"), None).await;
     tok(&db, 1, 10, "2025-03-17", "ci").await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let queue = shared::queue::local::LocalQueue::new(t(NOW));
+    let queue = hk::local_queue::LocalQueue::new(t(NOW));
     let config = shared::config::Config::from_lookup(|k| match k {
         "DATABASE_URL" => Some(db.url.clone()),
         "TRANSPORT" => Some("local".into()),

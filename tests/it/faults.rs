@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use hk::local::process_record;
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
 use integration_tests::fixtures::U;
@@ -16,10 +17,11 @@ use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::clock::FixedClock;
 use shared::config::Settings;
+use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::Envelope;
 use shared::queue::schedule_name;
-use shared::queue::sqs::{QueueTarget, SchedulerTarget, SqsQueue};
-use shared::runtime::{process_record, Deadline, Invocation, RecordMeta};
+use shared::queue::sqs::SqsQueue;
+use shared::runtime::{Deadline, Invocation, RecordMeta};
 use shared::telemetry::capture;
 use shared::Function;
 
@@ -179,7 +181,7 @@ async fn a_session_terminated_mid_page_fails_the_item_as_retryable_and_the_redel
         };
         let (ran, ()) = tokio::join!(r.run_until_idle(f, &body), cut);
         ran.unwrap();
-        let failed: Vec<&shared::local::Run> = r
+        let failed: Vec<&hk::local::Run> = r
             .runs
             .iter()
             .filter(|x| x.function == worker && x.outcome == "retryable")

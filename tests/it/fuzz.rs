@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::handle_event;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use hk::local_queue::LocalQueue;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
@@ -20,10 +22,9 @@ use serde_json::{json, Value};
 use shared::clock::FixedClock;
 use shared::config::Config;
 use shared::db::Session;
-use shared::lambda::{handle_event, Deps};
+use shared::lambda::Deps;
 use shared::messages::Envelope;
 use shared::notify::{Notifier, NotifyConfig};
-use shared::queue::local::LocalQueue;
 use shared::telemetry::capture;
 use shared::Function;
 
@@ -308,7 +309,7 @@ async fn deps(db: &TestDb, function: Function) -> Deps {
     // B28's functions get what `hk` gives them (the log email transport here).
     let notify = NotifyConfig::from_lookup(&|k: &str| match k {
         "EMAIL_TRANSPORT" => Some("log".into()),
-        other => shared::notify::hk_default(other),
+        other => hk::demo::hk_default(other),
     })
     .unwrap();
     Deps {

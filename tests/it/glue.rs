@@ -4,16 +4,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::handle_event;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
+use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use shared::clock::FixedClock;
 use shared::config::Config;
 use shared::db::Session;
-use shared::lambda::{handle_event, Deps};
-use shared::queue::local::LocalQueue;
+use shared::lambda::Deps;
 use shared::queue::{OutMessage, Queue, QueueError};
 use shared::telemetry::capture;
 use shared::Function;

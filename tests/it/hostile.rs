@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hk::local::Runner;
 use integration_tests::fixtures::U;
 use integration_tests::sinks::net::TestNetwork;
 use integration_tests::{t, Fx, TestDb};
@@ -20,7 +21,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
-use shared::local::Runner;
 use shared::messages::{
     AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
     EmailNotification, Envelope, GroupCursor, GroupDestroyRun, MemberCursor, Payload,
@@ -50,7 +50,7 @@ fn envelope(kind: &str, hop: u64, run_id: &str, payload: Value) -> Value {
 }
 
 /// Invoke `body` as `hk run <function> --message` does; the outcome and the log.
-async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (shared::local::Run, Captured) {
+async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (hk::local::Run, Captured) {
     let (log, _g) = capture();
     let (run, _) = r.invoke(f, body, 1).await.unwrap();
     (run, log)
@@ -58,7 +58,7 @@ async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (shared::local::Run,
 
 /// A permanent failure naming `field`, nothing sent, no `start` line, and no
 /// `secret` anywhere in the log.
-fn assert_malformed(run: &shared::local::Run, log: &Captured, field: &str, secret: &str) {
+fn assert_malformed(run: &hk::local::Run, log: &Captured, field: &str, secret: &str) {
     assert_eq!(run.outcome, "permanent", "{field}: {}", log.dump());
     let l = log.one("malformed message");
     let error = l["error"].as_str().unwrap();
@@ -861,13 +861,13 @@ fn handlers_fed_arbitrary_payloads_on_the_demo_data_never_panic_and_never_log_a_
     let mail_dir = std::env::temp_dir().join(format!("hk-hostile-{}", std::process::id()));
     let (db, r) = rt.block_on(async {
         let mut db = TestDb::new().await;
-        shared::demo::seed(&mut db.client, t(NOW).date_naive())
+        hk::demo::seed(&mut db.client, t(NOW).date_naive())
             .await
             .unwrap();
         let dir = mail_dir.to_string_lossy().into_owned();
         let cfg = NotifyConfig::from_lookup(&|k: &str| match k {
             "EMAIL_FILE_DIR" => Some(dir.clone()),
-            other => shared::notify::hk_default(other),
+            other => hk::demo::hk_default(other),
         })
         .unwrap();
         let mut n = Notifier::full(&cfg, None).await.unwrap();

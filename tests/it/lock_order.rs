@@ -2,11 +2,11 @@
 //! schedule batch and a phase 1 over the same users, released together from a held
 //! group-owner lock, never deadlock.
 
+use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, wait, Fx, TestDb};
 use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
-use shared::local::Runner;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
 use shared::telemetry::capture;
 use shared::Function;

@@ -21,3 +21,12 @@ mod schema;
 mod secrets;
 mod ssrf;
 mod template;
+
+/// The Lambda glue with every function's handler: what a function binary does with
+/// its own handler, for tests that drive several functions through one `Deps`.
+pub async fn handle_event(
+    deps: &shared::lambda::Deps,
+    event: lambda_runtime::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
+) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, shared::lambda::InvokeError> {
+    shared::lambda::handle_event_with(&shared::handlers::Dispatch, deps, event).await
+}

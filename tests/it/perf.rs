@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use rand::rngs::StdRng;
@@ -13,7 +14,6 @@ use shared::config::Settings;
 use shared::db::Connector;
 use shared::gitlab::authz::{self, Removed};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
-use shared::local::Runner;
 use shared::telemetry::capture;
 use shared::Function;
 
@@ -378,9 +378,9 @@ async fn pages_larger_than_a_group_remove_every_member_and_refresh_every_user() 
     );
 }
 
-fn bench_options(db: &TestDb) -> shared::bench::Options {
+fn bench_options(db: &TestDb) -> hk::bench::Options {
     let (base, _) = db.url.rsplit_once('/').unwrap();
-    shared::bench::Options {
+    hk::bench::Options {
         database_url: format!("{base}/postgres"),
         moto_endpoint: std::env::var("MOTO_ENDPOINT").ok(),
         bin_dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
@@ -394,9 +394,9 @@ fn bench_options(db: &TestDb) -> shared::bench::Options {
 async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     let db = TestDb::new().await;
     let opts = bench_options(&db);
-    let scale = shared::bench::Scale::parse("300").unwrap();
-    let rows = shared::bench::run("all", &scale, &opts).await.unwrap();
-    let by: BTreeMap<String, Vec<&shared::bench::Row>> =
+    let scale = hk::bench::Scale::parse("300").unwrap();
+    let rows = hk::bench::run("all", &scale, &opts).await.unwrap();
+    let by: BTreeMap<String, Vec<&hk::bench::Row>> =
         rows.iter().fold(BTreeMap::new(), |mut m, r| {
             m.entry(r.bench.clone()).or_default().push(r);
             m
@@ -438,7 +438,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         );
     }
     // The table renders every row.
-    let md = shared::bench::render_markdown(&rows);
+    let md = hk::bench::render_markdown(&rows);
     assert_eq!(md.lines().count(), rows.len() + 2);
     // No bench database is left behind.
     let left: i64 = db
@@ -454,8 +454,8 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
 async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
     let db = TestDb::new().await;
     let opts = bench_options(&db);
-    let scale = shared::bench::Scale::parse("400").unwrap();
-    let rows = shared::bench::run("b28", &scale, &opts).await.unwrap();
+    let scale = hk::bench::Scale::parse("400").unwrap();
+    let rows = hk::bench::run("b28", &scale, &opts).await.unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let r = &rows[0];
     assert_eq!(r.bench, "b28");

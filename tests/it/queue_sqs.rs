@@ -11,8 +11,9 @@ use integration_tests::aws::{
 };
 use integration_tests::{t, wait};
 use shared::clock::FixedClock;
+use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::{DeleteUserRun, Envelope};
-use shared::queue::sqs::{QueueTarget, SchedulerTarget, SqsQueue};
+use shared::queue::sqs::SqsQueue;
 use shared::queue::{schedule_name, OutMessage, Queue};
 use shared::Function;
 
@@ -274,13 +275,17 @@ async fn the_database_url_can_come_from_a_secrets_manager_secret() {
         .arn
         .unwrap();
     let src = shared::config::DatabaseSource::SecretArn(arn);
-    let pg = src.resolve(Some(&moto)).await.unwrap();
+    let pg = shared::aws::database_config(&src, Some(&moto))
+        .await
+        .unwrap();
     assert_eq!(pg.get_user(), Some("gitlab"));
     assert_eq!(pg.get_dbname(), Some("gitlabhq_production"));
     assert_eq!(pg.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
     let missing = shared::config::DatabaseSource::SecretArn(
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:nope".into(),
     );
-    let err = missing.resolve(Some(&moto)).await.unwrap_err();
+    let err = shared::aws::database_config(&missing, Some(&moto))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("DATABASE_SECRET_ARN"), "{err}");
 }

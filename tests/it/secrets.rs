@@ -10,13 +10,13 @@
 
 use std::collections::BTreeSet;
 
+use hk::chaos::ChaosSpec;
+use hk::local::Runner;
 use integration_tests::notice::{publish_demo_hooks, Notices, SMTP_PASSWORD};
 use integration_tests::state::demo_without_ghost;
 use integration_tests::{t, TestDb};
-use shared::chaos::ChaosSpec;
 use shared::config::Config;
 use shared::db::Connector;
-use shared::local::Runner;
 use shared::messages::Envelope;
 use shared::telemetry::capture;
 use shared::Function;
@@ -67,7 +67,7 @@ async fn plant(db: &TestDb) -> BTreeSet<String> {
     // B28: the SMTP password, the db_key_base (and its halves), and every hook's
     // decrypted URL, host, URL secret and token.
     secrets.insert(SMTP_PASSWORD.to_string());
-    let key = shared::demo::DEMO_DB_KEY_BASE;
+    let key = hk::demo::DEMO_DB_KEY_BASE;
     secrets.extend([key, &key[..32], &key[32..64]].map(str::to_string));
     let ring = shared::notify::crypto::KeyRing::from_list(key);
     for r in db

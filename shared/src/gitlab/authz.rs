@@ -43,7 +43,7 @@ pub(crate) const DESIRED: &str = "
     WHERE p.id = ANY($2::bigint[])";
 
 /// Where [`refresh_removed_sql`] reads the removed memberships from.
-pub(crate) struct RemovedFrom<'a> {
+pub struct RemovedFrom<'a> {
     /// A relation `x(u, p)`: the removed project memberships (user, project).
     pub projects: &'a str,
     /// A relation `x(u, g)`: the removed group memberships (user, group).
@@ -55,7 +55,7 @@ pub(crate) struct RemovedFrom<'a> {
 /// The removed memberships as bound parameters: `$1`/`$2` users and projects of the
 /// project memberships, `$3`/`$4` users and groups of the group memberships, `$5` the
 /// users.
-pub(crate) const REMOVED_PARAMS: RemovedFrom<'static> = RemovedFrom {
+pub const REMOVED_PARAMS: RemovedFrom<'static> = RemovedFrom {
     projects: "unnest($1::bigint[], $2::bigint[]) AS x(u, p)",
     groups: "unnest($3::bigint[], $4::bigint[]) AS x(u, g)",
     users: "m.user_id = ANY($5::bigint[])",
@@ -77,7 +77,7 @@ pub(crate) const REMOVED_PARAMS: RemovedFrom<'static> = RemovedFrom {
 /// * `cur`: the pairs' current rows, read once. Then the same effects as [`refresh`]: a
 ///   row goes unless `desired` has it at that level (> 0); a desired row is inserted, or
 ///   its `is_unique` set, unless it is already there with `is_unique = true`.
-pub(crate) fn refresh_removed_sql(from: &RemovedFrom<'_>) -> String {
+pub fn refresh_removed_sql(from: &RemovedFrom<'_>) -> String {
     let (projects, groups, users) = (from.projects, from.groups, from.users);
     format!(
         "WITH pairs AS (

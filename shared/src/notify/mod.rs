@@ -174,25 +174,6 @@ impl Notifier {
     }
 }
 
-/// The embedded defaults of `hk` (local mode) for variables that are not set: the
-/// `file` email transport under the system temp directory, a placeholder instance, and
-/// the demo `db_key_base` that encrypted the demo hooks. Lambda never uses these.
-pub fn hk_default(key: &str) -> Option<String> {
-    match key {
-        "GITLAB_BASE_URL" => Some("https://gitlab.example.com".into()),
-        "EMAIL_TRANSPORT" => Some("file".into()),
-        "EMAIL_FILE_DIR" => Some(
-            std::env::temp_dir()
-                .join("hk-mail")
-                .to_string_lossy()
-                .into_owned(),
-        ),
-        "MAIL_FROM" => Some("GitLab <gitlab@gitlab.example.com>".into()),
-        "GITLAB_DB_KEY_BASE" => Some(crate::demo::DEMO_DB_KEY_BASE.into()),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,23 +200,5 @@ mod tests {
         assert_eq!((u, p.expose()), (None, "hunter2"));
         let (u, p) = smtp_secret(r#"{"username":"mailer","password":"pw"}"#);
         assert_eq!((u.as_deref(), p.expose()), (Some("mailer"), "pw"));
-    }
-
-    #[tokio::test]
-    async fn hk_defaults_build_a_file_mailer_and_the_demo_keys() {
-        let cfg = NotifyConfig::from_lookup(&hk_default).unwrap();
-        let n = Notifier::full(&cfg, None).await.unwrap();
-        let d = n.delivery.as_ref().unwrap();
-        assert!(matches!(d.mailer, mail::Mailer::File(_)));
-        assert!(!d.dry_run && n.dry_run().delivery.unwrap().dry_run);
-        assert!(Notifier::for_function(Function::DeleteUser, &cfg, None)
-            .await
-            .unwrap()
-            .is_none());
-        let p = Notifier::for_function(Function::PatExpiring, &cfg, None)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(p.delivery.is_none());
     }
 }

@@ -6,7 +6,6 @@
 //! mode) and [`local::LocalQueue`] (in-process, virtual time, `hk` and tests).
 //! Handlers never know which one they talk to.
 
-pub mod local;
 pub mod sqs;
 
 use async_trait::async_trait;
@@ -48,10 +47,7 @@ impl OutMessage {
     }
 }
 
-/// A send that did not happen. Sends are all-or-error: the caller rolls back.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct QueueError(pub String);
+pub use crate::error::QueueError;
 
 /// The transport.
 #[async_trait]

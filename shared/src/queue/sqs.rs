@@ -20,30 +20,11 @@ use chrono::{DateTime, Duration, Utc};
 
 use super::{schedule_name, schedule_token, OutMessage, Queue, QueueError, SQS_BATCH};
 use crate::clock::Clock;
+use crate::config::{QueueTarget, SchedulerTarget};
 use crate::function::Function;
 
 /// How often the failed entries of one batch are sent again before the send fails.
 const ENTRY_RETRIES: u32 = 3;
-
-/// Where a function's messages go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueTarget {
-    /// The queue URL (`QUEUE_URL_<FUNCTION>`).
-    pub url: String,
-    /// The queue ARN (`QUEUE_ARN_<FUNCTION>`), the target of schedules.
-    pub arn: Option<String>,
-    /// The DLQ ARN (`DLQ_ARN_<FUNCTION>`), the schedule's dead-letter target.
-    pub dlq_arn: Option<String>,
-}
-
-/// Scheduler settings for delays over 900 s.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchedulerTarget {
-    /// `SCHEDULER_GROUP_NAME`.
-    pub group_name: String,
-    /// `SCHEDULER_ROLE_ARN`: the role Scheduler assumes to send to the queue.
-    pub role_arn: String,
-}
 
 /// SQS + Scheduler transport.
 pub struct SqsQueue {

@@ -5,7 +5,7 @@
 //! pointed at a real GitLab database. refinery's history table lives in the separate
 //! schema `hk_meta`, so `public` holds only GitLab's tables (schema.md §1.1).
 
-use crate::error::{Error, Result};
+use shared::error::{Error, Result};
 
 mod embedded {
     refinery::embed_migrations!("migrations");

@@ -24,20 +24,37 @@ use serde_json::{json, Value};
 use crate::chaos::{
     Chaos, ChaosSpec, ChaosStats, CrashGate, GatedQueue, PlannedCrash, TappedStream,
 };
-use crate::config::Settings;
-use crate::db::Connector;
-use crate::error::{Error, Result};
-use crate::function::Function;
-use crate::messages::Envelope;
-use crate::notify::Notifier;
-use crate::queue::local::{LocalQueue, SentRecord};
-use crate::queue::OutMessage;
-use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use crate::local_queue::{LocalQueue, SentRecord};
+use shared::config::Settings;
+use shared::db::Connector;
+use shared::error::{Error, Result};
+use shared::function::Function;
+use shared::handlers::Dispatch;
+use shared::messages::Envelope;
+use shared::notify::Notifier;
+use shared::queue::OutMessage;
+use shared::runtime::{process_record_with, Deadline, Invocation, RecordMeta, RecordOutcome};
+use tokio_postgres::GenericClient;
 
 /// Virtual visibility timeout of a failed message.
 pub const VISIBILITY_S: i64 = 30;
 /// Receives before a message is dead-lettered.
 pub const MAX_RECEIVES: u32 = 5;
+
+/// Process one record end to end with every function's handler
+/// ([`Dispatch`], chosen by `inv.function`): the runner, the benches and the tests.
+/// A function binary instead runs its own handler through `shared::lambda`.
+pub async fn process_record<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    body: &str,
+    meta: &RecordMeta,
+) -> RecordOutcome
+where
+    C: GenericClient + Send + Sync,
+{
+    process_record_with(&Dispatch, inv, client, body, meta).await
+}
 
 /// One handler run, as `hk` reports it.
 #[derive(Debug, Clone)]
@@ -67,7 +84,7 @@ impl Run {
             "function": self.function.name(),
             "message_key": self.message_key,
             "hop": self.hop,
-            "now": crate::clock::rfc3339(self.now),
+            "now": shared::clock::rfc3339(self.now),
             "outcome": self.outcome,
             "report": self.report,
             "error": self.error,
@@ -258,7 +275,7 @@ impl Runner {
     }
 
     /// The next delivery: FIFO, or drawn within the reordering window under chaos.
-    fn next_pending(&self) -> Option<crate::queue::local::Pending> {
+    fn next_pending(&self) -> Option<crate::local_queue::Pending> {
         match &self.chaos {
             Some(c) => match c.spec().reorder {
                 Some(w) => self.queue.pop_within(i64::from(w), |n| c.pick(n)),

@@ -11,7 +11,7 @@
 use chrono::NaiveDate;
 use tokio_postgres::Client;
 
-use crate::error::Result;
+use shared::error::Result;
 
 /// Sizes of the B38 data set derived from its number of expired memberships.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use super::Row;
-use crate::error::{Error, Result};
+use shared::error::{Error, Result};
 
 fn figure(r: &Row) -> String {
     if r.value.is_nan() {

@@ -34,10 +34,10 @@ use rand_chacha::ChaCha8Rng;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
-use crate::function::Function;
 use crate::local::MAX_RECEIVES;
-use crate::queue::local::LocalQueue;
-use crate::queue::{OutMessage, Queue, QueueError};
+use crate::local_queue::LocalQueue;
+use shared::function::Function;
+use shared::queue::{OutMessage, Queue, QueueError};
 
 /// Where a handler can be aborted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

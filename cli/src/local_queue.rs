@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 
-use super::{schedule_name, OutMessage, Queue, QueueError};
+use shared::queue::{schedule_name, OutMessage, Queue, QueueError};
 
 /// A message waiting in the local queue.
 #[derive(Debug, Clone)]
@@ -234,8 +234,8 @@ impl Queue for LocalQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::function::Function;
-    use crate::messages::Envelope;
+    use shared::function::Function;
+    use shared::messages::Envelope;
 
     fn msg(key: &str, delay: u32) -> OutMessage {
         let t = "2025-03-10T00:00:00Z".parse().unwrap();

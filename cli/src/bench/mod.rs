@@ -28,9 +28,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use tokio_postgres::Client;
 
-use crate::config::{DatabaseConfig, DatabaseSource};
-use crate::db::Connector;
-use crate::error::{Error, Result};
+use shared::config::{DatabaseConfig, DatabaseSource};
+use shared::db::Connector;
+use shared::error::{Error, Result};
 
 pub use report::{render_markdown, write_doc};
 

@@ -28,16 +28,19 @@ use tokio_postgres::Client;
 use super::data::{self, B28Sizes};
 use super::queue_calls::Moto;
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
-use crate::batches::pat_expiring::{bot_contexts, bot_notices, ClaimedToken, Interval, MAX_TOKENS};
-use crate::config::Settings;
-use crate::db::Connector;
-use crate::error::{Error, Result};
-use crate::function::Function;
-use crate::messages::{user_email_key, EmailNotification, Envelope};
-use crate::notify::{Instance, Notifier};
-use crate::queue::sqs::SqsQueue;
-use crate::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
-use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use crate::local::process_record;
+use shared::batches::pat_expiring::{
+    bot_contexts, bot_notices, ClaimedToken, Interval, MAX_TOKENS,
+};
+use shared::config::Settings;
+use shared::db::Connector;
+use shared::error::{Error, Result};
+use shared::function::Function;
+use shared::messages::{user_email_key, EmailNotification, Envelope};
+use shared::notify::{Instance, Notifier};
+use shared::queue::sqs::SqsQueue;
+use shared::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
+use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
 
 const F: Function = Function::PatExpiring;
 

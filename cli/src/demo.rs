@@ -6,8 +6,8 @@
 
 use chrono::NaiveDate;
 
-use crate::error::{Error, Result};
-use crate::gitlab::authz;
+use shared::error::{Error, Result};
+use shared::gitlab::authz;
 
 /// The demo SQL files, applied in order; each batch adds its own file (fixed id
 /// ranges per file, see the file headers). Public so tests can tell when a cached
@@ -94,10 +94,29 @@ pub async fn table_counts(client: &tokio_postgres::Client) -> Result<Vec<(String
     Ok(out)
 }
 
+/// The embedded defaults of `hk` (local mode) for variables that are not set: the
+/// `file` email transport under the system temp directory, a placeholder instance, and
+/// the demo `db_key_base` that encrypted the demo hooks. Lambda never uses these.
+pub fn hk_default(key: &str) -> Option<String> {
+    match key {
+        "GITLAB_BASE_URL" => Some("https://gitlab.example.com".into()),
+        "EMAIL_TRANSPORT" => Some("file".into()),
+        "EMAIL_FILE_DIR" => Some(
+            std::env::temp_dir()
+                .join("hk-mail")
+                .to_string_lossy()
+                .into_owned(),
+        ),
+        "MAIL_FROM" => Some("GitLab <gitlab@gitlab.example.com>".into()),
+        "GITLAB_DB_KEY_BASE" => Some(DEMO_DB_KEY_BASE.into()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::notify::crypto::{encrypt_with_iv, KeyRing};
+    use shared::notify::crypto::{encrypt_with_iv, KeyRing};
 
     /// The demo hooks were encrypted with Python's `cryptography` AESGCM (an
     /// independent implementation); this module's decryption must open them, and its
@@ -122,5 +141,25 @@ mod tests {
             );
             assert_eq!(ring.decrypt(&v, &ivb).unwrap(), plain);
         }
+    }
+
+    #[tokio::test]
+    async fn hk_defaults_build_a_file_mailer_and_the_demo_keys() {
+        let cfg = shared::notify::NotifyConfig::from_lookup(&hk_default).unwrap();
+        let n = shared::notify::Notifier::full(&cfg, None).await.unwrap();
+        let d = n.delivery.as_ref().unwrap();
+        assert!(matches!(d.mailer, shared::notify::mail::Mailer::File(_)));
+        assert!(!d.dry_run && n.dry_run().delivery.unwrap().dry_run);
+        assert!(
+            shared::notify::Notifier::for_function(shared::Function::DeleteUser, &cfg, None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let p = shared::notify::Notifier::for_function(shared::Function::PatExpiring, &cfg, None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(p.delivery.is_none());
     }
 }

@@ -16,15 +16,15 @@ use tokio_postgres::Client;
 
 use super::data::{self, B38Sizes};
 use super::{median, prewarm, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
-use crate::batches::remove_expired_members::{read_page, PAGE_AFTER_SQL};
-use crate::config::Settings;
-use crate::db::Connector;
-use crate::error::{Error, Result};
-use crate::function::Function;
-use crate::gitlab::authz;
 use crate::local::Runner;
-use crate::locks;
-use crate::messages::MemberCursor;
+use shared::batches::remove_expired_members::{read_page, PAGE_AFTER_SQL};
+use shared::config::Settings;
+use shared::db::Connector;
+use shared::error::{Error, Result};
+use shared::function::Function;
+use shared::gitlab::authz;
+use shared::locks;
+use shared::messages::MemberCursor;
 
 const F: Function = Function::RemoveExpiredMembers;
 
@@ -63,7 +63,7 @@ pub async fn ours(
     let cron = runner.cron_message(F);
     runner
         .queue()
-        .push(crate::queue::OutMessage::new(F, 0, cron));
+        .push(shared::queue::OutMessage::new(F, 0, cron));
     let start = Instant::now();
     let mut sample = None;
     let mut runs = 0u64;

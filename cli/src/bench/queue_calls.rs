@@ -16,14 +16,16 @@ use aws_config::{BehaviorVersion, Region};
 use chrono::Utc;
 
 use super::{data, BenchDbs, Options, Row, Scale, Target};
-use crate::clock::FixedClock;
-use crate::config::Settings;
-use crate::error::{Error, Result};
-use crate::function::Function;
-use crate::messages::Envelope;
-use crate::queue::sqs::{QueueTarget, SchedulerTarget, SqsQueue};
-use crate::queue::{OutMessage, Queue};
-use crate::runtime::{process_record, Deadline, Invocation, RecordMeta, RecordOutcome};
+use crate::local::process_record;
+use shared::clock::FixedClock;
+use shared::config::Settings;
+use shared::config::{QueueTarget, SchedulerTarget};
+use shared::error::{Error, Result};
+use shared::function::Function;
+use shared::messages::Envelope;
+use shared::queue::sqs::SqsQueue;
+use shared::queue::{OutMessage, Queue};
+use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
 
 /// The moto resources of one run (also the `b28` bench's queues).
 pub(crate) struct Moto {

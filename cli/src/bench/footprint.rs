@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 
 use super::data::{self, B38Sizes};
 use super::{median, BenchDbs, Options, Row, Scale, Target};
-use crate::error::{Error, Result};
-use crate::function::Function;
-use crate::messages::Envelope;
+use shared::error::{Error, Result};
+use shared::function::Function;
+use shared::messages::Envelope;
 
 /// What the fake Runtime API saw.
 #[derive(Debug)]

@@ -1,0 +1,20 @@
+//! `hk`'s library: everything that runs on an operator's or developer's machine and
+//! never in Lambda.
+//!
+//! Owns: the local runner ([`local`]) and its in-process queue with virtual time
+//! ([`local_queue`]), fault injection ([`chaos`]), the demo data ([`demo`]), the schema
+//! subset migrations for local and test databases ([`migrate`]), the benchmarks
+//! ([`bench`]), the throwaway PostgreSQL cluster ([`pg`]), the local AWS stand-ins
+//! around `cargo lambda watch` ([`aws_local`]) and one module per command ([`cmd`]).
+//! The Lambda functions never link this crate (an architecture test checks it); the
+//! integration tests use it for the runner, chaos and the migrations.
+#![warn(missing_docs)]
+
+pub mod aws_local;
+pub mod bench;
+pub mod chaos;
+pub mod demo;
+pub mod local;
+pub mod local_queue;
+pub mod migrate;
+pub mod pg;

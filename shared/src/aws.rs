@@ -1,0 +1,181 @@
+//! The AWS side of a function: SDK configuration, endpoints and secret reads.
+//!
+//! Owns: the SDK configuration built from Lambda's environment alone ([`from_env`]),
+//! the one HTTPS client of every SDK client ([`https_client`]: rustls with ring,
+//! trusting the Amazon roots), the endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS
+//! and Scheduler clients, and every Secrets Manager read (the database secret, the
+//! SMTP and key-base secrets). Configuration parsing stays in [`crate::config`]; this
+//! module does the I/O it describes.
+
+use crate::config::{pg_config_from_secret, DatabaseSource};
+use crate::error::{Error, Result};
+
+/// The AWS SDK configuration of a function, from Lambda's environment alone: the
+/// region (`AWS_REGION`, else `AWS_DEFAULT_REGION`), the execution role's credentials
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, read when the
+/// SDK asks for them) and the global endpoint override (`AWS_ENDPOINT_URL`, unless
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`). A function never needs the rest of the
+/// default provider chain (profile files, SSO, IMDS, web identity), whose code and
+/// start-up work it therefore does not carry (issue 8, footprint).
+pub fn from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
+    let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
+    let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER"]
+        .iter()
+        .any(|s| service_endpoint(get, s).is_some());
+    let mut b = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .http_client(https_client(custom_endpoint))
+        .region(region.map(aws_config::Region::new))
+        .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(
+            aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
+        ));
+    if let Some(url) = service_endpoint(get, "") {
+        b = b.endpoint_url(url);
+    }
+    b.build()
+}
+
+/// The Amazon Trust Services roots (Amazon Root CA 1–4, Starfield Services Root G2):
+/// every AWS endpoint a function calls (SQS, Scheduler, Secrets Manager, public or
+/// through interface VPC endpoints) chains to one of them.
+const AMAZON_ROOTS: &[u8] = include_bytes!("../certs/amazon-trust-services.pem");
+
+/// The one HTTPS client of a function's AWS SDK clients: rustls with ring, trusting the
+/// Amazon roots only, so a cold start parses five certificates instead of loading the
+/// system store (about 150 files). With a custom endpoint (`AWS_ENDPOINT_URL*`, local
+/// emulators or a proxy) the system store is trusted too.
+pub fn https_client(with_system_roots: bool) -> aws_sdk_sqs::config::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    let trust = tls::TrustStore::empty()
+        .with_native_roots(with_system_roots)
+        .with_pem_certificate(AMAZON_ROOTS);
+    let context = tls::TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .expect("a trust store of valid certificates");
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .tls_context(context)
+        .build_https()
+}
+
+/// `AWS_ENDPOINT_URL_<service>` (or `AWS_ENDPOINT_URL` for `""`), unless
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is true.
+pub fn service_endpoint(get: impl Fn(&str) -> Option<String>, service: &str) -> Option<String> {
+    if get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    let key = if service.is_empty() {
+        "AWS_ENDPOINT_URL".to_string()
+    } else {
+        format!("AWS_ENDPOINT_URL_{service}")
+    };
+    get(&key).filter(|v| !v.trim().is_empty())
+}
+
+/// The SQS client, with `AWS_ENDPOINT_URL_SQS` applied.
+pub fn sqs_client(
+    aws: &aws_config::SdkConfig,
+    get: impl Fn(&str) -> Option<String>,
+) -> aws_sdk_sqs::Client {
+    let mut conf = aws_sdk_sqs::config::Builder::from(aws);
+    if let Some(url) = service_endpoint(get, "SQS") {
+        conf = conf.endpoint_url(url);
+    }
+    aws_sdk_sqs::Client::from_conf(conf.build())
+}
+
+/// The EventBridge Scheduler client, with `AWS_ENDPOINT_URL_SCHEDULER` applied.
+pub fn scheduler_client(
+    aws: &aws_config::SdkConfig,
+    get: impl Fn(&str) -> Option<String>,
+) -> aws_sdk_scheduler::Client {
+    let mut conf = aws_sdk_scheduler::config::Builder::from(aws);
+    if let Some(url) = service_endpoint(get, "SCHEDULER") {
+        conf = conf.endpoint_url(url);
+    }
+    aws_sdk_scheduler::Client::from_conf(conf.build())
+}
+
+/// Read a Secrets Manager secret's string (`AWS_ENDPOINT_URL_SECRETS_MANAGER`
+/// applied). `var` names the variable that holds the ARN, for the error line.
+pub async fn read_secret(
+    aws: Option<&aws_config::SdkConfig>,
+    var: &str,
+    arn: &str,
+) -> Result<String> {
+    let aws = aws.ok_or_else(|| Error::Config(format!("{var} needs AWS configuration")))?;
+    let mut conf = aws_sdk_secretsmanager::config::Builder::from(aws);
+    if let Some(url) = service_endpoint(|k| std::env::var(k).ok(), "SECRETS_MANAGER") {
+        conf = conf.endpoint_url(url);
+    }
+    let out = aws_sdk_secretsmanager::Client::from_conf(conf.build())
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| Error::Config(format!("reading {var} failed: {e}")))?;
+    out.secret_string()
+        .map(str::to_string)
+        .ok_or_else(|| Error::Config(format!("{var} has no SecretString")))
+}
+
+/// The database connection configuration of a [`DatabaseSource`]: the URL parsed, or
+/// the RDS-shaped secret read and parsed.
+pub async fn database_config(
+    source: &DatabaseSource,
+    aws: Option<&aws_config::SdkConfig>,
+) -> Result<tokio_postgres::Config> {
+    match source {
+        DatabaseSource::Url(url) => url.parse().map_err(|e| {
+            Error::Config(format!(
+                "DATABASE_URL is not a valid connection string: {e}"
+            ))
+        }),
+        DatabaseSource::SecretArn(arn) => {
+            let text = read_secret(aws, "DATABASE_SECRET_ARN", arn).await?;
+            pg_config_from_secret(&text)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sdk_configuration_comes_from_lambdas_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let c = from_env(env(&[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+        ]));
+        assert_eq!(c.region().map(|r| r.as_ref()), Some("eu-west-1"));
+        assert_eq!(c.endpoint_url(), Some("http://127.0.0.1:5000"));
+        assert!(c.credentials_provider().is_some());
+        let c = from_env(env(&[("AWS_DEFAULT_REGION", "us-east-2")]));
+        assert_eq!(c.region().map(|r| r.as_ref()), Some("us-east-2"));
+        assert_eq!(c.endpoint_url(), None);
+        let e = env(&[
+            ("AWS_ENDPOINT_URL", "http://a"),
+            ("AWS_ENDPOINT_URL_SQS", "http://b"),
+        ]);
+        assert_eq!(service_endpoint(e, "SQS").as_deref(), Some("http://b"));
+        assert_eq!(service_endpoint(e, "SCHEDULER"), None);
+        let e = env(&[
+            ("AWS_ENDPOINT_URL", "http://a"),
+            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
+        ]);
+        assert_eq!(service_endpoint(e, ""), None);
+    }
+}
