@@ -12,6 +12,7 @@ pub fn moto_endpoint() -> String {
 /// SDK configuration for moto (static test credentials, us-east-1).
 pub async fn moto_config() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
+        .http_client(shared::aws::https_client(true))
         .endpoint_url(moto_endpoint())
         .region(Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(
@@ -348,6 +349,7 @@ pub mod proxy {
 /// SDK configuration for an arbitrary endpoint (a proxy in front of moto).
 pub async fn config_for(endpoint: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
+        .http_client(shared::aws::https_client(true))
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sqs::config::Credentials::new(

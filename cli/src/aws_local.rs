@@ -61,7 +61,8 @@ impl Aws {
     /// Clients for `endpoint`, or from the environment (`AWS_ENDPOINT_URL`, region,
     /// credentials) when `None`.
     pub async fn new(endpoint: Option<&str>) -> Aws {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(shared::aws::https_client(true));
         if let Some(e) = endpoint {
             loader = loader.endpoint_url(e);
             if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()

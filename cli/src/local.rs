@@ -33,7 +33,9 @@ use shared::handlers::Dispatch;
 use shared::messages::Envelope;
 use shared::notify::Notifier;
 use shared::queue::OutMessage;
-use shared::runtime::{process_record_with, Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{
+    process_record_with, Deadline, DoneReport, Invocation, RecordMeta, RecordOutcome, Report,
+};
 use tokio_postgres::GenericClient;
 
 /// Virtual visibility timeout of a failed message.
@@ -69,8 +71,8 @@ pub struct Run {
     pub now: DateTime<Utc>,
     /// `success`, `retryable` or `permanent`.
     pub outcome: &'static str,
-    /// The `done` report (status and fields), if the handler produced one.
-    pub report: Option<Value>,
+    /// The handler's typed `done` result, if it produced one.
+    pub report: Option<DoneReport>,
     /// The error text of a failed run.
     pub error: Option<String>,
     /// Messages the run sent.
@@ -86,7 +88,7 @@ impl Run {
             "hop": self.hop,
             "now": shared::clock::rfc3339(self.now),
             "outcome": self.outcome,
-            "report": self.report,
+            "report": self.report.as_ref().map(DoneReport::to_json),
             "error": self.error,
             "sent": self.sent.iter().map(sent_json).collect::<Vec<_>>(),
         })
@@ -532,10 +534,10 @@ fn run_of(
     sent: Vec<SentRecord>,
 ) -> Run {
     let (label, report, error) = match outcome {
-        RecordOutcome::Success(r) => ("success", Some(r.to_json()), None),
+        RecordOutcome::Success(r) => ("success", Some(r.done()), None),
         RecordOutcome::Retryable { error, report, .. } => (
             "retryable",
-            report.as_ref().map(|r| r.to_json()),
+            report.as_ref().map(Report::done),
             Some(error.clone()),
         ),
         RecordOutcome::Permanent { error } => ("permanent", None, Some(error.clone())),

@@ -112,8 +112,7 @@ impl Error {
 
 /// Sleep a random 100–500 ms before retrying a transient error (common.md §7.4).
 pub async fn transient_backoff() {
-    use rand::Rng;
-    let ms = rand::thread_rng().gen_range(100..=500);
+    let ms = 100 + u64::from(crate::random::below(401));
     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 

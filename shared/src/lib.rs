@@ -21,6 +21,7 @@ pub mod messages;
 pub mod metrics;
 pub mod notify;
 pub mod queue;
+pub mod random;
 pub mod runtime;
 pub mod telemetry;
 pub mod workers;

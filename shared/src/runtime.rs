@@ -206,11 +206,46 @@ impl Done for HopLimitReached {
     }
 }
 
+/// A typed [`Done`] result behind a shared pointer: what the local runner keeps of
+/// each run and `hk` reads (status, counters, typed access), cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DoneReport(std::sync::Arc<dyn AnyDone>);
+
+impl DoneReport {
+    /// The `status` field of `done`.
+    pub fn status(&self) -> &'static str {
+        self.0.status()
+    }
+
+    /// The typed result, when it is a `T`.
+    pub fn get<T: Done>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref::<T>()
+    }
+
+    /// Metrics for the invocation's EMF line (besides `duration_s`).
+    pub fn metrics(&self) -> Vec<(&'static str, f64)> {
+        self.0.metrics()
+    }
+
+    /// The counters `hk`'s summary adds up.
+    pub fn counts(&self) -> Vec<(&'static str, u64)> {
+        self.0.counts()
+    }
+
+    /// The result as one JSON object (status first): the `done` line's fields.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("status".into(), Value::from(self.status()));
+        m.extend(self.0.fields());
+        Value::Object(m)
+    }
+}
+
 /// What a handler did: its typed [`Done`] result, and whether the record must
 /// still be retried.
 #[derive(Debug)]
 pub struct Report {
-    done: Box<dyn AnyDone>,
+    done: std::sync::Arc<dyn AnyDone>,
     /// Set when the work ended in a way the batch file calls retryable while still
     /// producing a report (the record is then reported as a failure).
     pub retry: Option<Error>,
@@ -220,7 +255,7 @@ impl Report {
     /// A report of a typed result.
     pub fn new<T: Done>(done: T) -> Report {
         Report {
-            done: Box::new(done),
+            done: std::sync::Arc::new(done),
             retry: None,
         }
     }
@@ -239,7 +274,9 @@ impl Report {
 
     /// TRANSITIONAL: add a metric (or a field) to an untyped report.
     pub fn metric(mut self, name: &'static str, value: f64) -> Report {
-        if let Some(u) = self.done.as_any_mut().downcast_mut::<Untyped>() {
+        if let Some(u) = std::sync::Arc::get_mut(&mut self.done)
+            .and_then(|d| d.as_any_mut().downcast_mut::<Untyped>())
+        {
             u.metrics.push((name, value));
         }
         self
@@ -247,7 +284,9 @@ impl Report {
 
     /// TRANSITIONAL: add a field to an untyped report.
     pub fn field(mut self, name: &str, value: Value) -> Report {
-        if let Some(u) = self.done.as_any_mut().downcast_mut::<Untyped>() {
+        if let Some(u) = std::sync::Arc::get_mut(&mut self.done)
+            .and_then(|d| d.as_any_mut().downcast_mut::<Untyped>())
+        {
             u.fields.insert(name.to_string(), value);
         }
         self
@@ -291,6 +330,11 @@ impl Report {
         m.insert("status".into(), Value::from(self.status()));
         m.extend(self.done.fields());
         Value::Object(m)
+    }
+
+    /// The typed result alone, shareable (what `hk`'s runner keeps).
+    pub fn done(&self) -> DoneReport {
+        DoneReport(self.done.clone())
     }
 }
 

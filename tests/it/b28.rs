@@ -832,7 +832,10 @@ async fn an_exhausted_budget_stops_after_a_page_and_the_continuation_resumes_wit
     keys.dedup();
     assert_eq!(keys.len(), 250);
     let last = r3.runs.iter().rfind(|x| x.function == F).unwrap();
-    assert_eq!(last.report.as_ref().unwrap()["status"], "completed");
+    assert_eq!(
+        last.report.as_ref().unwrap().to_json()["status"],
+        "completed"
+    );
 }
 
 #[tokio::test]

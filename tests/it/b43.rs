@@ -1017,7 +1017,7 @@ async fn a_hierarchy_with_two_thousand_memberships_drains_until_idle() {
             Some(format!("prune-deletions:{}:{i}", cron.run_id).as_str())
         );
         assert_eq!(run.outcome, "success");
-        let report = run.report.as_ref().unwrap();
+        let report = run.report.as_ref().unwrap().to_json();
         assert_eq!(report["destroyed_count_total"], 100);
         if i < 19 {
             assert_eq!(report["status"], "more_work");

@@ -988,7 +988,10 @@ async fn contributions_go_in_chunks_of_a_thousand_before_the_project() {
     assert_eq!(db.count("notes").await, 0);
     assert!(db.exists("projects WHERE id = 200").await);
     assert_eq!(run.sent[0].message.envelope.hop, 3);
-    assert_eq!(run.report.as_ref().unwrap()["contributions_deleted"], 2);
+    assert_eq!(
+        run.report.as_ref().unwrap().to_json()["contributions_deleted"],
+        2
+    );
     // Invocation 4: the chunk "project P200".
     let run = deliver_next(&mut r).await;
     assert!(!db.exists("projects WHERE id = 200").await);

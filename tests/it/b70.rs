@@ -829,10 +829,13 @@ async fn the_deadline_guard_continues_after_each_detail_carrying_the_index() {
     // empty and completes.
     assert_eq!(cron_runs.len(), 3, "one invocation per detail");
     assert_eq!(
-        cron_runs[1].report.as_ref().unwrap()["status"],
+        cron_runs[1].report.as_ref().unwrap().to_json()["status"],
         "limit_reached"
     );
-    assert_eq!(cron_runs[2].report.as_ref().unwrap()["status"], "completed");
+    assert_eq!(
+        cron_runs[2].report.as_ref().unwrap().to_json()["status"],
+        "completed"
+    );
     assert_eq!(
         cron_runs[1].sent.last().unwrap().message.envelope.payload,
         json!({"cursor": {"detail_id": 2, "index": 2}})
@@ -899,7 +902,7 @@ async fn a_dry_run_reports_the_children_and_changes_nothing() {
     let body = r.cron_message(F).to_body();
     let run = r.dry_run(F, &body).await.unwrap();
     assert_eq!(run.outcome, "success");
-    let report = run.report.unwrap();
+    let report = run.report.unwrap().to_json();
     assert_eq!(report["enqueued_count"], 2);
     assert_eq!(report["max_attempts_reached_count"], 1);
     assert_eq!(run.sent.len(), 2);

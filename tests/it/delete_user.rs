@@ -225,7 +225,7 @@ async fn with_no_budget_each_invocation_reassigns_one_batch_and_resends() {
         .runs
         .iter()
         .map(|x| {
-            let rep = x.report.as_ref().unwrap();
+            let rep = x.report.as_ref().unwrap().to_json();
             (
                 rep["issues_reassigned"].as_u64(),
                 rep["merge_requests_reassigned"].as_u64(),

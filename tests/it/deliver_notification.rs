@@ -447,7 +447,7 @@ async fn a_dry_run_sends_no_email_and_makes_no_request() {
         .chain(owned(&r.runs[0].sent, "deliver-notification.webhook"))
     {
         let run = runner.dry_run(D, &env.to_body()).await.unwrap();
-        assert_eq!(run.report.unwrap()["outcome"], "dry_run");
+        assert_eq!(run.report.unwrap().to_json()["outcome"], "dry_run");
     }
     assert_eq!(sink.connections(), 0);
     assert!(net.connects().is_empty());

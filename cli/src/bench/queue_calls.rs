@@ -38,6 +38,7 @@ pub(crate) struct Moto {
 impl Moto {
     pub(crate) async fn new(endpoint: &str) -> Result<Moto> {
         let cfg = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(shared::aws::https_client(true))
             .endpoint_url(endpoint)
             .region(Region::new("us-east-1"))
             .credentials_provider(aws_sdk_sqs::config::Credentials::new(

@@ -11,7 +11,6 @@
 //! nothing about permissions and never commits: callers choose the transaction.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use rand::Rng;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
@@ -125,9 +124,8 @@ pub fn strip_deletion_suffix(s: &str) -> &str {
 /// `RANDOM_SUFFIX`: `-` and 5 characters from `[a-z0-9]`.
 pub fn random_suffix() -> String {
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::thread_rng();
     let tail: String = (0..5)
-        .map(|_| CHARS[rng.gen_range(0..CHARS.len())] as char)
+        .map(|_| CHARS[crate::random::below(CHARS.len() as u32) as usize] as char)
         .collect();
     format!("-{tail}")
 }

@@ -125,7 +125,8 @@ pub fn encrypt_with_iv(plaintext: &str, db_key_base: &str, iv: [u8; 12]) -> (Str
 
 /// [`encrypt_with_iv`] with a random IV, as GitLab does on every write.
 pub fn encrypt(plaintext: &str, db_key_base: &str) -> (String, String) {
-    let iv: [u8; 12] = rand::random();
+    let mut iv = [0u8; 12];
+    crate::random::fill(&mut iv);
     encrypt_with_iv(plaintext, db_key_base, iv)
 }
 

@@ -1,0 +1,182 @@
+//! `hk`'s commands: the argument tree ([`Cli`]), the dispatch to one module per
+//! command, and the helpers every command shares (the clock, the local
+//! configuration with `hk`'s embedded defaults, the database connection).
+
+mod bench;
+mod db;
+mod demo;
+mod local;
+mod replay;
+mod run;
+
+pub(crate) use bench::BenchArgs;
+pub(crate) use db::DbAction;
+pub(crate) use local::LocalAction;
+pub(crate) use replay::ReplayAction;
+pub(crate) use run::RunArgs;
+
+use bench::cmd_bench;
+use demo::cmd_demo;
+use local::cmd_local;
+use replay::cmd_replay;
+use run::cmd_run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, SubsecRound, Utc};
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use shared::config::Config;
+use shared::db::Connector;
+use shared::notify::Notifier;
+use shared::Function;
+
+/// `hk`'s arguments.
+#[derive(Parser)]
+#[command(
+    name = "hk",
+    version,
+    about = "Operator CLI for the GitLab housekeeping functions"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// A throwaway local PostgreSQL cluster.
+    Db {
+        #[command(subcommand)]
+        action: DbAction,
+    },
+    /// Apply the schema subset to $DATABASE_URL (local and test databases only).
+    Migrate,
+    /// Load a data set into $DATABASE_URL.
+    Seed {
+        /// The data set: `demo`.
+        set: String,
+        /// The date the data is relative to (RFC 3339; default: now).
+        #[arg(long)]
+        now: Option<String>,
+    },
+    /// Run a function as its trigger would, with the in-process queue.
+    Run(RunArgs),
+    /// Local AWS emulation around `cargo lambda watch` (moto).
+    Local {
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+    /// Recovery: move messages back from a DLQ or a file.
+    Replay {
+        #[command(subcommand)]
+        action: ReplayAction,
+    },
+    /// Benchmarks: ratios measured side by side in one run, written to docs/benchmarks.md.
+    Bench(BenchArgs),
+    /// Throwaway database, demo data, every batch until idle, and a summary.
+    Demo {
+        /// Fix the clock (RFC 3339; default: now).
+        #[arg(long)]
+        now: Option<String>,
+        /// Leave the throwaway cluster running and print its URL.
+        #[arg(long)]
+        keep_db: bool,
+        /// Also print the functions' JSON log lines (info and above) on stderr; by
+        /// default the demo shows warnings only, and `RUST_LOG` still applies.
+        #[arg(long, short)]
+        verbose: bool,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+pub(crate) struct AwsArgs {
+    /// SQS/Scheduler endpoint (moto), e.g. http://127.0.0.1:5000; default: the AWS
+    /// environment (AWS_ENDPOINT_URL, region, credentials).
+    #[arg(long)]
+    pub(crate) endpoint: Option<String>,
+    /// Queue-name prefix of the local convention (`<prefix>-<function>`, `…-dlq`) and
+    /// the schedule group name.
+    #[arg(long, default_value = "hk")]
+    pub(crate) prefix: String,
+}
+
+pub(crate) fn function_arg(name: &str) -> Result<Function> {
+    Function::from_name(name).ok_or_else(|| {
+        anyhow!(
+            "unknown function `{name}` (known: {})",
+            Function::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+pub(crate) fn parse_now(s: Option<&str>) -> Result<DateTime<Utc>> {
+    match s {
+        None => Ok(Utc::now().trunc_subsecs(6)),
+        Some(s) => Ok(DateTime::parse_from_rfc3339(s)
+            .with_context(|| format!("--now `{s}` is not an RFC 3339 time"))?
+            .with_timezone(&Utc)),
+    }
+}
+
+pub(crate) fn database_url() -> Result<String> {
+    std::env::var("DATABASE_URL")
+        .map_err(|_| anyhow!("DATABASE_URL is not set (start a local database with `hk db up`)"))
+}
+
+/// The configuration of local mode: the environment, with `TRANSPORT=local` and the
+/// embedded B28 defaults (`file` emails, the demo `db_key_base`) for unset variables.
+pub(crate) fn local_config() -> Result<Config> {
+    Ok(Config::from_lookup(|k| {
+        if k == "TRANSPORT" {
+            Some("local".into())
+        } else {
+            local_env(k)
+        }
+    })?)
+}
+
+/// A variable of local mode: the environment, else `hk`'s embedded B28 default.
+pub(crate) fn local_env(k: &str) -> Option<String> {
+    std::env::var(k)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .or_else(|| hk::demo::hk_default(k))
+}
+
+/// B28's instance and delivery means for local runs.
+pub(crate) async fn local_notifier() -> Result<Arc<Notifier>> {
+    let cfg = shared::notify::NotifyConfig::from_lookup(&local_env)?;
+    Ok(Arc::new(Notifier::full(&cfg, None).await?))
+}
+
+pub(crate) async fn connector(config: &Config) -> Result<Connector> {
+    let pg = shared::aws::database_config(&config.database.source, None).await?;
+    Ok(Connector::new(pg, &config.database)?)
+}
+
+pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
+    let mut c = Connector::from_url(url)?.connect("hk").await?;
+    Ok(hk::migrate::run(&mut c).await?)
+}
+
+pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Cmd::Db { action } => db::cmd_db(action),
+        Cmd::Migrate => db::cmd_migrate().await,
+        Cmd::Seed { set, now } => db::cmd_seed(&set, now.as_deref()).await,
+        Cmd::Run(a) => cmd_run(a).await,
+        Cmd::Local { action } => cmd_local(action).await,
+        Cmd::Replay { action } => cmd_replay(action).await,
+        Cmd::Bench(a) => cmd_bench(a).await,
+        Cmd::Demo { now, keep_db, .. } => cmd_demo(now, keep_db).await,
+    }
+}

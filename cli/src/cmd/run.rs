@@ -1,0 +1,210 @@
+//! `hk run`: one function as its trigger would run it (or its whole run with
+//! `--until-idle`, or a rolled-back `--dry-run`), and the run table and summary.
+
+use super::*;
+use hk::chaos::ChaosSpec;
+use hk::local::{Run, Runner};
+use shared::runtime::DoneReport;
+use shared::Function;
+use std::collections::BTreeMap;
+
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// The function name, e.g. remove-expired-members.
+    pub(crate) function: String,
+    /// Fix the clock (RFC 3339).
+    #[arg(long)]
+    pub(crate) now: Option<String>,
+    /// The message body (JSON).
+    #[arg(long, conflicts_with = "message_file")]
+    pub(crate) message: Option<String>,
+    /// A file holding the message body.
+    #[arg(long)]
+    pub(crate) message_file: Option<PathBuf>,
+    /// Keep delivering continuations and children until no message is left.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub(crate) until_idle: bool,
+    /// One invocation in a rolled-back transaction; report what would change.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// One JSON object per function run on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also write every sent message to this directory.
+    #[arg(long)]
+    pub(crate) outbox: Option<PathBuf>,
+    /// Chaos for --until-idle: `seed=N,duplicate=P,reorder[=S],crash=P` duplicates
+    /// sent messages, delivers out of order within S seconds (60) and aborts
+    /// handlers at random points (before/after a transaction, at a statement, after
+    /// an enqueue, before the ack); what was not acknowledged comes back after 30 s.
+    #[arg(long, requires = "until_idle", value_parser = parse_chaos)]
+    pub(crate) chaos: Option<ChaosSpec>,
+}
+
+pub(crate) fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
+    s.parse()
+}
+
+pub(crate) fn print_run(r: &Run) {
+    let status = r.report.as_ref().map(DoneReport::status).unwrap_or("-");
+    // The `done` line's result fields, as the log shows them.
+    let fields = r
+        .report
+        .as_ref()
+        .map(|rep| match rep.to_json() {
+            Value::Object(m) => m
+                .iter()
+                .filter(|(k, _)| *k != "status")
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        })
+        .unwrap_or_default();
+    println!(
+        "{:<24} hop={:<3} {:<9} status={:<13} {}{}",
+        r.function.name(),
+        r.hop.map(|h| h.to_string()).unwrap_or("-".into()),
+        r.outcome,
+        status,
+        fields,
+        r.error
+            .as_ref()
+            .map(|e| format!(" error={e}"))
+            .unwrap_or_default()
+    );
+    for s in &r.sent {
+        println!(
+            "  -> {} delay={}s key={}{}",
+            s.message.receiver.name(),
+            s.message.delay_s,
+            s.message.envelope.message_key,
+            s.schedule_name
+                .as_ref()
+                .map(|n| format!(" schedule={n}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Per-function totals: runs, outcomes, statuses, messages sent, and the item
+/// counters each handler's typed report declares ([`DoneReport::counts`]).
+pub(crate) fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut t: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for r in runs {
+        let e = t.entry(r.function.name().to_string()).or_default();
+        *e.entry("runs".into()).or_default() += 1;
+        *e.entry(r.outcome.into()).or_default() += 1;
+        if let Some(rep) = &r.report {
+            for (k, n) in rep.counts() {
+                *e.entry(k.to_string()).or_default() += n;
+            }
+            *e.entry(format!("status:{}", rep.status())).or_default() += 1;
+        }
+        *e.entry("messages_sent".into()).or_default() += r.sent.len() as u64;
+    }
+    t
+}
+
+pub(crate) fn print_summary(runs: &[Run], dead: usize) {
+    println!("\nSummary");
+    println!("{:<26} totals", "function");
+    for (f, m) in summarize(runs) {
+        let cols: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("{f:<26} {}", cols.join("  "));
+    }
+    println!("dead-lettered messages: {dead}");
+}
+
+/// An `--outbox` record (`{"receiver", "delay_seconds", "body"}`) replays as its body;
+/// anything else is taken as a message body as is.
+pub(crate) fn unwrap_outbox_record(text: &str, function: Function) -> Result<String> {
+    if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(text) {
+        if let (Some(Value::String(receiver)), Some(body)) = (m.get("receiver"), m.get("body")) {
+            if receiver != function.name() {
+                bail!("this outbox record is for {receiver}, not {function}");
+            }
+            return Ok(body.to_string());
+        }
+    }
+    Ok(text.to_string())
+}
+
+pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    let function = Function::from_name(&a.function).ok_or_else(|| {
+        anyhow!(
+            "unknown function `{}` (known: {})",
+            a.function,
+            Function::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
+    let now = parse_now(a.now.as_deref())?;
+    let config = local_config()?;
+    let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now);
+    if matches!(
+        function,
+        Function::PatExpiring | Function::DeliverNotification
+    ) {
+        runner = runner.with_notifier(local_notifier().await?);
+    }
+    if let Some(dir) = a.outbox.clone() {
+        runner = runner.with_outbox(dir)?;
+    }
+    if let Some(spec) = a.chaos.clone() {
+        runner = runner.with_chaos(spec);
+    }
+    let body = match (&a.message, &a.message_file) {
+        (Some(m), _) => m.clone(),
+        (None, Some(p)) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            unwrap_outbox_record(&text, function)?
+        }
+        (None, None) => {
+            if function.cron().is_none() {
+                bail!("{function} is not a cron function: give --message or --message-file");
+            }
+            runner.cron_message(function).to_body()
+        }
+    };
+    if a.dry_run {
+        let r = runner.dry_run(function, &body).await?;
+        if a.json {
+            println!("{}", r.to_json());
+        } else {
+            println!("dry run (rolled back, nothing delivered):");
+            print_run(&r);
+        }
+        return Ok(ExitCode::from(runner.exit_code(true) as u8));
+    }
+    if a.until_idle {
+        runner.run_until_idle(function, &body).await?;
+    } else {
+        runner.invoke(function, &body, 1).await?;
+    }
+    for r in &runner.runs {
+        if a.json {
+            println!("{}", r.to_json());
+        } else {
+            print_run(r);
+        }
+    }
+    if !a.json && a.until_idle {
+        print_summary(&runner.runs, runner.dead_letters().len());
+    }
+    if let (Some(spec), Some(stats)) = (&a.chaos, runner.chaos_stats()) {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"chaos": spec.to_string(), "stats": stats.to_json()})
+            );
+        } else {
+            println!("chaos {spec}: {stats}");
+        }
+    }
+    Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
+}
