@@ -36,6 +36,14 @@ pub(crate) use statements;
 /// Every module's statement list, by module path.
 const MODULES: &[(&str, &[(&str, &str)])] = &[
     // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL),
+    (
+        "batches::pat_expiring",
+        crate::batches::pat_expiring::sql::ALL,
+    ),
+    (
+        "workers::deliver_notification",
+        crate::workers::deliver_notification::sql::ALL,
+    ),
 ];
 
 /// Every statement the functions can run.

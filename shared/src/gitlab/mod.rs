@@ -2,14 +2,16 @@
 //!
 //! Owns: the SQL and logic that every batch shares: the namespace hierarchy,
 //! permission predicates, the `project_authorizations` refresh, the membership-removal
-//! primitive and two-phase user removal. Every function here runs inside the caller's
-//! transaction and never commits on its own. Ids are read as `bigint` and bound as
+//! primitive, two-phase user removal and who may receive a notification
+//! (`notifications`). Every function here runs inside the caller's transaction and
+//! never commits on its own. Ids are read as `bigint` and bound as
 //! `int8` with explicit casts, so `int4` GitLab columns work too (schema.md §1.3).
 
 pub mod authz;
 pub mod group_deletion;
 pub mod hierarchy;
 pub mod membership;
+pub mod notifications;
 pub mod permissions;
 pub mod user_removal;
 

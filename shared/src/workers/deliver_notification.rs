@@ -8,23 +8,107 @@
 //! checked and pinned, the body is POSTed unchanged with GitLab's headers and an
 //! `Idempotency-Key`, and the outcome is recorded on the hook row (§10.4) in its own
 //! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
-//! the host only when `WEBHOOK_LOG_HOST` is true.
+//! the host only when `WEBHOOK_LOG_HOST` is true. Also the typed `done` result
+//! ([`Delivered`], whose [`Outcome`] decides the status). Who may receive a notification
+//! is GitLab's rule in [`crate::gitlab::notifications`]; the statements are in `sql`.
+
+pub(crate) mod sql;
 
 use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
-use crate::batches::pat_expiring::CAN_RECEIVE_NOTIFICATIONS;
 use crate::error::{Error, Result};
 use crate::messages::{EmailNotification, Envelope, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
 use crate::notify::{Delivery, Instance, Notifier};
 use crate::retry_transient;
-use crate::runtime::{Invocation, Report};
+use crate::runtime::{Done, Invocation, Report};
+
+/// How one delivery ended: the `outcome` field of `done`, which also decides its
+/// `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The recipient is missing, cannot receive notifications or has no address
+    /// (`stale`).
+    RecipientCannotReceive,
+    /// The hook is missing or no longer subscribed (`stale`).
+    NotSubscribed,
+    /// The hook is disabled for now (`skipped`).
+    Disabled,
+    /// Rendered or checked, not sent: dry run.
+    DryRun,
+    /// Accepted by the mail server, or a 2xx/3xx answer from the hook.
+    Delivered,
+    /// The mail server rejected the message for good (5xx).
+    Rejected,
+    /// The hook's target is on a local network.
+    Refused,
+    /// The hook's URL is not a valid target.
+    InvalidUrl,
+    /// The hook answered with an error status or could not be reached.
+    Failed,
+}
+
+impl Outcome {
+    /// The `status` of `done` for this outcome.
+    pub fn status(self) -> &'static str {
+        match self {
+            Outcome::RecipientCannotReceive | Outcome::NotSubscribed => "stale",
+            Outcome::Disabled => "skipped",
+            Outcome::DryRun
+            | Outcome::Delivered
+            | Outcome::Rejected
+            | Outcome::Refused
+            | Outcome::InvalidUrl
+            | Outcome::Failed => "completed",
+        }
+    }
+}
+
+/// The `done` result of one delivery: `{"kind": "email", "user_id", "template",
+/// "outcome"}` or `{"kind": "webhook", "hook_id", "outcome"}`. Ids only, never an
+/// address, URL or body; no item counters (one delivery per record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Delivered {
+    /// A `deliver-notification.email`.
+    Email {
+        /// The recipient.
+        user_id: i64,
+        /// The email's template.
+        template: &'static str,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// A `deliver-notification.webhook`.
+    Webhook {
+        /// The hook.
+        hook_id: i64,
+        /// How it ended.
+        outcome: Outcome,
+    },
+}
+
+impl Delivered {
+    /// How the delivery ended.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Delivered::Email { outcome, .. } | Delivered::Webhook { outcome, .. } => *outcome,
+        }
+    }
+}
+
+impl Done for Delivered {
+    fn status(&self) -> &'static str {
+        self.outcome().status()
+    }
+}
 
 fn delivery<'a>(inv: &Invocation<'a>) -> Result<(&'a Instance, &'a Delivery)> {
     let n: &'a Notifier = inv.notifier.ok_or_else(|| {
@@ -44,17 +128,7 @@ struct Recipient {
 }
 
 async fn load_recipient<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<Recipient>> {
-    let row = c
-        .query_opt(
-            &format!(
-                "SELECT COALESCE(NULLIF(u.name, ''), u.username, ''),
-                        COALESCE(NULLIF(u.notification_email, ''), u.email, ''),
-                        {CAN_RECEIVE_NOTIFICATIONS}
-                 FROM users u WHERE u.id = $1::bigint"
-            ),
-            &[&user_id],
-        )
-        .await?;
+    let row = c.query_opt(sql::RECIPIENT, &[&user_id]).await?;
     Ok(row.map(|r| Recipient {
         display_name: r.get(0),
         address: r.get(1),
@@ -71,11 +145,12 @@ async fn email<C: GenericClient>(
     let (instance, d) = delivery(inv)?;
     let user_id = n.recipient_user_id();
     let template = n.template();
-    let report = |status: &'static str, outcome: &str| {
-        Report::untyped(
-            status,
-            json!({"kind": "email", "user_id": user_id, "template": template, "outcome": outcome}),
-        )
+    let report = |outcome: Outcome| {
+        Report::new(Delivered::Email {
+            user_id,
+            template,
+            outcome,
+        })
     };
     let recipient = match load_recipient(client, user_id).await? {
         Some(r) if r.can_receive && !r.address.trim().is_empty() => r,
@@ -85,14 +160,14 @@ async fn email<C: GenericClient>(
                 template,
                 "Notification skipped: recipient cannot receive notifications"
             );
-            return Ok(report("stale", "recipient_cannot_receive"));
+            return Ok(report(Outcome::RecipientCannotReceive));
         }
     };
     let rendered = mail::render(&n, &recipient.display_name, instance);
     let message_id = mail::message_id(&env.message_key, instance);
     if d.dry_run {
         tracing::info!(user_id, template, "Email not sent: dry run");
-        return Ok(report("completed", "dry_run"));
+        return Ok(report(Outcome::DryRun));
     }
     match d
         .mailer
@@ -109,11 +184,11 @@ async fn email<C: GenericClient>(
     {
         SendOutcome::Accepted => {
             tracing::info!(user_id, template, "Email delivered");
-            Ok(report("completed", "delivered"))
+            Ok(report(Outcome::Delivered))
         }
         SendOutcome::Rejected { smtp_code } => {
             tracing::error!(user_id, smtp_code, "Email rejected");
-            Ok(report("completed", "rejected"))
+            Ok(report(Outcome::Rejected))
         }
     }
 }
@@ -128,16 +203,7 @@ struct Hook {
 }
 
 async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>> {
-    let row = c
-        .query_opt(
-            "SELECT type IN ('ProjectHook', 'GroupHook') AND resource_access_token_events,
-                    encrypted_url, encrypted_url_iv, encrypted_token, encrypted_token_iv,
-                    COALESCE(enable_ssl_verification, true), recent_failures::int2,
-                    disabled_until::timestamptz
-             FROM web_hooks WHERE id = $1::bigint",
-            &[&hook_id],
-        )
-        .await?;
+    let row = c.query_opt(sql::HOOK, &[&hook_id]).await?;
     let pair = |v: Option<String>, iv: Option<String>| match (v, iv) {
         (Some(v), Some(iv)) if !v.trim().is_empty() => Some((v, iv)),
         _ => None,
@@ -166,14 +232,7 @@ where
     C: GenericClient + Send + Sync,
 {
     let tx = client.transaction().await?;
-    let Some(row) = tx
-        .query_opt(
-            "SELECT recent_failures::int2, disabled_until::timestamptz FROM web_hooks
-             WHERE id = $1::bigint FOR UPDATE",
-            &[&hook_id],
-        )
-        .await?
-    else {
+    let Some(row) = tx.query_opt(sql::LOCK_HOOK_STATE, &[&hook_id]).await? else {
         tx.commit().await?;
         return Ok(false);
     };
@@ -188,8 +247,7 @@ where
     };
     if let Some(next) = next {
         tx.execute(
-            "UPDATE web_hooks SET recent_failures = $2::int2, disabled_until = $3::timestamptz
-             WHERE id = $1::bigint",
+            sql::SET_HOOK_STATE,
             &[&hook_id, &next.recent_failures, &next.disabled_until],
         )
         .await?;
@@ -258,17 +316,12 @@ where
     let p: WebhookNotification = env.payload()?;
     let (instance, d) = delivery(inv)?;
     let hook_id = p.hook_id;
-    let report = |status: &'static str, outcome: &str| {
-        Report::untyped(
-            status,
-            json!({"kind": "webhook", "hook_id": hook_id, "outcome": outcome}),
-        )
-    };
+    let report = |outcome: Outcome| Report::new(Delivered::Webhook { hook_id, outcome });
     let hook = match load_hook(&*client, hook_id).await? {
         Some(h) if h.subscribed => h,
         _ => {
             tracing::info!(hook_id, "Webhook skipped: hook no longer subscribed");
-            return Ok(report("stale", "not_subscribed"));
+            return Ok(report(Outcome::NotSubscribed));
         }
     };
     if !hook.state.executable(inv.now) {
@@ -279,7 +332,7 @@ where
             disabled_until = disabled_until.as_deref(),
             "Webhook skipped: hook disabled"
         );
-        return Ok(report("skipped", "disabled"));
+        return Ok(report(Outcome::Disabled));
     }
     let decrypt_failed = || {
         tracing::error!(hook_id, "Webhook secret decryption failed");
@@ -300,13 +353,13 @@ where
     let log_host = if d.log_host { host.as_deref() } else { None };
     if d.dry_run {
         tracing::info!(hook_id, host = log_host, "Webhook not sent: dry run");
-        return Ok(report("completed", "dry_run"));
+        return Ok(report(Outcome::DryRun));
     }
     let headers = hook_headers(instance, env, &p.event_key, &token)?;
     let body = Bytes::from(serde_json::to_vec(&p.body).expect("a JSON value serializes"));
     let started = Instant::now();
     let outcome = d.webhooks.post(&url, &headers, body, hook.verify_tls).await;
-    let (success, outcome_label) = match outcome {
+    let (success, delivered) = match outcome {
         PostOutcome::Refused(r) => {
             tracing::warn!(
                 hook_id,
@@ -317,9 +370,9 @@ where
             (
                 false,
                 if r == Refusal::LocalNetwork {
-                    "refused"
+                    Outcome::Refused
                 } else {
-                    "invalid_url"
+                    Outcome::InvalidUrl
                 },
             )
         }
@@ -331,7 +384,7 @@ where
                 host = log_host,
                 "Webhook delivered"
             );
-            (true, "delivered")
+            (true, Outcome::Delivered)
         }
         PostOutcome::Status { status, .. } => {
             tracing::warn!(
@@ -341,7 +394,7 @@ where
                 host = log_host,
                 "Webhook delivery failed"
             );
-            (false, "failed")
+            (false, Outcome::Failed)
         }
         PostOutcome::Failed { error_class } => {
             tracing::warn!(
@@ -350,11 +403,11 @@ where
                 host = log_host,
                 "Webhook delivery failed"
             );
-            (false, "failed")
+            (false, Outcome::Failed)
         }
     };
     retry_transient!(record(inv, client, hook_id, success).await)?;
-    Ok(report("completed", outcome_label))
+    Ok(report(delivered))
 }
 
 /// Handle one `deliver-notification.email` or `.webhook` message.
@@ -374,6 +427,38 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_done_line_keeps_its_fields_and_status() {
+        let email = Report::new(Delivered::Email {
+            user_id: 10,
+            template: "access_token_about_to_expire",
+            outcome: Outcome::RecipientCannotReceive,
+        });
+        assert_eq!(
+            email.to_json(),
+            json!({"status": "stale", "kind": "email", "user_id": 10,
+                   "template": "access_token_about_to_expire",
+                   "outcome": "recipient_cannot_receive"})
+        );
+        let hook = |outcome| {
+            Report::new(Delivered::Webhook {
+                hook_id: 3,
+                outcome,
+            })
+        };
+        assert_eq!(
+            hook(Outcome::InvalidUrl).to_json(),
+            json!({"status": "completed", "kind": "webhook", "hook_id": 3,
+                   "outcome": "invalid_url"})
+        );
+        assert_eq!(hook(Outcome::Disabled).status(), "skipped");
+        assert_eq!(hook(Outcome::NotSubscribed).status(), "stale");
+        assert_eq!(hook(Outcome::DryRun).to_json()["outcome"], "dry_run");
+        assert!(hook(Outcome::Failed).counts().is_empty());
+        assert!(hook(Outcome::Failed).metrics().is_empty());
+    }
 
     #[test]
     fn headers_are_gitlabs_with_deterministic_uuids_and_the_key() {

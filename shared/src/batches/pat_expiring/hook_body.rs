@@ -1,0 +1,223 @@
+//! The web-hook body of B28's resource-access-token event (b28-pat-expiring.md §10.3,
+//! ⚑ D23).
+//!
+//! Owns: [`ClaimedToken`] (the columns of a claimed bot token that the body reports),
+//! [`Resource`] (a bot's project or group with what its hook body and emails need)
+//! and [`hook_body`], GitLab's `expiring_access_token` payload, built at claim time and
+//! carried unchanged to `deliver-notification`. Pure: no SQL, no I/O.
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::messages::ResourceType;
+use crate::notify::Instance;
+
+/// A claimed token of a bot (the columns the hook body reports).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedToken {
+    /// `id`.
+    pub id: i64,
+    /// `name`.
+    pub name: String,
+    /// `created_at` (UTC).
+    pub created_at: NaiveDateTime,
+    /// `expires_at`.
+    pub expires_at: NaiveDate,
+    /// `last_used_at`.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// `user_id` (the bot).
+    pub user_id: i64,
+}
+
+/// A bot's resource with what its hook body and emails need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    /// A project.
+    Project {
+        /// `projects.id`.
+        id: i64,
+        /// `projects.name`.
+        name: String,
+        /// `projects.description`.
+        description: Option<String>,
+        /// `projects.visibility_level`.
+        visibility_level: i32,
+        /// `projects.ci_config_path`.
+        ci_config_path: Option<String>,
+        /// The name of the project's namespace.
+        namespace_name: String,
+        /// The project's full path.
+        full_path: String,
+    },
+    /// A group.
+    Group {
+        /// `namespaces.id`.
+        id: i64,
+        /// `namespaces.name`.
+        name: String,
+        /// `namespaces.path`.
+        path: String,
+        /// The group's full path.
+        full_path: String,
+        /// `traversal_ids` (for the hooks of the group and its ancestors).
+        traversal_ids: Vec<i64>,
+    },
+}
+
+impl Resource {
+    pub(super) fn kind(&self) -> ResourceType {
+        match self {
+            Resource::Project { .. } => ResourceType::Project,
+            Resource::Group { .. } => ResourceType::Group,
+        }
+    }
+    pub(super) fn id(&self) -> i64 {
+        match self {
+            Resource::Project { id, .. } | Resource::Group { id, .. } => *id,
+        }
+    }
+    pub(super) fn name(&self) -> &str {
+        match self {
+            Resource::Project { name, .. } | Resource::Group { name, .. } => name,
+        }
+    }
+    pub(super) fn full_path(&self) -> &str {
+        match self {
+            Resource::Project { full_path, .. } | Resource::Group { full_path, .. } => full_path,
+        }
+    }
+}
+
+fn hook_time(t: NaiveDateTime) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// GitLab's resource-access-token hook body for `token` of `resource` (b28 §10.3,
+/// ⚑ D23: `avatar_url` and `default_branch` are null). Pure.
+pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance) -> Value {
+    let attrs = json!({
+        "user_id": token.user_id,
+        "created_at": hook_time(token.created_at),
+        "id": token.id,
+        "name": token.name,
+        "expires_at": token.expires_at.to_string(),
+        "last_used_at": token.last_used_at.map(|t| hook_time(t.naive_utc())),
+    });
+    match resource {
+        Resource::Project {
+            id,
+            name,
+            description,
+            visibility_level,
+            ci_config_path,
+            namespace_name,
+            full_path,
+        } => {
+            let web_url = format!("{}/{full_path}", instance.base_url);
+            let http_url = format!("{web_url}.git");
+            let ssh_url = format!("{}{full_path}.git", instance.ssh_url_prefix);
+            json!({
+                "object_kind": "access_token",
+                "project": {
+                    "id": id, "name": name, "description": description,
+                    "web_url": web_url, "avatar_url": null,
+                    "git_ssh_url": ssh_url, "git_http_url": http_url,
+                    "namespace": namespace_name, "visibility_level": visibility_level,
+                    "path_with_namespace": full_path, "default_branch": null,
+                    "ci_config_path": ci_config_path, "homepage": web_url,
+                    "url": ssh_url, "ssh_url": ssh_url, "http_url": http_url,
+                },
+                "object_attributes": attrs,
+                "event_name": "expiring_access_token",
+            })
+        }
+        // GitLab's data builder (lib/gitlab/data_builder/resource_access_token.rb and
+        // its spec) builds only `group`; payloads captured in gitlab-org/gitlab
+        // MR 141907 / issue 465421 also show a top-level `group_id`, whose source was
+        // not found. Not added (the spec's format) [CONFIRM].
+        Resource::Group {
+            id,
+            name,
+            path,
+            full_path,
+            ..
+        } => json!({
+            "object_kind": "access_token",
+            "group": {
+                "group_name": name, "group_path": path, "group_id": id, "full_path": full_path,
+            },
+            "object_attributes": attrs,
+            "event_name": "expiring_access_token",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_project_hook_body_is_gitlabs_format() {
+        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+        let token = ClaimedToken {
+            id: 20,
+            name: "T20".into(),
+            created_at: "2025-01-02T09:00:00".parse().unwrap(),
+            expires_at: "2025-03-16".parse().unwrap(),
+            last_used_at: None,
+            user_id: 20,
+        };
+        let project = Resource::Project {
+            id: 200,
+            name: "site".into(),
+            description: None,
+            visibility_level: 0,
+            ci_config_path: None,
+            namespace_name: "web".into(),
+            full_path: "acme/web/site".into(),
+        };
+        let expected = json!({
+          "object_kind": "access_token",
+          "project": {
+            "id": 200, "name": "site", "description": null,
+            "web_url": "https://gitlab.example.com/acme/web/site", "avatar_url": null,
+            "git_ssh_url": "git@gitlab.example.com:acme/web/site.git",
+            "git_http_url": "https://gitlab.example.com/acme/web/site.git",
+            "namespace": "web", "visibility_level": 0,
+            "path_with_namespace": "acme/web/site", "default_branch": null,
+            "ci_config_path": null,
+            "homepage": "https://gitlab.example.com/acme/web/site",
+            "url": "git@gitlab.example.com:acme/web/site.git",
+            "ssh_url": "git@gitlab.example.com:acme/web/site.git",
+            "http_url": "https://gitlab.example.com/acme/web/site.git"
+          },
+          "object_attributes": {
+            "user_id": 20, "created_at": "2025-01-02 09:00:00 UTC", "id": 20,
+            "name": "T20", "expires_at": "2025-03-16", "last_used_at": null
+          },
+          "event_name": "expiring_access_token"
+        });
+        assert_eq!(hook_body(&project, &token, &instance), expected);
+        let used = ClaimedToken {
+            last_used_at: Some("2025-03-01T12:30:05Z".parse().unwrap()),
+            ..token
+        };
+        let group = Resource::Group {
+            id: 101,
+            name: "web".into(),
+            path: "web".into(),
+            full_path: "acme/web".into(),
+            traversal_ids: vec![100, 101],
+        };
+        let b = hook_body(&group, &used, &instance);
+        assert_eq!(
+            b["group"],
+            json!({"group_name":"web","group_path":"web","group_id":101,"full_path":"acme/web"})
+        );
+        assert!(b.get("project").is_none());
+        assert_eq!(
+            b["object_attributes"]["last_used_at"],
+            "2025-03-01 12:30:05 UTC"
+        );
+    }
+}

@@ -1,0 +1,449 @@
+//! B28 `pat-expiring` (b28-pat-expiring.md §1–§9, ⚑ D19–D22, D26, D27).
+//!
+//! Owns: the handler and its typed `done` report ([`PatExpiringDone`]), the run's
+//! state (budget, deadline guard, progress, totals), the one keyset page loop that
+//! pages humans and bots alike (pages of 100 by `(expires_at, id)` with the inclusive
+//! advance of `:min`, the excluded subjects, the budget and deadline stops), the
+//! savepoint and send-then-commit steps both page kinds share, and the continuation.
+//! It sends messages only; delivery is `deliver-notification`. Submodules:
+//! `interval` (the three intervals and their dates), `humans` (§5), `bots` (§6),
+//! `lookup` (a bot's resource, hooks and recipients), `hook_body` (the web-hook body
+//! built at claim time) and `sql` (every statement).
+//!
+//! **Claim-then-enqueue**: `UPDATE … RETURNING` claims every matching token of the
+//! subject, the messages are sent, then COMMIT: a crash never loses a notice and a
+//! second run cannot claim a token twice. Subjects are grouped per page as b28 §4 and
+//! common.md §7.2 allow: one transaction per page, in which one statement claims the
+//! page's users (with their user rows `FOR SHARE`), or finds the page's bots'
+//! resources and claims their tokens (one more reads their hooks and recipients); the
+//! page's messages go out in `send` calls of ten, then COMMIT. Per-subject isolation
+//! is kept: when the set-based claim fails, or the deadline guard is near (so it can
+//! stop after one unit), each subject runs in a SAVEPOINT of its own and a failing one
+//! rolls back alone; when a send fails, the page rolls back and its subjects run again
+//! one transaction each, so only the subject whose message cannot be sent fails
+//! (scenario 11 as written). Info lines and totals are applied once the page has
+//! committed.
+//!
+//! Deadline guard per item (common.md §7.2 (c)): the page's set-based claim is one item
+//! bounded by the page size, and the guard is checked before it; on the SAVEPOINT path
+//! it is checked before each user or bot. Send-failure rule (§7.2 (b)): re-run the
+//! page's subjects one transaction each, never a retryable end of the record
+//! (docs/gitlab-differences.md).
+
+mod bots;
+mod hook_body;
+mod humans;
+mod interval;
+mod lookup;
+pub(crate) mod sql;
+
+use chrono::NaiveDate;
+use serde::Serialize;
+use tokio_postgres::types::Type;
+use tokio_postgres::{GenericClient, Transaction};
+
+pub use bots::bot_notices;
+pub use hook_body::{hook_body, ClaimedToken, Resource};
+pub use interval::Interval;
+pub use lookup::{bot_contexts, recipients, BotContext};
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::locks;
+use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
+use crate::notify::Instance;
+use crate::queue::{self, OutMessage};
+use crate::runtime::{Budget, Done, Invocation, Report};
+
+/// Tokens per page.
+pub const BATCH_SIZE: i64 = 100;
+/// The most token names in one human email.
+pub const MAX_TOKENS: usize = 100;
+/// Delay of the continuation when the budget or the deadline stops a run.
+pub const REQUEUE_DELAY_S: u32 = 120;
+
+const FUNCTION: Function = Function::PatExpiring;
+
+/// The `done` result of one `pat-expiring.run`: `completed`, or `limit_reached` when
+/// the budget or the deadline stopped it (a continuation was then sent), with the
+/// run's totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PatExpiringDone {
+    /// Whether the budget or the deadline stopped the run.
+    #[serde(skip)]
+    pub limit_reached: bool,
+    /// Bot tokens claimed.
+    #[serde(rename = "total_notification_delivered_for_resource_access_tokens")]
+    pub bot_tokens_marked: u64,
+    /// Bots without a resource (their tokens stay unmarked).
+    #[serde(rename = "total_resource_bot_without_membership")]
+    pub bots_without_membership: u64,
+    /// Bots whose claim failed.
+    #[serde(rename = "total_failed_notifications_for_resource_bots")]
+    pub bot_failures: u64,
+    /// Human tokens claimed.
+    #[serde(rename = "total_user_tokens_marked")]
+    pub user_tokens_marked: u64,
+    /// Human emails enqueued.
+    #[serde(rename = "total_user_emails_enqueued")]
+    pub user_emails_enqueued: u64,
+    /// Human emails suppressed (the user cannot receive notifications).
+    #[serde(rename = "total_user_emails_suppressed")]
+    pub user_emails_suppressed: u64,
+    /// Users whose claim failed.
+    #[serde(rename = "total_user_failures")]
+    pub user_failures: u64,
+}
+
+impl Done for PatExpiringDone {
+    fn status(&self) -> &'static str {
+        if self.limit_reached {
+            "limit_reached"
+        } else {
+            "completed"
+        }
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("user_tokens_marked", self.user_tokens_marked as f64),
+            ("bot_tokens_marked", self.bot_tokens_marked as f64),
+            ("failed", (self.user_failures + self.bot_failures) as f64),
+        ]
+    }
+
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            (
+                "total_notification_delivered_for_resource_access_tokens",
+                self.bot_tokens_marked,
+            ),
+            (
+                "total_resource_bot_without_membership",
+                self.bots_without_membership,
+            ),
+            (
+                "total_failed_notifications_for_resource_bots",
+                self.bot_failures,
+            ),
+            ("total_user_tokens_marked", self.user_tokens_marked),
+            ("total_user_emails_enqueued", self.user_emails_enqueued),
+            ("total_user_emails_suppressed", self.user_emails_suppressed),
+            ("total_user_failures", self.user_failures),
+        ]
+    }
+}
+
+/// Whether a step ran to its end or the budget/deadline stopped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Done,
+    Stop,
+}
+
+/// One run's state, shared by the human and bot pages.
+struct Run<'a, 'b> {
+    inv: &'a Invocation<'b>,
+    env: &'a Envelope,
+    instance: &'a Instance,
+    budget: Budget,
+    /// Whether a unit of progress (a subject whose claim marked tokens) is complete.
+    progress: bool,
+    totals: PatExpiringDone,
+}
+
+impl Run<'_, '_> {
+    /// The budget check after a page or a step: only once a unit is complete.
+    fn budget_stop(&self) -> bool {
+        self.progress && self.budget.exhausted()
+    }
+
+    /// The deadline guard before a user or bot: only once a unit is complete.
+    fn deadline_stop(&self) -> bool {
+        self.progress && self.inv.deadline.reached()
+    }
+
+    fn email(&self, key: String, n: &EmailNotification) -> OutMessage {
+        OutMessage::new(
+            Function::DeliverNotification,
+            0,
+            Envelope::new(
+                "deliver-notification.email",
+                key,
+                &self.env.run_id,
+                self.inv.now,
+                n,
+            ),
+        )
+    }
+}
+
+fn distinct_in_order(ids: impl Iterator<Item = i64>) -> Vec<i64> {
+    let mut seen = std::collections::HashSet::new();
+    ids.filter(|id| seen.insert(*id)).collect()
+}
+
+/// How one subject's savepoint ended (the page's transaction is still usable).
+enum Savepoint<T> {
+    /// The work succeeded and the savepoint was released.
+    Released(T),
+    /// The work failed and was rolled back to its savepoint, alone.
+    RolledBack(Error),
+}
+
+impl<T> Savepoint<T> {
+    /// The subject's own outcome.
+    fn into_result(self) -> Result<T> {
+        match self {
+            Savepoint::Released(v) => Ok(v),
+            Savepoint::RolledBack(e) => Err(e),
+        }
+    }
+}
+
+/// `work` in its own savepoint of the page's transaction: released when it succeeds,
+/// rolled back when it fails. `Err(e)`: the savepoint could not be opened, released
+/// or rolled back, so the page's transaction is unusable.
+async fn in_savepoint<T>(
+    tx: &mut Transaction<'_>,
+    work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
+) -> Result<Savepoint<T>> {
+    let sp = tx.transaction().await?;
+    match work(&sp).await {
+        Ok(v) => {
+            sp.commit().await?;
+            Ok(Savepoint::Released(v))
+        }
+        Err(e) => {
+            sp.rollback().await?;
+            Ok(Savepoint::RolledBack(e))
+        }
+    }
+}
+
+/// How a page's grouped transaction ended once its messages were handed over.
+enum Sent {
+    /// Every message was sent and the transaction committed.
+    Committed,
+    /// A send failed and the transaction rolled back.
+    RolledBack,
+}
+
+/// Send-then-commit (common.md §7.2 (b)): the page's messages in calls of ten, then
+/// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
+/// COMMIT or the ROLLBACK failed (the connection is lost).
+async fn send_then_commit(
+    run: &Run<'_, '_>,
+    tx: Transaction<'_>,
+    out: &[OutMessage],
+) -> Result<Sent> {
+    if queue::send_outbox(run.inv.queue, out).await.is_err() {
+        tx.rollback().await?;
+        return Ok(Sent::RolledBack);
+    }
+    tx.commit().await?;
+    Ok(Sent::Committed)
+}
+
+/// How a page's group ended.
+enum GroupEnd {
+    /// Sent and committed; whether the deadline guard stopped the page.
+    Committed(Flow),
+    /// A send failed and the group rolled back: these subjects run again one by one.
+    Unsent {
+        /// The subjects the group attempted (claimed, or claimed elsewhere).
+        attempted: Vec<i64>,
+        /// Whether the deadline guard stopped the group.
+        flow: Flow,
+    },
+}
+
+/// Which subjects a keyset page holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subjects {
+    /// Humans (`user_type = 0`), §5.
+    Humans,
+    /// Project and group bots (`user_type = 6`), §6.
+    Bots,
+}
+
+impl Subjects {
+    /// The page statement: `(user_id, expires_at, id)` rows.
+    fn page_sql(self, iv: Interval) -> &'static str {
+        match self {
+            Subjects::Humans => iv.statements().human_page,
+            Subjects::Bots => iv.statements().bot_page,
+        }
+    }
+
+    /// Process one page's `subjects` (distinct, in order of first appearance).
+    async fn page<C>(
+        self,
+        run: &mut Run<'_, '_>,
+        client: &mut C,
+        iv: Interval,
+        min: NaiveDate,
+        subjects: &[i64],
+        excluded: &mut Vec<i64>,
+    ) -> Result<Flow>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        match self {
+            Subjects::Humans => humans::page(run, client, iv, min, subjects, excluded).await,
+            Subjects::Bots => bots::page(run, client, iv, min, subjects, excluded).await,
+        }
+    }
+}
+
+/// §5 / §6: the tokens of one interval of `kind`, page by page. `excluded` is the
+/// subjects a page could not notify (failed users; bots without a resource or that
+/// failed): they are only ever excluded from the following pages.
+async fn keyset_pages<C>(
+    run: &mut Run<'_, '_>,
+    client: &mut C,
+    iv: Interval,
+    kind: Subjects,
+) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (mut min, last) = iv.bounds(run.inv.today());
+    let mut excluded: Vec<i64> = Vec::new();
+    loop {
+        let page = client
+            .query_typed(
+                kind.page_sql(iv),
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&excluded, Type::INT8_ARRAY),
+                    (&BATCH_SIZE, Type::INT8),
+                ],
+            )
+            .await?;
+        let Some(last_row) = page.last() else {
+            return Ok(Flow::Done);
+        };
+        let next_min: NaiveDate = last_row.get(1);
+        let subjects = distinct_in_order(page.iter().map(|r| r.get::<_, i64>(0)));
+        if kind
+            .page(run, client, iv, min, &subjects, &mut excluded)
+            .await?
+            == Flow::Stop
+        {
+            return Ok(Flow::Stop);
+        }
+        // Inclusive: tokens on the same date of subjects not seen yet are still found.
+        min = next_min;
+        if run.budget_stop() {
+            return Ok(Flow::Stop);
+        }
+    }
+}
+
+/// §4 step 2: the intervals in order, humans then bots, stopping on the budget.
+async fn run_intervals<C>(run: &mut Run<'_, '_>, client: &mut C) -> Result<Flow>
+where
+    C: GenericClient + Send + Sync,
+{
+    for iv in Interval::ALL {
+        for kind in [Subjects::Humans, Subjects::Bots] {
+            if keyset_pages(run, client, iv, kind).await? == Flow::Stop || run.budget_stop() {
+                return Ok(Flow::Stop);
+            }
+        }
+    }
+    Ok(Flow::Done)
+}
+
+/// Handle one `pat-expiring.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let _: PatExpiringRun = env.payload()?;
+    let instance = &inv
+        .notifier
+        .ok_or_else(|| Error::Config("pat-expiring needs GITLAB_BASE_URL (no notifier)".into()))?
+        .instance;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        return Ok(Report::skipped());
+    }
+    let mut run = Run {
+        inv,
+        env,
+        instance,
+        budget: Budget::start(inv.settings.pat_expiring_budget),
+        progress: false,
+        totals: PatExpiringDone::default(),
+    };
+    let result = run_intervals(&mut run, client).await;
+    // Released before any continuation is sent, on error paths too (§9.10).
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let flow = result?;
+    unlocked?;
+    if flow == Flow::Stop {
+        let next = env.continuation(FUNCTION, inv.now, PatExpiringRun {});
+        inv.continue_with(OutMessage::new(FUNCTION, REQUEUE_DELAY_S, next))
+            .await?;
+    }
+    Ok(Report::new(PatExpiringDone {
+        limit_reached: flow == Flow::Stop,
+        ..run.totals
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_are_taken_in_order_of_first_appearance() {
+        assert_eq!(
+            distinct_in_order([3, 1, 3, 2, 1].into_iter()),
+            vec![3, 1, 2]
+        );
+    }
+
+    #[test]
+    fn the_done_line_keeps_its_fields_and_declares_its_metrics() {
+        let done = PatExpiringDone {
+            limit_reached: true,
+            bot_tokens_marked: 1,
+            bots_without_membership: 2,
+            bot_failures: 3,
+            user_tokens_marked: 4,
+            user_emails_enqueued: 5,
+            user_emails_suppressed: 6,
+            user_failures: 7,
+        };
+        let report = Report::new(done.clone());
+        assert_eq!(
+            report.to_json(),
+            serde_json::json!({
+                "status": "limit_reached",
+                "total_notification_delivered_for_resource_access_tokens": 1,
+                "total_resource_bot_without_membership": 2,
+                "total_failed_notifications_for_resource_bots": 3,
+                "total_user_tokens_marked": 4,
+                "total_user_emails_enqueued": 5,
+                "total_user_emails_suppressed": 6,
+                "total_user_failures": 7,
+            })
+        );
+        assert_eq!(
+            report.metrics(),
+            vec![
+                ("user_tokens_marked", 4.0),
+                ("bot_tokens_marked", 1.0),
+                ("failed", 10.0)
+            ]
+        );
+        assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);
+        assert_eq!(report.get::<PatExpiringDone>(), Some(&done));
+        let completed = Report::new(PatExpiringDone::default());
+        assert_eq!(completed.status(), "completed");
+    }
+}
