@@ -36,6 +36,10 @@ pub(crate) use statements;
 /// Every module's statement list, by module path.
 const MODULES: &[(&str, &[(&str, &str)])] = &[
     // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL),
+    (
+        "gitlab::group_deletion",
+        crate::gitlab::group_deletion::sql::ALL,
+    ),
 ];
 
 /// Every statement the functions can run.
@@ -43,11 +47,8 @@ pub fn all() -> Vec<Statement> {
     MODULES
         .iter()
         .flat_map(|(module, list)| {
-            list.iter().map(move |(name, text)| Statement {
-                module,
-                name,
-                text,
-            })
+            list.iter()
+                .map(move |(name, text)| Statement { module, name, text })
         })
         .collect()
 }

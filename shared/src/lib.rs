@@ -6,8 +6,8 @@
 #![warn(missing_docs)]
 
 pub mod batches;
-pub mod catalogue;
 pub mod bench;
+pub mod catalogue;
 pub mod chaos;
 pub mod clock;
 pub mod config;
