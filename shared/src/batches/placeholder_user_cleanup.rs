@@ -13,7 +13,7 @@
 //! rolls back to it alone and is logged and counted as step E says), and the group's
 //! children are sent before COMMIT in `send` calls of at most ten. A failed send rolls
 //! the whole group back and ends the record as a retryable failure (b70 §3.2). It
-//! never deletes anything: the child does that. Its statements are in [`sql`], its
+//! never deletes anything: the child does that. Its statements are in `sql`, its
 //! `done` result is [`PlaceholderUserCleanupDone`].
 
 use chrono::{DateTime, Duration, Utc};

@@ -9,7 +9,7 @@
 //! its own are locked root first and read again, so a restore racing an ancestor's
 //! restore waits for it and builds on the ancestor's new path. It decides
 //! nothing about permissions and never commits: callers choose the transaction. Its
-//! statements are in [`sql`].
+//! statements are in `sql`.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use rand::Rng;

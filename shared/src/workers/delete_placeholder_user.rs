@@ -7,7 +7,7 @@
 //! Phase 2 (`workers::delete_user`) deletes the row; the detail row follows through
 //! the FK cascade. A missing or non-placeholder user is a silent success, so replays
 //! and duplicates are harmless. It never touches the detail row: the attempt was
-//! counted by the cron batch. Its statements are in [`sql`], its `done` result is
+//! counted by the cron batch. Its statements are in `sql`, its `done` result is
 //! [`DeletePlaceholderUserDone`].
 
 use serde::Serialize;

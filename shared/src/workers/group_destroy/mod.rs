@@ -24,7 +24,7 @@
 //! loop (docs/gitlab-differences.md).
 //!
 //! Layout: this module holds the handler, the re-verification and the walk over the
-//! subtree; [`chunks`] the chunk steps, [`sql`] their statements, [`report`] the
+//! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
 //! typed `done` results.
 
 use tokio_postgres::GenericClient;
