@@ -44,6 +44,22 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
         "workers::deliver_notification",
         crate::workers::deliver_notification::sql::ALL,
     ),
+    (
+        "gitlab::group_deletion",
+        crate::gitlab::group_deletion::sql::ALL,
+    ),
+    (
+        "batches::placeholder_user_cleanup",
+        crate::batches::placeholder_user_cleanup::sql::ALL,
+    ),
+    (
+        "workers::delete_placeholder_user",
+        crate::workers::delete_placeholder_user::sql::ALL,
+    ),
+    (
+        "workers::group_destroy",
+        crate::workers::group_destroy::sql::ALL,
+    ),
 ];
 
 /// Every statement the functions can run.

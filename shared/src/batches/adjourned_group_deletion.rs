@@ -6,10 +6,11 @@
 //! by `index × 20` s (the run-wide index travels in `cursor.index`; delays over 900 s
 //! become one-time schedules in the transport) and a restore when the scheduling user
 //! may no longer remove the group (⚑ D14), and the deadline continuation. It deletes
-//! nothing itself: `workers::group_destroy` re-verifies everything before it does.
+//! nothing itself: `workers::group_destroy` re-verifies everything before it does. Its
+//! `done` result is [`AdjournedGroupDeletionDone`].
 
 use chrono::NaiveDate;
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -22,7 +23,7 @@ use crate::messages::{
 };
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Invocation, Report};
+use crate::runtime::{Done, Invocation, Report};
 
 /// Groups per keyset page.
 pub const BATCH_SIZE: i64 = 100;
@@ -124,6 +125,52 @@ struct RunResult {
     skipped: u64,
     failed: u64,
     next: Option<GroupCursor>,
+}
+
+/// The `done` result of one invocation: `completed`, or `limit_reached` when the
+/// deadline guard stopped it and `next_cursor` continues the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdjournedGroupDeletionDone {
+    /// Due groups visited.
+    pub groups_due: u64,
+    /// `group-destroy.run` messages sent.
+    pub destroy_enqueued: u64,
+    /// Groups restored because the scheduling user may no longer remove them.
+    pub restored: u64,
+    /// Groups skipped (user missing, schedule changed).
+    pub skipped_groups: u64,
+    /// Groups whose processing failed.
+    pub failed_groups: u64,
+    /// The cutoff evaluated.
+    pub cutoff: NaiveDate,
+    /// Where the continuation resumes; `null` when the run completed.
+    pub next_cursor: Option<GroupCursor>,
+}
+
+impl Done for AdjournedGroupDeletionDone {
+    fn status(&self) -> &'static str {
+        if self.next_cursor.is_some() {
+            "limit_reached"
+        } else {
+            "completed"
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("destroy_enqueued", self.destroy_enqueued as f64),
+            ("restored", self.restored as f64),
+            ("failed", self.failed_groups as f64),
+        ]
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("groups_due", self.groups_due),
+            ("destroy_enqueued", self.destroy_enqueued),
+            ("restored", self.restored),
+            ("skipped_groups", self.skipped_groups),
+            ("failed_groups", self.failed_groups),
+        ]
+    }
 }
 
 async fn run<C>(
@@ -229,11 +276,6 @@ where
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (cutoff, r) = result?;
     unlocked?;
-    let status = if r.next.is_some() {
-        "limit_reached"
-    } else {
-        "completed"
-    };
     if let Some(cursor) = r.next {
         let next = env.continuation(
             FUNCTION,
@@ -245,26 +287,21 @@ where
         inv.continue_with(OutMessage::new(FUNCTION, 0, next))
             .await?;
     }
-    Ok(Report::untyped(
-        status,
-        json!({
-            "groups_due": r.due,
-            "destroy_enqueued": r.enqueued,
-            "restored": r.restored,
-            "skipped_groups": r.skipped,
-            "failed_groups": r.failed,
-            "cutoff": cutoff.to_string(),
-            "next_cursor": r.next,
-        }),
-    )
-    .metric("destroy_enqueued", r.enqueued as f64)
-    .metric("restored", r.restored as f64)
-    .metric("failed", r.failed as f64))
+    Ok(Report::new(AdjournedGroupDeletionDone {
+        groups_due: r.due,
+        destroy_enqueued: r.enqueued,
+        restored: r.restored,
+        skipped_groups: r.skipped,
+        failed_groups: r.failed,
+        cutoff,
+        next_cursor: r.next,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn delays_step_by_twenty_seconds_and_pass_sqs_limit_after_index_45() {
@@ -292,6 +329,43 @@ mod tests {
         assert_eq!(
             m.envelope.payload,
             json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
+        );
+    }
+
+    #[test]
+    fn the_done_line_keeps_its_fields() {
+        let mut done = AdjournedGroupDeletionDone {
+            groups_due: 3,
+            destroy_enqueued: 1,
+            restored: 1,
+            skipped_groups: 1,
+            failed_groups: 0,
+            cutoff: "2025-03-03".parse().unwrap(),
+            next_cursor: None,
+        };
+        assert_eq!(
+            Report::new(done.clone()).to_json(),
+            json!({"status": "completed", "groups_due": 3, "destroy_enqueued": 1,
+                   "restored": 1, "skipped_groups": 1, "failed_groups": 0,
+                   "cutoff": "2025-03-03", "next_cursor": null})
+        );
+        done.next_cursor = Some(GroupCursor {
+            group_id: 7,
+            index: 2,
+        });
+        let r = Report::new(done);
+        assert_eq!(r.status(), "limit_reached");
+        assert_eq!(
+            r.to_json()["next_cursor"],
+            json!({"group_id": 7, "index": 2})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![
+                ("destroy_enqueued", 1.0),
+                ("restored", 1.0),
+                ("failed", 0.0)
+            ]
         );
     }
 }

@@ -13,22 +13,24 @@
 //! rolls back to it alone and is logged and counted as step E says), and the group's
 //! children are sent before COMMIT in `send` calls of at most ten. A failed send rolls
 //! the whole group back and ends the record as a retryable failure (b70 §3.2). It
-//! never deletes anything: the child does that.
+//! never deletes anything: the child does that. Its statements are in `sql`, its
+//! `done` result is [`PlaceholderUserCleanupDone`].
 
 use chrono::{DateTime, Duration, Utc};
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::{GenericClient, Transaction};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::locks;
 use crate::messages::{
     delete_placeholder_user_key, DeletePlaceholderUserRun, DetailCursor, Envelope,
     PlaceholderUserCleanupRun,
 };
-use crate::queue::{OutMessage, SQS_BATCH};
-use crate::retry_transient;
-use crate::runtime::{Invocation, Report};
+use crate::queue::{self, OutMessage};
+use crate::runtime::{Done, Invocation, Report};
+
+pub(crate) mod sql;
 
 /// `MAX_ATTEMPTS`: deletion attempts per placeholder.
 pub const MAX_ATTEMPTS: i32 = 15;
@@ -66,13 +68,7 @@ async fn read_page<C: GenericClient>(
 ) -> Result<Vec<Detail>> {
     let rows = c
         .query(
-            "SELECT id::bigint, placeholder_user_id::bigint
-             FROM import_placeholder_user_details
-             WHERE namespace_id IS NULL
-               AND deletion_attempts < $1::int4
-               AND (last_deletion_attempt_at IS NULL OR last_deletion_attempt_at < $2::timestamptz)
-               AND id > $3::bigint
-             ORDER BY id LIMIT $4::int8",
+            sql::READ_PAGE,
             &[&MAX_ATTEMPTS, &retry_before, &after, &BATCH_SIZE],
         )
         .await?;
@@ -92,43 +88,67 @@ struct Claimed {
     placeholder_user_id: i64,
 }
 
+/// How one detail's claim ended. In every case the group transaction is still usable.
+#[derive(Debug)]
+enum Claim {
+    /// The attempt was counted.
+    Claimed(Claimed),
+    /// No longer eligible: nothing changed.
+    Stale,
+    /// The claim failed and was rolled back to its savepoint; the group goes on.
+    RolledBack(Error),
+}
+
 /// Step 2, the guarded claim, inside its own savepoint of the group transaction.
 ///
-/// `Ok(Ok(None))`: stale (no longer eligible). `Ok(Err(e))`: the detail failed and was
-/// rolled back to its savepoint; the group goes on. `Err(e)`: the savepoint could not
-/// be rolled back, so the group transaction is unusable.
+/// `Err(e)`: the savepoint could not be released or rolled back, so the group
+/// transaction is unusable.
 async fn claim_once(
     tx: &mut Transaction<'_>,
     id: i64,
     now: DateTime<Utc>,
     retry_before: DateTime<Utc>,
-) -> Result<Result<Option<Claimed>>> {
+) -> Result<Claim> {
     let sp = tx.transaction().await?;
     let row = sp
-        .query_opt(
-            "UPDATE import_placeholder_user_details
-             SET deletion_attempts = deletion_attempts + 1,
-                 last_deletion_attempt_at = $2::timestamptz,
-                 updated_at = $2::timestamptz
-             WHERE id = $1::bigint
-               AND namespace_id IS NULL
-               AND deletion_attempts < $3::int4
-               AND (last_deletion_attempt_at IS NULL OR last_deletion_attempt_at < $4::timestamptz)
-             RETURNING deletion_attempts::bigint, placeholder_user_id::bigint",
-            &[&id, &now, &MAX_ATTEMPTS, &retry_before],
-        )
+        .query_opt(sql::CLAIM, &[&id, &now, &MAX_ATTEMPTS, &retry_before])
         .await;
     match row {
-        Ok(row) => match sp.commit().await {
-            Ok(()) => Ok(Ok(row.map(|r| Claimed {
-                attempts: r.get(0),
-                placeholder_user_id: r.get(1),
-            }))),
-            Err(e) => Err(e.into()),
-        },
+        Ok(row) => {
+            sp.commit().await?;
+            Ok(row.map_or(Claim::Stale, |r| {
+                Claim::Claimed(Claimed {
+                    attempts: r.get(0),
+                    placeholder_user_id: r.get(1),
+                })
+            }))
+        }
         Err(e) => {
             sp.rollback().await?;
-            Ok(Err(e.into()))
+            Ok(Claim::RolledBack(e.into()))
+        }
+    }
+}
+
+/// [`claim_once`], again while it rolls back with a transient error, up to
+/// [`crate::error::TRANSIENT_RETRIES`] times with random back-off (common.md §7.4).
+async fn claim(
+    tx: &mut Transaction<'_>,
+    id: i64,
+    now: DateTime<Utc>,
+    retry_before: DateTime<Utc>,
+) -> Result<Claim> {
+    let mut attempt = 0u32;
+    loop {
+        match claim_once(tx, id, now, retry_before).await? {
+            Claim::RolledBack(e)
+                if e.is_transient() && attempt < crate::error::TRANSIENT_RETRIES =>
+            {
+                attempt += 1;
+                tracing::debug!(attempt, error = %e, "transient database error, retrying");
+                crate::error::transient_backoff().await;
+            }
+            c => return Ok(c),
         }
     }
 }
@@ -167,6 +187,55 @@ struct Progress {
     visited: u64,
 }
 
+/// The `done` result of one invocation: `completed`, or `limit_reached` when the
+/// deadline guard stopped it (a continuation was then sent).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlaceholderUserCleanupDone {
+    /// Whether the deadline guard stopped the run (`limit_reached`).
+    #[serde(skip)]
+    pub limit_reached: bool,
+    /// Children sent (attempts counted).
+    pub enqueued_count: u64,
+    /// Of those, final attempts (step 3's warning).
+    pub max_attempts_reached_count: u64,
+    /// Details no longer eligible when claimed.
+    pub stale_count: u64,
+    /// Details whose claim failed.
+    pub failed_count: u64,
+}
+
+impl Done for PlaceholderUserCleanupDone {
+    fn status(&self) -> &'static str {
+        if self.limit_reached {
+            "limit_reached"
+        } else {
+            "completed"
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("processed", self.enqueued_count as f64),
+            ("skipped", self.stale_count as f64),
+            ("failed", self.failed_count as f64),
+            (
+                "max_attempts_reached",
+                self.max_attempts_reached_count as f64,
+            ),
+        ]
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("enqueued_count", self.enqueued_count),
+            (
+                "max_attempts_reached_count",
+                self.max_attempts_reached_count,
+            ),
+            ("stale_count", self.stale_count),
+            ("failed_count", self.failed_count),
+        ]
+    }
+}
+
 /// Whether a group ran to its end or the deadline guard stopped it.
 enum GroupEnd {
     Done,
@@ -195,8 +264,8 @@ where
             end = GroupEnd::Deadline;
             break;
         }
-        match retry_transient!(claim_once(&mut tx, d.id, inv.now, retry_before).await?) {
-            Ok(Some(c)) => {
+        match claim(&mut tx, d.id, inv.now, retry_before).await? {
+            Claim::Claimed(c) => {
                 // Step 3.
                 if c.attempts >= i64::from(MAX_ATTEMPTS) {
                     p.max_attempts_reached += 1;
@@ -210,14 +279,14 @@ where
                 outbox.push(child(env, inv.now, c, p.index));
                 // `i` comes from the message: checked (the group rolls back on error).
                 p.index = p.index.checked_add(1).ok_or_else(|| {
-                    crate::error::Error::Malformed(
+                    Error::Malformed(
                         "invalid payload: field `cursor.index` leaves no room for another child"
                             .into(),
                     )
                 })?;
                 p.enqueued += 1;
             }
-            Ok(None) => {
+            Claim::Stale => {
                 p.stale += 1;
                 tracing::debug!(
                     detail_id = d.id,
@@ -225,8 +294,8 @@ where
                     "Placeholder user detail skipped: no longer eligible"
                 );
             }
-            Err(e) if e.is_connection_lost() => return Err(e),
-            Err(e) => {
+            Claim::RolledBack(e) if e.is_connection_lost() => return Err(e),
+            Claim::RolledBack(e) => {
                 // Step E: rolled back to the detail's savepoint; the group goes on.
                 p.failed += 1;
                 tracing::error!(
@@ -242,11 +311,9 @@ where
         p.last_visited = d.id;
     }
     // Send-then-commit; a failed send rolls back the whole group (§7.2 (b)).
-    for part in outbox.chunks(SQS_BATCH) {
-        if let Err(e) = inv.queue.send(part).await {
-            tx.rollback().await?;
-            return Err(e.into());
-        }
+    if let Err(e) = queue::send_outbox(inv.queue, &outbox).await {
+        tx.rollback().await?;
+        return Err(e.into());
     }
     tx.commit().await?;
     Ok(end)
@@ -299,11 +366,7 @@ where
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let next = result?;
     unlocked?;
-    let status = if next.is_some() {
-        "limit_reached"
-    } else {
-        "completed"
-    };
+    let limit_reached = next.is_some();
     if let Some(cursor) = next {
         let message = env.continuation(
             FUNCTION,
@@ -315,24 +378,19 @@ where
         inv.continue_with(OutMessage::new(FUNCTION, 0, message))
             .await?;
     }
-    Ok(Report::untyped(
-        status,
-        json!({
-            "enqueued_count": p.enqueued,
-            "max_attempts_reached_count": p.max_attempts_reached,
-            "stale_count": p.stale,
-            "failed_count": p.failed,
-        }),
-    )
-    .metric("processed", p.enqueued as f64)
-    .metric("skipped", p.stale as f64)
-    .metric("failed", p.failed as f64)
-    .metric("max_attempts_reached", p.max_attempts_reached as f64))
+    Ok(Report::new(PlaceholderUserCleanupDone {
+        limit_reached,
+        enqueued_count: p.enqueued,
+        max_attempts_reached_count: p.max_attempts_reached,
+        stale_count: p.stale,
+        failed_count: p.failed,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn retry_before_is_exactly_two_days_earlier() {
@@ -361,5 +419,31 @@ mod tests {
             json!({"placeholder_user_id": 53, "attempt": 3})
         );
         assert!(!child(&env, now, c, 900).needs_schedule());
+    }
+
+    #[test]
+    fn the_done_line_keeps_its_fields() {
+        let done = PlaceholderUserCleanupDone {
+            limit_reached: true,
+            enqueued_count: 4,
+            max_attempts_reached_count: 1,
+            stale_count: 2,
+            failed_count: 3,
+        };
+        let r = Report::new(done);
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "limit_reached", "enqueued_count": 4,
+                   "max_attempts_reached_count": 1, "stale_count": 2, "failed_count": 3})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![
+                ("processed", 4.0),
+                ("skipped", 2.0),
+                ("failed", 3.0),
+                ("max_attempts_reached", 1.0)
+            ]
+        );
     }
 }

@@ -8,13 +8,16 @@
 //! derived from committed state: after the group's row, the routes of its ancestors and
 //! its own are locked root first and read again, so a restore racing an ancestor's
 //! restore waits for it and builds on the ancestor's new path. It decides
-//! nothing about permissions and never commits: callers choose the transaction.
+//! nothing about permissions and never commits: callers choose the transaction. Its
+//! statements are in `sql`.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::gitlab::hierarchy;
+
+pub(crate) mod sql;
 
 /// `DEFAULT_PERIOD_DAYS`: the period when `application_settings` has no row.
 pub const DEFAULT_PERIOD_DAYS: i32 = 7;
@@ -38,13 +41,7 @@ pub struct Schedule {
 
 /// `:period`: `deletion_adjourned_period` of the highest-id settings row, or 7.
 pub async fn deletion_adjourned_period<C: GenericClient>(c: &C) -> Result<i32> {
-    let row = c
-        .query_opt(
-            "SELECT deletion_adjourned_period::int4 FROM application_settings
-             ORDER BY id DESC LIMIT 1",
-            &[],
-        )
-        .await?;
+    let row = c.query_opt(sql::DELETION_ADJOURNED_PERIOD, &[]).await?;
     Ok(row.map(|r| r.get(0)).unwrap_or(DEFAULT_PERIOD_DAYS))
 }
 
@@ -63,11 +60,7 @@ pub async fn due_page<C: GenericClient>(
 ) -> Result<Vec<Schedule>> {
     let rows = c
         .query(
-            "SELECT n.id::bigint, s.user_id::bigint, s.marked_for_deletion_on
-             FROM namespaces n JOIN group_deletion_schedules s ON s.group_id = n.id
-             WHERE n.type = 'Group' AND s.marked_for_deletion_on <= $1::date
-               AND n.id > $2::bigint
-             ORDER BY n.id LIMIT $3",
+            sql::DUE_PAGE,
             &[&cutoff, &after.unwrap_or(i64::MIN), &limit],
         )
         .await?;
@@ -83,13 +76,7 @@ pub async fn due_page<C: GenericClient>(
 
 /// The schedule row of one group, if any.
 pub async fn schedule_of<C: GenericClient>(c: &C, group_id: i64) -> Result<Option<Schedule>> {
-    let row = c
-        .query_opt(
-            "SELECT group_id::bigint, user_id::bigint, marked_for_deletion_on
-             FROM group_deletion_schedules WHERE group_id = $1::bigint",
-            &[&group_id],
-        )
-        .await?;
+    let row = c.query_opt(sql::SCHEDULE_OF, &[&group_id]).await?;
     Ok(row.map(|r| Schedule {
         group_id: r.get(0),
         user_id: r.get(1),
@@ -99,12 +86,7 @@ pub async fn schedule_of<C: GenericClient>(c: &C, group_id: i64) -> Result<Optio
 
 /// Whether a namespace `id` exists with `type = 'Group'`.
 pub async fn group_exists<C: GenericClient>(c: &C, id: i64) -> Result<bool> {
-    Ok(c.query_opt(
-        "SELECT 1 FROM namespaces WHERE id = $1::bigint AND type = 'Group'",
-        &[&id],
-    )
-    .await?
-    .is_some())
+    Ok(c.query_opt(sql::GROUP_EXISTS, &[&id]).await?.is_some())
 }
 
 /// `s` without a `SUFFIX_RE` match (`-deletion_scheduled-<digits>` or the legacy
@@ -157,17 +139,7 @@ pub enum Restore {
 
 /// Namespaces of any type strictly below `group_id` (subgroups and project namespaces).
 async fn namespaces_below<C: GenericClient>(c: &C, group_id: i64) -> Result<Vec<i64>> {
-    let rows = c
-        .query(
-            "WITH g AS (SELECT traversal_ids AS t FROM namespaces WHERE id = $1::bigint)
-             SELECT n.id::bigint FROM g, namespaces n
-             WHERE n.traversal_ids > g.t
-               AND n.traversal_ids < (g.t[1:cardinality(g.t) - 1] || (g.t[cardinality(g.t)] + 1))
-               AND $1::bigint = ANY(n.traversal_ids) AND n.id <> $1::bigint
-             ORDER BY n.id",
-            &[&group_id],
-        )
-        .await?;
+    let rows = c.query(sql::NAMESPACES_BELOW, &[&group_id]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -200,14 +172,7 @@ pub async fn restore_group<C: GenericClient>(
     expected: Expected,
 ) -> Result<Restore> {
     // Step 1: the schedule row, locked.
-    let Some(row) = c
-        .query_opt(
-            "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
-             WHERE group_id = $1::bigint FOR UPDATE",
-            &[&group_id],
-        )
-        .await?
-    else {
+    let Some(row) = c.query_opt(sql::LOCK_SCHEDULE, &[&group_id]).await? else {
         return Ok(Restore::NotScheduled);
     };
     let schedule = Schedule {
@@ -218,14 +183,7 @@ pub async fn restore_group<C: GenericClient>(
     if schedule.user_id != expected.user_id || schedule.marked_for_deletion_on > expected.cutoff {
         return Ok(Restore::Changed(schedule));
     }
-    let Some(g) = c
-        .query_opt(
-            "SELECT name, path, parent_id::bigint, traversal_ids::bigint[] FROM namespaces
-             WHERE id = $1::bigint AND type = 'Group' FOR UPDATE",
-            &[&group_id],
-        )
-        .await?
-    else {
+    let Some(g) = c.query_opt(sql::LOCK_GROUP, &[&group_id]).await? else {
         return Ok(Restore::NotScheduled);
     };
     // The routes of the group's ancestors and its own, root first, locked: a restore
@@ -233,24 +191,10 @@ pub async fn restore_group<C: GenericClient>(
     // reads the committed paths. Two restores in one tree take these locks in the same
     // order, so they serialize instead of deadlocking.
     let traversal: Vec<i64> = g.get(3);
-    c.execute(
-        "SELECT count(*) FROM (
-           SELECT r.id FROM routes r
-           WHERE r.source_type = 'Namespace' AND r.source_id = ANY($1::bigint[])
-           ORDER BY array_position($1::bigint[], r.source_id::bigint), r.id
-           FOR UPDATE) AS locked",
-        &[&traversal],
-    )
-    .await?;
+    c.execute(sql::LOCK_ANCESTOR_ROUTES, &[&traversal]).await?;
     let parent_id: Option<i64> = g.get(2);
     let routes = c
-        .query_one(
-            "SELECT (SELECT path FROM routes WHERE source_type = 'Namespace' AND source_id = $1::bigint),
-                    (SELECT name FROM routes WHERE source_type = 'Namespace' AND source_id = $1::bigint),
-                    (SELECT path FROM routes WHERE source_type = 'Namespace' AND source_id = $2::bigint),
-                    (SELECT name FROM routes WHERE source_type = 'Namespace' AND source_id = $2::bigint)",
-            &[&group_id, &parent_id],
-        )
+        .query_one(sql::ROUTES_OF_GROUP_AND_PARENT, &[&group_id, &parent_id])
         .await?;
     let (name, path): (String, String) = (g.get(0), g.get(1));
     let parent_path: Option<String> = routes.get(2);
@@ -270,11 +214,7 @@ pub async fn restore_group<C: GenericClient>(
         let full_path = full(&candidate, &parent_path, "/");
         async move {
             let row = c
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM routes WHERE lower(path) = lower($1)
-                       AND NOT (source_type = 'Namespace' AND source_id = $2::bigint))",
-                    &[&full_path, &group_id],
-                )
+                .query_one(sql::PATH_TAKEN, &[&full_path, &group_id])
                 .await?;
             Ok(row.get::<_, bool>(0))
         }
@@ -285,12 +225,7 @@ pub async fn restore_group<C: GenericClient>(
         "name",
         |candidate| async move {
             let row = c
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM namespaces
-                   WHERE parent_id IS NOT DISTINCT FROM $1::bigint AND type = 'Group'
-                     AND name = $2 AND id <> $3::bigint)",
-                    &[&parent_id, &candidate, &group_id],
-                )
+                .query_one(sql::NAME_TAKEN, &[&parent_id, &candidate, &group_id])
                 .await?;
             Ok(row.get::<_, bool>(0))
         },
@@ -299,30 +234,18 @@ pub async fn restore_group<C: GenericClient>(
     let new_full_path = full(&new_path, &parent_path, "/");
     let new_full_name = full(&new_name, &parent_name, " / ");
     // Step 5.
-    c.execute(
-        "UPDATE namespaces SET name = $2, path = $3, updated_at = $4::timestamptz
-         WHERE id = $1::bigint",
-        &[&group_id, &new_name, &new_path, &now],
-    )
-    .await?;
+    c.execute(sql::RENAME_GROUP, &[&group_id, &new_name, &new_path, &now])
+        .await?;
     // Step 6: the group's own route, then every route below it.
     c.execute(
-        "UPDATE routes SET path = $2, name = $3, updated_at = $4::timestamptz
-         WHERE source_type = 'Namespace' AND source_id = $1::bigint",
+        sql::UPDATE_GROUP_ROUTE,
         &[&group_id, &new_full_path, &new_full_name, &now],
     )
     .await?;
     let namespaces = namespaces_below(c, group_id).await?;
     let projects = hierarchy::projects_under(c, group_id).await?;
     c.execute(
-        "UPDATE routes SET
-           path = $2 || substr(path, char_length($1) + 1),
-           name = CASE WHEN left(name, char_length($3)) = $3
-                       THEN $4 || substr(name, char_length($3) + 1) ELSE name END,
-           updated_at = $5::timestamptz
-         WHERE ((source_type = 'Namespace' AND source_id = ANY($6::bigint[]))
-             OR (source_type = 'Project' AND source_id = ANY($7::bigint[])))
-           AND left(path, char_length($1)) = $1",
+        sql::REPREFIX_ROUTES_BELOW,
         &[
             &format!("{old_full_path}/"),
             &format!("{new_full_path}/"),
@@ -335,11 +258,7 @@ pub async fn restore_group<C: GenericClient>(
     )
     .await?;
     // Step 7.
-    c.execute(
-        "DELETE FROM group_deletion_schedules WHERE group_id = $1::bigint",
-        &[&group_id],
-    )
-    .await?;
+    c.execute(sql::DELETE_SCHEDULE, &[&group_id]).await?;
     Ok(Restore::Restored {
         full_path: new_full_path,
     })

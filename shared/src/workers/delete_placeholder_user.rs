@@ -7,9 +7,10 @@
 //! Phase 2 (`workers::delete_user`) deletes the row; the detail row follows through
 //! the FK cascade. A missing or non-placeholder user is a silent success, so replays
 //! and duplicates are harmless. It never touches the detail row: the attempt was
-//! counted by the cron batch.
+//! counted by the cron batch. Its statements are in `sql`, its `done` result is
+//! [`DeletePlaceholderUserDone`].
 
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -18,7 +19,9 @@ use crate::gitlab::user_type;
 use crate::messages::{DeletePlaceholderUserRun, Envelope};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Invocation, Report};
+use crate::runtime::{Done, Invocation, Report};
+
+pub(crate) mod sql;
 
 /// The reason phase 1 records and passes on to `delete-user`.
 pub const REMOVAL_REASON: &str = "Placeholder user cleanup";
@@ -27,22 +30,35 @@ pub const REFERENCED_WARNING: &str =
     "Unable to delete placeholder user because it is still referenced in other tables";
 
 /// How one message ended: the `outcome` field of `done` (§7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The user is gone.
     NotFound,
+    /// The user is no longer a placeholder.
     NotPlaceholder,
+    /// A contribution still names the placeholder as author.
     Referenced,
+    /// Phase 1 ran: `delete-user.run` was sent.
     Scheduled,
+    /// Phase 1 refused (it has logged why).
     Refused,
 }
 
-impl Outcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::NotFound => "not_found",
-            Outcome::NotPlaceholder => "not_placeholder",
-            Outcome::Referenced => "referenced",
-            Outcome::Scheduled => "scheduled",
+/// The `done` result: the outcome and the placeholder.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeletePlaceholderUserDone {
+    /// How the message ended.
+    pub outcome: Outcome,
+    /// The placeholder user of the message.
+    pub placeholder_user_id: i64,
+}
+
+impl Done for DeletePlaceholderUserDone {
+    fn status(&self) -> &'static str {
+        match self.outcome {
+            Outcome::NotFound | Outcome::NotPlaceholder => "stale",
+            Outcome::Referenced | Outcome::Scheduled => "completed",
             Outcome::Refused => "refused",
         }
     }
@@ -55,13 +71,7 @@ where
 {
     let tx = client.transaction().await?;
     // Steps 1 and 2.
-    let Some(row) = tx
-        .query_opt(
-            "SELECT user_type::int2 FROM users WHERE id = $1::bigint",
-            &[&u],
-        )
-        .await?
-    else {
+    let Some(row) = tx.query_opt(sql::USER_TYPE, &[&u]).await? else {
         tx.commit().await?;
         return Ok(Outcome::NotFound);
     };
@@ -70,15 +80,7 @@ where
         return Ok(Outcome::NotPlaceholder);
     }
     // Step 3 (⚑ D17: the subset's contribution tables only).
-    let referenced: bool = tx
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM issues WHERE author_id = $1::bigint)
-                 OR EXISTS (SELECT 1 FROM merge_requests WHERE author_id = $1::bigint)
-                 OR EXISTS (SELECT 1 FROM notes WHERE author_id = $1::bigint)",
-            &[&u],
-        )
-        .await?
-        .get(0);
+    let referenced: bool = tx.query_one(sql::REFERENCED, &[&u]).await?.get(0);
     if referenced {
         tx.commit().await?;
         return Ok(Outcome::Referenced);
@@ -109,20 +111,18 @@ where
     let p: DeletePlaceholderUserRun = env.payload()?;
     let u = p.placeholder_user_id;
     let outcome = retry_transient!(process(inv, &env.run_id, client, u).await)?;
-    let status = match outcome {
+    match outcome {
         Outcome::NotFound => {
             tracing::debug!(
                 placeholder_user_id = u,
                 "delete-placeholder-user skipped: user not found"
             );
-            "stale"
         }
         Outcome::NotPlaceholder => {
             tracing::debug!(
                 placeholder_user_id = u,
                 "delete-placeholder-user skipped: not a placeholder user"
             );
-            "stale"
         }
         Outcome::Referenced => {
             tracing::warn!(
@@ -130,7 +130,6 @@ where
                 attempt = p.attempt,
                 "{REFERENCED_WARNING}"
             );
-            "completed"
         }
         Outcome::Scheduled => {
             tracing::info!(
@@ -138,13 +137,38 @@ where
                 attempt = p.attempt,
                 "Placeholder user deletion scheduled"
             );
-            "completed"
         }
         // Phase 1 has logged why.
-        Outcome::Refused => "refused",
-    };
-    Ok(Report::untyped(
-        status,
-        json!({ "outcome": outcome.as_str(), "placeholder_user_id": u }),
-    ))
+        Outcome::Refused => {}
+    }
+    Ok(Report::new(DeletePlaceholderUserDone {
+        outcome,
+        placeholder_user_id: u,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_done_line_keeps_its_fields() {
+        for (outcome, status, name) in [
+            (Outcome::NotFound, "stale", "not_found"),
+            (Outcome::NotPlaceholder, "stale", "not_placeholder"),
+            (Outcome::Referenced, "completed", "referenced"),
+            (Outcome::Scheduled, "completed", "scheduled"),
+            (Outcome::Refused, "refused", "refused"),
+        ] {
+            let r = Report::new(DeletePlaceholderUserDone {
+                outcome,
+                placeholder_user_id: 53,
+            });
+            assert_eq!(
+                r.to_json(),
+                json!({"status": status, "outcome": name, "placeholder_user_id": 53})
+            );
+        }
+    }
 }

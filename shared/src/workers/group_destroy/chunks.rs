@@ -1,0 +1,322 @@
+//! The chunk steps of `group-destroy` (b51 §4.2–§4.4): each chunk is one
+//! transaction that first re-checks, under the locks a restore or a transfer also
+//! takes, that the group is still scheduled as the message says and that its project
+//! or subgroup still lies under the group; then it deletes one slice of the subtree
+//! (up to `CONTRIBUTION_BATCH` contributions of one table, one project, or one group
+//! with its orphan project namespaces) and sends the `delete-user` messages of the
+//! bots it removed before COMMIT. It decides nothing about order or budgets: the walk
+//! in the parent module does.
+
+use chrono::NaiveDate;
+use tokio_postgres::GenericClient;
+
+use super::sql;
+use crate::error::Result;
+use crate::gitlab::user_removal::{self, RemovalRequest};
+use crate::messages::{Envelope, GroupDestroyRun};
+use crate::queue::OutMessage;
+use crate::runtime::Invocation;
+
+/// Rows per statement when a project's contributions are deleted.
+pub const CONTRIBUTION_BATCH: i64 = 1000;
+/// The reason passed to phase 1 for the bots of a destroyed group or project.
+pub const REMOVAL_REASON: &str = "Group deleted";
+
+/// A contribution table, each with its own chunk statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Contribution {
+    Issues,
+    MergeRequests,
+    Notes,
+}
+
+impl Contribution {
+    /// The contribution tables, in deletion order.
+    pub(super) const ALL: [Contribution; 3] = [
+        Contribution::Issues,
+        Contribution::MergeRequests,
+        Contribution::Notes,
+    ];
+
+    /// The statement deleting one chunk of this table for a project.
+    fn statement(self) -> &'static str {
+        match self {
+            Contribution::Issues => sql::DELETE_ISSUES_CHUNK,
+            Contribution::MergeRequests => sql::DELETE_MERGE_REQUESTS_CHUNK,
+            Contribution::Notes => sql::DELETE_NOTES_CHUNK,
+        }
+    }
+}
+
+/// What locking a project found.
+enum ProjectLock {
+    /// The project is gone.
+    Gone,
+    /// It no longer lies under the group being destroyed.
+    Left,
+    /// Locked and still under the group.
+    Under {
+        /// Its project namespace, if any.
+        project_namespace: Option<i64>,
+    },
+}
+
+/// The projects directly in namespace `g`, ascending.
+pub(super) async fn projects_in<C: GenericClient>(c: &C, g: i64) -> Result<Vec<i64>> {
+    let rows = c.query(sql::PROJECTS_IN, &[&g]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// What a chunk found under its locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Chunk {
+    /// It deleted rows (contributions: how many; project or group: 1).
+    Deleted(u64),
+    /// Nothing left to delete (already gone, or the table is finished for the project).
+    Nothing,
+    /// The project or subgroup no longer belongs to the group being destroyed: skipped.
+    Left,
+    /// The group's schedule is gone or no longer the message's: stop the invocation.
+    Unscheduled,
+    /// The group still holds namespaces or projects this pass did not delete.
+    NotEmpty(Vec<String>),
+}
+
+/// What every chunk re-checks first (one transaction, under locks that a transfer or a
+/// restore also takes): the root's schedule row `FOR SHARE`, still the message's user and
+/// still due under the cutoff evaluated at verification. A restore deletes the row: it
+/// waits for the running chunk, and once it has committed no further chunk starts. (A
+/// restore still waiting when a chunk commits can lose the freed row lock to the next
+/// chunk, since PostgreSQL does not queue row locks across a commit; it then commits at
+/// a later chunk boundary.)
+async fn still_scheduled<C: GenericClient>(
+    c: &C,
+    p: &GroupDestroyRun,
+    cutoff: NaiveDate,
+) -> Result<bool> {
+    let row = c.query_opt(sql::SHARE_SCHEDULE, &[&p.group_id]).await?;
+    Ok(row.is_some_and(|r| r.get::<_, i64>(0) == p.user_id && r.get::<_, NaiveDate>(1) <= cutoff))
+}
+
+/// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: a transfer
+/// of the project, or of any group above it, updates one of the two rows, since moving
+/// a group rewrites the `traversal_ids` of everything below it), then tell whether it
+/// still lies under `root`.
+async fn lock_project<C: GenericClient>(c: &C, root: i64, project: i64) -> Result<ProjectLock> {
+    let Some(row) = c.query_opt(sql::LOCK_PROJECT, &[&project]).await? else {
+        return Ok(ProjectLock::Gone);
+    };
+    let ns: i64 = row.get(0);
+    let under: bool = c
+        .query_opt(sql::SHARE_NAMESPACE_UNDER, &[&ns, &root])
+        .await?
+        .is_some_and(|r| r.get(0));
+    Ok(if under {
+        ProjectLock::Under {
+            project_namespace: row.get(1),
+        }
+    } else {
+        ProjectLock::Left
+    })
+}
+
+/// Chunk "contributions t of p": at most `CONTRIBUTION_BATCH` rows, lowest ids first,
+/// in one transaction, only while p is locked and still under the group, and the group
+/// is still scheduled.
+pub(super) async fn contributions_chunk<C>(
+    client: &mut C,
+    p: &GroupDestroyRun,
+    cutoff: NaiveDate,
+    table: Contribution,
+    project: i64,
+) -> Result<Chunk>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    if !still_scheduled(&tx, p, cutoff).await? {
+        tx.commit().await?;
+        return Ok(Chunk::Unscheduled);
+    }
+    let chunk = match lock_project(&tx, p.group_id, project).await? {
+        ProjectLock::Gone => Chunk::Nothing,
+        ProjectLock::Left => Chunk::Left,
+        ProjectLock::Under { .. } => {
+            let n = tx
+                .execute(table.statement(), &[&project, &CONTRIBUTION_BATCH])
+                .await?;
+            if n == 0 {
+                Chunk::Nothing
+            } else {
+                Chunk::Deleted(n)
+            }
+        }
+    };
+    tx.commit().await?;
+    Ok(chunk)
+}
+
+/// Phase 1 for every project bot with a membership of the source, ascending ids
+/// (§4.3 row 2, §4.4 row 2). The `delete-user` messages go into `outbox`.
+async fn remove_bots<C: GenericClient>(
+    c: &C,
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    initiator: i64,
+    source_type: &str,
+    source_id: i64,
+    outbox: &mut Vec<OutMessage>,
+) -> Result<()> {
+    let bots: Vec<i64> = c
+        .query(sql::BOTS_OF_SOURCE, &[&source_type, &source_id])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for bot in bots {
+        let req = RemovalRequest {
+            user_id: bot,
+            initiator: Some(initiator),
+            reason: REMOVAL_REASON,
+            extra_affected: &[],
+        };
+        user_removal::schedule_removal(c, inv.now, &env.run_id, &req, outbox).await?;
+    }
+    Ok(())
+}
+
+/// Memberships (invites and requests included) and notification settings of a source.
+async fn delete_source_rows<C: GenericClient>(
+    c: &C,
+    source_type: &str,
+    source_id: i64,
+) -> Result<()> {
+    c.execute(sql::DELETE_SOURCE_MEMBERS, &[&source_type, &source_id])
+        .await?;
+    c.execute(
+        sql::DELETE_SOURCE_NOTIFICATION_SETTINGS,
+        &[&source_type, &source_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Chunk "project p" (§4.3), after the same re-checks as a contributions chunk.
+pub(super) async fn project_chunk<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    msg: &GroupDestroyRun,
+    cutoff: NaiveDate,
+    p: i64,
+) -> Result<Chunk>
+where
+    C: GenericClient + Send + Sync,
+{
+    let user_id = msg.user_id;
+    let tx = client.transaction().await?;
+    if !still_scheduled(&tx, msg, cutoff).await? {
+        tx.commit().await?;
+        return Ok(Chunk::Unscheduled);
+    }
+    let project_namespace = match lock_project(&tx, msg.group_id, p).await? {
+        ProjectLock::Gone => {
+            tx.commit().await?;
+            return Ok(Chunk::Nothing);
+        }
+        ProjectLock::Left => {
+            tx.commit().await?;
+            return Ok(Chunk::Left);
+        }
+        ProjectLock::Under { project_namespace } => project_namespace,
+    };
+    let mut outbox = Vec::new();
+    remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
+    delete_source_rows(&tx, "Project", p).await?;
+    tx.execute(sql::DELETE_PROJECT_AUTHORIZATIONS, &[&p])
+        .await?;
+    tx.execute(sql::DELETE_PROJECT_HOOKS, &[&p]).await?;
+    tx.execute(sql::DELETE_PROJECT_ROUTES, &[&p, &project_namespace])
+        .await?;
+    tx.execute(sql::DELETE_PROJECT, &[&p]).await?;
+    if let Some(ns) = project_namespace {
+        tx.execute(sql::DELETE_PROJECT_NAMESPACE, &[&ns]).await?;
+    }
+    // Send-then-commit (common.md §9.5).
+    inv.queue.send(&outbox).await?;
+    tx.commit().await?;
+    Ok(Chunk::Deleted(1))
+}
+
+/// Chunk "group g" (§4.4): g locked and still under the group being destroyed (the
+/// root itself always is), its orphan project namespaces deleted with it, and nothing
+/// else left below it (what a transfer brought in after the listing waits for the next
+/// pass).
+pub(super) async fn group_chunk<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    msg: &GroupDestroyRun,
+    cutoff: NaiveDate,
+    g: i64,
+) -> Result<Chunk>
+where
+    C: GenericClient + Send + Sync,
+{
+    let user_id = msg.user_id;
+    let tx = client.transaction().await?;
+    if !still_scheduled(&tx, msg, cutoff).await? {
+        tx.commit().await?;
+        return Ok(Chunk::Unscheduled);
+    }
+    let Some(row) = tx
+        .query_opt(sql::LOCK_GROUP_UNDER, &[&g, &msg.group_id])
+        .await?
+    else {
+        tx.commit().await?;
+        return Ok(Chunk::Nothing);
+    };
+    if !row.get::<_, bool>(0) {
+        tx.commit().await?;
+        return Ok(Chunk::Left);
+    }
+    // Orphan project namespaces directly below g: GitLab never leaves one behind on
+    // purpose, but one blocks the group's deletion (`namespaces.parent_id` restricts),
+    // so the subtree takes it along with its route.
+    let orphans = tx.query(sql::LOCK_ORPHANS, &[&g]).await?;
+    let orphans: Vec<i64> = orphans.iter().map(|r| r.get(0)).collect();
+    if !orphans.is_empty() {
+        tx.execute(sql::DELETE_NAMESPACE_ROUTES, &[&orphans])
+            .await?;
+        tx.execute(sql::DELETE_NAMESPACES, &[&orphans]).await?;
+        for o in &orphans {
+            tracing::info!(
+                group_id = msg.group_id,
+                namespace_id = *o,
+                parent_id = g,
+                "Group destroy removed an orphan project namespace"
+            );
+        }
+    }
+    let left: Vec<String> = tx
+        .query(sql::LEFT_BELOW_GROUP, &[&g])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !left.is_empty() {
+        tx.commit().await?;
+        return Ok(Chunk::NotEmpty(left));
+    }
+    let mut outbox = Vec::new();
+    remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
+    delete_source_rows(&tx, "Namespace", g).await?;
+    tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
+    tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
+    tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
+    // FK effects: see `sql::DELETE_GROUP` (schema.md §4).
+    tx.execute(sql::DELETE_GROUP, &[&g]).await?;
+    inv.queue.send(&outbox).await?;
+    tx.commit().await?;
+    Ok(Chunk::Deleted(1))
+}

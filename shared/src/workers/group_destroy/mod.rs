@@ -1,0 +1,385 @@
+//! B51 `group-destroy` (b51-adjourned-group-deletion.md §4, ⚑ D14–D16).
+//!
+//! Owns: the per-group try-lock, the re-verification of every precondition at
+//! execution time (group, schedule, same user, still due under the current period,
+//! user exists and is active, still allowed `remove_group`; permission lost means
+//! restore), and the depth-first destruction in chunks, each chunk one transaction:
+//! a project's issues, merge requests and notes in statements of 1000 rows, then the
+//! project with its memberships, bots (phase 1 of user removal), notification
+//! settings, authorizations, hooks, routes and project namespace; then each group,
+//! deepest first. Under its budget it re-sends the same message (same key, `hop + 1`).
+//! Idempotent: rows already gone are simply not found again. It touches no storage
+//! (⚑ D15).
+//!
+//! It never deletes what has left the group: every chunk, contributions included, runs
+//! in its own transaction that first takes the root's schedule row `FOR SHARE` (a
+//! restore deletes it: the invocation stops as soon as it is gone or no longer the
+//! message's) and then the row a transfer must also take — the project row and its
+//! namespace row, or the subgroup's row — and re-checks that it still lies under the
+//! group; a project or subgroup that moved away is skipped with a warning. Orphan
+//! project namespaces (type 'Project' without a `projects` row) directly below a group
+//! are deleted with it, with their routes. Anything else still below a group after a
+//! pass (moved in after the listing) gets another pass; a pass that deletes nothing
+//! ends the message as `blocked` with an error line naming the rows, never a retry
+//! loop (docs/gitlab-differences.md).
+//!
+//! Layout: this module holds the handler, the re-verification and the walk over the
+//! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
+//! typed `done` results.
+
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::gitlab::group_deletion::{self, Expected, Restore};
+use crate::gitlab::{hierarchy, permissions};
+use crate::locks;
+use crate::messages::{Envelope, GroupDestroyRun};
+use crate::queue::OutMessage;
+use crate::retry_transient;
+use crate::runtime::{Budget, Invocation, Report};
+
+mod chunks;
+mod report;
+pub(crate) mod sql;
+
+use chunks::{Chunk, Contribution};
+pub use chunks::{CONTRIBUTION_BATCH, REMOVAL_REASON};
+pub use report::{Deleted, GroupDestroyDone, GroupDestroyLocked, Outcome};
+
+/// The try-lock key of one group (common.md §7.3).
+pub fn lock_key_string(group_id: i64) -> String {
+    format!("group-destroy:{group_id}")
+}
+
+/// What the re-verification of §4.1 decided.
+enum Verified {
+    /// Every precondition holds: destroy.
+    Proceed,
+    /// The message ends here, as `outcome` (stale, inactive user, or restored).
+    Stop(Outcome),
+}
+
+async fn restore<C>(
+    client: &mut C,
+    group_id: i64,
+    now: chrono::DateTime<chrono::Utc>,
+    expected: Expected,
+) -> Result<Restore>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client.transaction().await?;
+    let r = group_deletion::restore_group(&tx, group_id, now, expected).await?;
+    tx.commit().await?;
+    Ok(r)
+}
+
+/// §4.1 steps 2–8.
+async fn verify<C>(inv: &Invocation<'_>, client: &mut C, p: &GroupDestroyRun) -> Result<Verified>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (g, u) = (p.group_id, p.user_id);
+    if !group_deletion::group_exists(&*client, g).await? {
+        tracing::info!(group_id = g, "Group destroy skipped: group not found");
+        return Ok(Verified::Stop(Outcome::GroupNotFound));
+    }
+    let Some(schedule) = group_deletion::schedule_of(&*client, g).await? else {
+        tracing::info!(
+            group_id = g,
+            "Group destroy skipped: group no longer scheduled for deletion"
+        );
+        return Ok(Verified::Stop(Outcome::NotScheduled));
+    };
+    if schedule.user_id != u {
+        tracing::info!(
+            group_id = g,
+            user_id = u,
+            scheduled_by = schedule.user_id,
+            "Group destroy skipped: scheduling user changed"
+        );
+        return Ok(Verified::Stop(Outcome::UserChanged));
+    }
+    let period = group_deletion::deletion_adjourned_period(&*client).await?;
+    let cutoff = group_deletion::cutoff(inv.today(), period);
+    if schedule.marked_for_deletion_on > cutoff {
+        tracing::info!(
+            group_id = g,
+            marked_for_deletion_on = %schedule.marked_for_deletion_on,
+            cutoff = %cutoff,
+            "Group destroy skipped: deletion not yet due"
+        );
+        return Ok(Verified::Stop(Outcome::NotDue));
+    }
+    let Some(user) = permissions::load_actor(&*client, u).await? else {
+        tracing::warn!(
+            group_id = g,
+            user_id = u,
+            "Group destroy skipped: user not found"
+        );
+        return Ok(Verified::Stop(Outcome::UserNotFound));
+    };
+    if !user.active {
+        let state: Option<String> = client.query_one(sql::USER_STATE, &[&u]).await?.get(0);
+        tracing::error!(
+            group_id = g,
+            user_id = u,
+            user_state = state.as_deref(),
+            "Group destroy failed: user is not active"
+        );
+        return Ok(Verified::Stop(Outcome::UserNotActive));
+    }
+    if permissions::remove_group(&*client, &user, g).await? {
+        return Ok(Verified::Proceed);
+    }
+    let expected = Expected { user_id: u, cutoff };
+    Ok(Verified::Stop(
+        match retry_transient!(restore(client, g, inv.now, expected).await)? {
+            Restore::Restored { full_path } => {
+                tracing::warn!(
+                    group_id = g,
+                    user_id = u,
+                    full_path = full_path.as_str(),
+                    "Group destroy unauthorized: group restored"
+                );
+                Outcome::Restored
+            }
+            Restore::NotScheduled => {
+                tracing::info!(
+                    group_id = g,
+                    "Group destroy skipped: group no longer scheduled for deletion"
+                );
+                Outcome::NotScheduled
+            }
+            Restore::Changed(s) if s.user_id != u => {
+                tracing::info!(
+                    group_id = g,
+                    user_id = u,
+                    scheduled_by = s.user_id,
+                    "Group destroy skipped: scheduling user changed"
+                );
+                Outcome::UserChanged
+            }
+            Restore::Changed(_) => {
+                tracing::info!(group_id = g, "Group destroy skipped: deletion not yet due");
+                Outcome::NotDue
+            }
+        },
+    ))
+}
+
+/// §4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
+/// listed at the start of a pass; every chunk then re-checks under its locks that the
+/// group is still scheduled as the message says (otherwise the invocation stops) and
+/// that its project or subgroup still lies under the group (otherwise it is skipped with
+/// a log line). A pass that leaves the root in place (something was moved in after the
+/// listing) is followed by another; a pass that changed nothing ends the message as
+/// blocked, with a line naming what blocks the deletion.
+async fn destroy<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    p: &GroupDestroyRun,
+    budget: Budget,
+) -> Result<(Outcome, Deleted)>
+where
+    C: GenericClient + Send + Sync,
+{
+    let period = group_deletion::deletion_adjourned_period(&*client).await?;
+    let cutoff = group_deletion::cutoff(inv.today(), period);
+    let mut n = Deleted::default();
+    // A chunk that deleted rows is one unit of progress; only after one may we stop.
+    let mut progressed = false;
+    let stop = |progressed: bool| progressed && (budget.exhausted() || inv.deadline.reached());
+    loop {
+        let mut pass_progress = false;
+        let mut blockers: Vec<String> = Vec::new();
+        let groups = hierarchy::descendant_groups_deepest_first(&*client, p.group_id).await?;
+        if groups.is_empty() {
+            return Ok((Outcome::Destroyed, n));
+        }
+        for g in groups {
+            'project: for project in chunks::projects_in(&*client, g).await? {
+                for table in Contribution::ALL {
+                    loop {
+                        if stop(progressed) {
+                            return Ok((Outcome::Continuing, n));
+                        }
+                        match retry_transient!(
+                            chunks::contributions_chunk(client, p, cutoff, table, project).await
+                        )? {
+                            Chunk::Deleted(k) => {
+                                n.contributions += k;
+                                progressed = true;
+                                pass_progress = true;
+                            }
+                            // This table is finished for the project: not a unit.
+                            Chunk::Nothing | Chunk::NotEmpty(_) => break,
+                            Chunk::Left => {
+                                left_project(p, project);
+                                continue 'project;
+                            }
+                            Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                        }
+                    }
+                }
+                if stop(progressed) {
+                    return Ok((Outcome::Continuing, n));
+                }
+                match retry_transient!(
+                    chunks::project_chunk(inv, env, client, p, cutoff, project).await
+                )? {
+                    Chunk::Deleted(_) => {
+                        n.projects += 1;
+                        progressed = true;
+                        pass_progress = true;
+                    }
+                    Chunk::Left => left_project(p, project),
+                    Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                    Chunk::Nothing | Chunk::NotEmpty(_) => {}
+                }
+            }
+            if stop(progressed) {
+                return Ok((Outcome::Continuing, n));
+            }
+            match retry_transient!(chunks::group_chunk(inv, env, client, p, cutoff, g).await)? {
+                Chunk::Deleted(_) => {
+                    n.groups += 1;
+                    progressed = true;
+                    pass_progress = true;
+                    if g == p.group_id {
+                        return Ok((Outcome::Destroyed, n));
+                    }
+                }
+                Chunk::Left => {
+                    tracing::warn!(
+                        group_id = p.group_id,
+                        namespace_id = g,
+                        "Group destroy skipped: subgroup no longer belongs to the group"
+                    );
+                }
+                Chunk::Unscheduled => return Ok(unscheduled(p, n)),
+                Chunk::NotEmpty(what) => {
+                    blockers.extend(what.into_iter().map(|w| format!("{w} in group {g}")))
+                }
+                Chunk::Nothing => {}
+            }
+        }
+        if !pass_progress {
+            tracing::error!(
+                group_id = p.group_id,
+                blocking = ?blockers,
+                "Group destroy blocked: rows below the group cannot be deleted; an operator must move or delete them, then the next cron run destroys the group"
+            );
+            return Ok((Outcome::Blocked, n));
+        }
+    }
+}
+
+/// Log a project that left the group since the listing.
+fn left_project(p: &GroupDestroyRun, project: i64) {
+    tracing::warn!(
+        group_id = p.group_id,
+        project_id = project,
+        "Group destroy skipped: project no longer belongs to the group"
+    );
+}
+
+/// The schedule went away (a restore) or changed while the destroy ran.
+fn unscheduled(p: &GroupDestroyRun, n: Deleted) -> (Outcome, Deleted) {
+    tracing::info!(
+        group_id = p.group_id,
+        projects_deleted = n.projects,
+        groups_deleted = n.groups,
+        "Group destroy stopped: group no longer scheduled for deletion"
+    );
+    (Outcome::Unscheduled, n)
+}
+
+/// Verify, then destroy: how the message ends and what this invocation deleted.
+async fn work<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    p: &GroupDestroyRun,
+    budget: Budget,
+) -> Result<(Outcome, Deleted)>
+where
+    C: GenericClient + Send + Sync,
+{
+    match verify(inv, client, p).await? {
+        Verified::Stop(outcome) => Ok((outcome, Deleted::default())),
+        Verified::Proceed => destroy(inv, env, client, p, budget).await,
+    }
+}
+
+/// Handle one `group-destroy.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let p: GroupDestroyRun = env.payload()?;
+    let budget = Budget::start(inv.settings.group_destroy_budget);
+    let lock = lock_key_string(p.group_id);
+    if !locks::try_session_lock(&*client, &lock).await? {
+        tracing::info!(
+            group_id = p.group_id,
+            "Group destroy skipped: already in progress"
+        );
+        return Ok(Report::new(GroupDestroyLocked::new(p.group_id)));
+    }
+    let result = work(inv, env, client, &p, budget).await;
+    // Released before any re-send, on error paths too.
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let (outcome, n) = match result {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(
+                group_id = p.group_id,
+                error = %e,
+                error_class = e.class(),
+                "Group destroy failed"
+            );
+            return Err(e);
+        }
+    };
+    unlocked?;
+    match outcome {
+        Outcome::Continuing => {
+            let sent = inv
+                .continue_with(OutMessage::new(
+                    Function::GroupDestroy,
+                    0,
+                    env.resend(inv.now),
+                ))
+                .await?;
+            if sent {
+                tracing::info!(
+                    group_id = p.group_id,
+                    hop = env.hop.saturating_add(1),
+                    projects_deleted = n.projects,
+                    groups_deleted = n.groups,
+                    "Group destroy continuing"
+                );
+            }
+        }
+        Outcome::Destroyed => {
+            tracing::info!(
+                group_id = p.group_id,
+                user_id = p.user_id,
+                projects_deleted = n.projects,
+                groups_deleted = n.groups,
+                hop = env.hop,
+                "Group destroyed"
+            );
+        }
+        _ => {}
+    }
+    let report = Report::new(GroupDestroyDone::new(&p, outcome, n));
+    Ok(if outcome == Outcome::UserNotActive {
+        report.retrying(Error::Retryable("user is not active".into()))
+    } else {
+        report
+    })
+}

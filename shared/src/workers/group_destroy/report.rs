@@ -1,0 +1,200 @@
+//! The `done` results of `group-destroy`: [`GroupDestroyDone`] (every outcome of a
+//! message that got the per-group try-lock) and [`GroupDestroyLocked`] (another
+//! invocation holds it), with the metrics and counters each declares.
+
+use serde::Serialize;
+
+use crate::messages::GroupDestroyRun;
+use crate::runtime::Done;
+
+/// Rows this invocation deleted, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Deleted {
+    /// Projects deleted (one chunk each).
+    #[serde(rename = "projects_deleted")]
+    pub projects: u64,
+    /// Groups deleted (one chunk each).
+    #[serde(rename = "groups_deleted")]
+    pub groups: u64,
+    /// Issues, merge requests and notes deleted.
+    #[serde(rename = "contributions_deleted")]
+    pub contributions: u64,
+}
+
+/// How a message that got the try-lock ended: the `outcome` field of `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Stale (§4.1 step 2): the group is gone.
+    GroupNotFound,
+    /// Stale (§4.1 step 3, or the restore found no schedule): not scheduled.
+    NotScheduled,
+    /// Stale (§4.1 step 4): another user scheduled the deletion.
+    UserChanged,
+    /// Stale (§4.1 step 5): not yet due under the current period.
+    NotDue,
+    /// Stale (§4.1 step 6): the scheduling user is gone.
+    UserNotFound,
+    /// Failed, retryable (§4.1 step 7): the user is not active.
+    UserNotActive,
+    /// Permission lost (§4.1 step 8): the group was restored.
+    Restored,
+    /// The budget or the deadline ran out: the message was re-sent.
+    Continuing,
+    /// The schedule went away or changed during the destroy: stopped.
+    #[serde(rename = "not_scheduled")]
+    Unscheduled,
+    /// A pass deleted nothing and the group is still there.
+    Blocked,
+    /// The group itself is gone.
+    Destroyed,
+}
+
+impl Outcome {
+    /// Whether the destruction had started (the deletion metrics are then emitted).
+    fn destroying(self) -> bool {
+        matches!(
+            self,
+            Outcome::Continuing | Outcome::Unscheduled | Outcome::Blocked | Outcome::Destroyed
+        )
+    }
+}
+
+/// The `done` result of a message that got the per-group try-lock.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GroupDestroyDone {
+    /// The group of the message.
+    pub group_id: i64,
+    /// The scheduling user of the message.
+    pub user_id: i64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What this invocation deleted.
+    #[serde(flatten)]
+    pub deleted: Deleted,
+}
+
+impl GroupDestroyDone {
+    /// The result of message `p` ending as `outcome` after deleting `deleted`.
+    pub fn new(p: &GroupDestroyRun, outcome: Outcome, deleted: Deleted) -> Self {
+        GroupDestroyDone {
+            group_id: p.group_id,
+            user_id: p.user_id,
+            outcome,
+            deleted,
+        }
+    }
+}
+
+impl Done for GroupDestroyDone {
+    fn status(&self) -> &'static str {
+        match self.outcome {
+            Outcome::GroupNotFound
+            | Outcome::NotScheduled
+            | Outcome::UserChanged
+            | Outcome::NotDue
+            | Outcome::UserNotFound
+            | Outcome::Unscheduled => "stale",
+            Outcome::UserNotActive => "failed",
+            Outcome::Restored => "restored",
+            Outcome::Continuing => "limit_reached",
+            Outcome::Blocked => "blocked",
+            Outcome::Destroyed => "completed",
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        if !self.outcome.destroying() {
+            return Vec::new();
+        }
+        vec![
+            ("projects_deleted", self.deleted.projects as f64),
+            ("groups_deleted", self.deleted.groups as f64),
+        ]
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("projects_deleted", self.deleted.projects),
+            ("groups_deleted", self.deleted.groups),
+            ("contributions_deleted", self.deleted.contributions),
+        ]
+    }
+}
+
+/// The `skipped` result when another invocation holds the group's try-lock.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GroupDestroyLocked {
+    /// The group of the message.
+    pub group_id: i64,
+    /// Always `locked`.
+    outcome: &'static str,
+}
+
+impl GroupDestroyLocked {
+    /// The result for group `group_id`.
+    pub fn new(group_id: i64) -> Self {
+        GroupDestroyLocked {
+            group_id,
+            outcome: "locked",
+        }
+    }
+}
+
+impl Done for GroupDestroyLocked {
+    fn status(&self) -> &'static str {
+        "skipped"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Report;
+    use serde_json::json;
+
+    fn msg() -> GroupDestroyRun {
+        GroupDestroyRun {
+            group_id: 100,
+            user_id: 11,
+            marked_for_deletion_on: "2025-03-03".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_done_line_keeps_its_fields_and_status() {
+        let n = Deleted {
+            projects: 2,
+            groups: 1,
+            contributions: 7,
+        };
+        for (outcome, status, name, metrics) in [
+            (Outcome::GroupNotFound, "stale", "group_not_found", false),
+            (Outcome::NotScheduled, "stale", "not_scheduled", false),
+            (Outcome::UserChanged, "stale", "user_changed", false),
+            (Outcome::NotDue, "stale", "not_due", false),
+            (Outcome::UserNotFound, "stale", "user_not_found", false),
+            (Outcome::UserNotActive, "failed", "user_not_active", false),
+            (Outcome::Restored, "restored", "restored", false),
+            (Outcome::Continuing, "limit_reached", "continuing", true),
+            (Outcome::Unscheduled, "stale", "not_scheduled", true),
+            (Outcome::Blocked, "blocked", "blocked", true),
+            (Outcome::Destroyed, "completed", "destroyed", true),
+        ] {
+            let r = Report::new(GroupDestroyDone::new(&msg(), outcome, n));
+            assert_eq!(
+                r.to_json(),
+                json!({"status": status, "group_id": 100, "user_id": 11, "outcome": name,
+                       "projects_deleted": 2, "groups_deleted": 1, "contributions_deleted": 7})
+            );
+            let expected = if metrics {
+                vec![("projects_deleted", 2.0), ("groups_deleted", 1.0)]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(r.metrics(), expected, "{name}");
+        }
+        assert_eq!(
+            Report::new(GroupDestroyLocked::new(100)).to_json(),
+            json!({"status": "skipped", "group_id": 100, "outcome": "locked"})
+        );
+    }
+}
