@@ -39,6 +39,8 @@ if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
 .venv-sam/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
 # cargo-lambda (and the python3 that finds zig) for the watch test and the Lambda build.
 export PATH="$ROOT/.venv/bin:$PATH"
+# The Python the tests run their aiosmtpd SMTP sink with (tests/sinks/smtp.rs).
+export HK_TEST_PYTHON="$ROOT/.venv/bin/python"
 
 step "SAM template: cfn-lint and sam validate --lint (offline)"
 export SAM_CLI_TELEMETRY=0
@@ -58,6 +60,12 @@ cargo fmt --all -- --check
 
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "unused dependencies: cargo machete (installed when missing; fails on findings)"
+# A dependency machete cannot see the use of goes to [package.metadata.cargo-machete]
+# ignored in that crate's Cargo.toml, with the reason next to it.
+if ! cargo machete --version >/dev/null 2>&1; then cargo install cargo-machete --locked --version 0.9.2; fi
+cargo machete
 
 step "build"
 cargo build --workspace --all-targets
