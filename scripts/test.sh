@@ -39,6 +39,8 @@ if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
 .venv-sam/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
 # cargo-lambda (and the python3 that finds zig) for the watch test and the Lambda build.
 export PATH="$ROOT/.venv/bin:$PATH"
+# The Python the tests run their aiosmtpd SMTP sink with (tests/sinks/smtp.rs).
+export HK_TEST_PYTHON="$ROOT/.venv/bin/python"
 
 step "SAM template: cfn-lint and sam validate --lint (offline)"
 export SAM_CLI_TELEMETRY=0

@@ -1,15 +1,22 @@
-//! A real SMTP sink on 127.0.0.1 for the delivery tests: it speaks ESMTP with
-//! STARTTLS (or implicit TLS) using a throwaway certificate of the test CA, accepts
-//! `AUTH PLAIN`/`AUTH LOGIN`, and records every accepted message. Rules can reject a
-//! recipient with a 4xx or 5xx reply. Nothing leaves the machine.
+//! The SMTP sink of the delivery tests: aiosmtpd (a real SMTP server nobody here
+//! wrote) run as a child process on 127.0.0.1 by `smtp_sink.py` next to this file. It
+//! speaks ESMTP with STARTTLS (or implicit TLS) using a throwaway certificate of the
+//! test CA, accepts `AUTH PLAIN`/`AUTH LOGIN`, and records every accepted message.
+//! Rules can reject a recipient with a 4xx or 5xx reply. Nothing leaves the machine.
+//!
+//! The child runs with the Python of the test tools' venv: `HK_TEST_PYTHON`
+//! (scripts/test.sh sets it), by default `<repo>/.venv/bin/python`. It talks to this
+//! side through files in a directory of its own (described in `smtp_sink.py`): the
+//! rules it reads, the connections and messages it appends, the port it listens on.
 
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 
 use shared::notify::crypto::decode_m;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
 
 use super::certs::TestCa;
+use crate::wait;
 
 /// How the sink offers TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,219 +106,132 @@ impl Received {
     }
 }
 
-#[derive(Default)]
-struct State {
-    received: Vec<Received>,
-    reject: Vec<(String, u16)>,
-    connections: u64,
-}
-
-/// The running sink. Dropping it stops accepting.
+/// The running sink: an aiosmtpd child process. Dropping it kills the child.
 pub struct SmtpSink {
     /// Its port on 127.0.0.1.
     pub port: u16,
-    state: Arc<Mutex<State>>,
-    task: tokio::task::JoinHandle<()>,
+    dir: PathBuf,
+    child: Child,
+    reject: Mutex<Vec<(String, u16)>>,
 }
 
 impl Drop for SmtpSink {
     fn drop(&mut self) {
-        self.task.abort();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The Python that runs the sink: `HK_TEST_PYTHON`, else the repository's `.venv`.
+fn python() -> PathBuf {
+    match std::env::var_os("HK_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"),
     }
 }
 
 impl SmtpSink {
-    /// Start a sink on an ephemeral port of 127.0.0.1.
+    /// Start a sink on a free port of 127.0.0.1 (the child binds port 0 and reports
+    /// the port it got); waits, bounded, until it listens.
     pub async fn start(tls: SinkTls) -> SmtpSink {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(Mutex::new(State::default()));
-        let acceptor = TestCa::get()
-            .issue(&["localhost"], &["127.0.0.1"])
-            .acceptor();
-        let st = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                st.lock().unwrap().connections += 1;
-                let st = st.clone();
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    match tls {
-                        SinkTls::Implicit => {
-                            if let Ok(s) = acceptor.accept(tcp).await {
-                                let _ = session(s, true, true, &st).await;
-                            }
-                        }
-                        SinkTls::StartTls => {
-                            if let Ok(Some(tcp)) = session(tcp, false, true, &st).await {
-                                // After STARTTLS the client speaks first (EHLO again).
-                                if let Ok(s) = acceptor.accept(tcp).await {
-                                    let _ = session(s, true, false, &st).await;
-                                }
-                            }
-                        }
-                    }
-                });
+        let dir = std::env::temp_dir().join(format!("hk-smtp-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let leaf = TestCa::get().issue(&["localhost"], &["127.0.0.1"]);
+        std::fs::write(dir.join("cert.pem"), &leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("key.pem"), &leaf.key_pem).unwrap();
+        let log = std::fs::File::create(dir.join("sink.log")).unwrap();
+        let python = python();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("sinks/smtp_sink.py");
+        let mode = match tls {
+            SinkTls::StartTls => "starttls",
+            SinkTls::Implicit => "implicit",
+        };
+        let child = Command::new(&python)
+            .arg(&script)
+            .arg(&dir)
+            .arg(mode)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run the SMTP sink with {} (set HK_TEST_PYTHON to a Python \
+                     with aiosmtpd, see requirements-dev.txt): {e}",
+                    python.display()
+                )
+            });
+        let mut sink = SmtpSink {
+            port: 0,
+            dir,
+            child,
+            reject: Mutex::new(Vec::new()),
+        };
+        let what = format!("the SMTP sink (aiosmtpd, {mode}) to listen on 127.0.0.1");
+        let port_file = sink.dir.join("port");
+        let log_file = sink.dir.join("sink.log");
+        let child = &mut sink.child;
+        sink.port = wait::until(&what, wait::SERVER_LISTEN, || {
+            let exited = child.try_wait().ok().flatten();
+            let port = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|p| p.trim().parse::<u16>().ok());
+            if let (None, Some(status)) = (port, exited) {
+                panic!(
+                    "the SMTP sink exited ({status}) before listening; its log:\n{}",
+                    std::fs::read_to_string(&log_file).unwrap_or_default()
+                );
             }
-        });
-        SmtpSink { port, state, task }
+            async move { port }
+        })
+        .await;
+        sink
     }
 
     /// Reply `code` to `RCPT TO` paths containing `needle`.
     pub fn reject(&self, needle: &str, code: u16) {
-        self.state
-            .lock()
-            .unwrap()
-            .reject
-            .push((needle.to_string(), code));
+        let mut rules = self.reject.lock().unwrap();
+        rules.push((needle.to_string(), code));
+        // Replaced atomically: the sink reads the file at every RCPT.
+        let tmp = self.dir.join("rules.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&*rules).unwrap()).unwrap();
+        std::fs::rename(&tmp, self.dir.join("rules.json")).unwrap();
+    }
+
+    /// What the sink recorded so far, one JSON object per event (complete lines only).
+    fn events(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.dir.join("events.jsonl")).unwrap_or_default();
+        text.split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(|l| serde_json::from_str(l).expect("a line of the SMTP sink's events"))
+            .collect()
     }
 
     /// Every accepted message so far.
     pub fn received(&self) -> Vec<Received> {
-        self.state.lock().unwrap().received.clone()
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        self.events()
+            .iter()
+            .filter(|e| e.get("connect").is_none())
+            .map(|e| Received {
+                mail_from: s(&e["mail_from"]),
+                rcpt_to: e["rcpt_to"]
+                    .as_array()
+                    .map(|a| a.iter().map(s).collect())
+                    .unwrap_or_default(),
+                data: s(&e["data"]),
+                tls: e["tls"].as_bool().unwrap_or(false),
+                auth: e["auth"].as_array().map(|a| (s(&a[0]), s(&a[1]))),
+            })
+            .collect()
     }
 
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
-        self.state.lock().unwrap().connections
+        self.events()
+            .iter()
+            .filter(|e| e.get("connect").is_some())
+            .count() as u64
     }
-}
-
-async fn reply<W: AsyncWrite + Unpin>(w: &mut W, text: &str) -> std::io::Result<()> {
-    w.write_all(text.as_bytes()).await?;
-    w.flush().await
-}
-
-/// One SMTP session on `stream` (`greet`: send the 220 greeting first). Returns the
-/// stream when the client asked for STARTTLS (the caller wraps it in TLS and runs a
-/// second session).
-async fn session<S>(
-    stream: S,
-    tls: bool,
-    greet: bool,
-    st: &Arc<Mutex<State>>,
-) -> std::io::Result<Option<S>>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut s = BufReader::new(stream);
-    let mut mail_from = String::new();
-    let mut rcpt: Vec<String> = Vec::new();
-    let mut auth: Option<(String, String)> = None;
-    if greet {
-        reply(s.get_mut(), "220 sink.test ESMTP ready\r\n").await?;
-    }
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if s.read_line(&mut line).await? == 0 {
-            return Ok(None);
-        }
-        let cmd = line.trim_end().to_string();
-        let upper = cmd.to_ascii_uppercase();
-        if upper.starts_with("EHLO") || upper.starts_with("HELO") {
-            let mut r = String::from("250-sink.test\r\n");
-            if !tls {
-                r.push_str("250-STARTTLS\r\n");
-            } else {
-                r.push_str("250-AUTH PLAIN LOGIN\r\n");
-            }
-            r.push_str("250 8BITMIME\r\n");
-            reply(s.get_mut(), &r).await?;
-        } else if upper == "STARTTLS" && !tls {
-            reply(s.get_mut(), "220 2.0.0 go ahead\r\n").await?;
-            return Ok(Some(s.into_inner()));
-        } else if upper.starts_with("AUTH PLAIN") {
-            let arg = cmd[10..].trim();
-            let raw = if arg.is_empty() {
-                reply(s.get_mut(), "334 \r\n").await?;
-                line.clear();
-                s.read_line(&mut line).await?;
-                decode_m(line.trim()).unwrap_or_default()
-            } else {
-                decode_m(arg).unwrap_or_default()
-            };
-            let parts: Vec<String> = raw
-                .split(|b| *b == 0)
-                .map(|p| String::from_utf8_lossy(p).to_string())
-                .collect();
-            if parts.len() == 3 {
-                auth = Some((parts[1].clone(), parts[2].clone()));
-            }
-            reply(s.get_mut(), "235 2.7.0 authenticated\r\n").await?;
-        } else if upper.starts_with("AUTH LOGIN") {
-            reply(s.get_mut(), "334 VXNlcm5hbWU6\r\n").await?;
-            line.clear();
-            s.read_line(&mut line).await?;
-            let user =
-                String::from_utf8_lossy(&decode_m(line.trim()).unwrap_or_default()).to_string();
-            reply(s.get_mut(), "334 UGFzc3dvcmQ6\r\n").await?;
-            line.clear();
-            s.read_line(&mut line).await?;
-            let pass =
-                String::from_utf8_lossy(&decode_m(line.trim()).unwrap_or_default()).to_string();
-            auth = Some((user, pass));
-            reply(s.get_mut(), "235 2.7.0 authenticated\r\n").await?;
-        } else if upper.starts_with("MAIL FROM:") {
-            mail_from = path(&cmd[10..]);
-            rcpt.clear();
-            reply(s.get_mut(), "250 2.1.0 ok\r\n").await?;
-        } else if upper.starts_with("RCPT TO:") {
-            let p = path(&cmd[8..]);
-            let rule = st
-                .lock()
-                .unwrap()
-                .reject
-                .iter()
-                .find(|(n, _)| p.contains(n.as_str()))
-                .map(|(_, c)| *c);
-            match rule {
-                Some(code) => {
-                    reply(s.get_mut(), &format!("{code} rejected <{p}>\r\n")).await?;
-                }
-                None => {
-                    rcpt.push(p);
-                    reply(s.get_mut(), "250 2.1.5 ok\r\n").await?;
-                }
-            }
-        } else if upper == "DATA" {
-            reply(s.get_mut(), "354 end with <CRLF>.<CRLF>\r\n").await?;
-            let mut data = String::new();
-            loop {
-                line.clear();
-                if s.read_line(&mut line).await? == 0 {
-                    return Ok(None);
-                }
-                if line == ".\r\n" || line == ".\n" {
-                    break;
-                }
-                let l = line.strip_prefix('.').unwrap_or(&line);
-                data.push_str(l);
-            }
-            st.lock().unwrap().received.push(Received {
-                mail_from: mail_from.clone(),
-                rcpt_to: std::mem::take(&mut rcpt),
-                data,
-                tls,
-                auth: auth.clone(),
-            });
-            reply(s.get_mut(), "250 2.0.0 queued\r\n").await?;
-        } else if upper == "RSET" || upper == "NOOP" {
-            reply(s.get_mut(), "250 2.0.0 ok\r\n").await?;
-        } else if upper == "QUIT" {
-            reply(s.get_mut(), "221 2.0.0 bye\r\n").await?;
-            return Ok(None);
-        } else {
-            reply(s.get_mut(), "502 5.5.2 command not recognized\r\n").await?;
-        }
-    }
-}
-
-fn path(arg: &str) -> String {
-    let a = arg.trim();
-    let a = a.split_whitespace().next().unwrap_or("");
-    a.trim_start_matches('<').trim_end_matches('>').to_string()
 }

@@ -1,0 +1,126 @@
+"""The SMTP sink of the delivery tests: aiosmtpd on 127.0.0.1, run by tests/sinks/smtp.rs.
+
+Usage: smtp_sink.py DIR starttls|implicit
+
+DIR holds what the Rust side gives it and reads back:
+  cert.pem, key.pem  the leaf certificate (of the test CA) and its key (given);
+  rules.json         [[needle, code], ...]: a RCPT TO path containing needle gets the
+                     reply code (given; replaced atomically, read at every RCPT);
+  events.jsonl       one JSON object a line, appended and flushed before the reply:
+                     {"connect": true} per TCP connection, and per accepted message
+                     {"mail_from", "rcpt_to", "data", "tls", "auth"};
+  port               the port it listens on, written (atomically) once it listens.
+
+STARTTLS mode: plain greeting, STARTTLS advertised, AUTH only after it. Implicit mode:
+TLS from the first byte, AUTH at once. Any credentials are accepted and recorded.
+"""
+
+import asyncio
+import json
+import os
+import ssl
+import sys
+
+from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
+
+HOSTNAME = "sink.test"
+
+
+class Events:
+    def __init__(self, path):
+        self.file = open(path, "a", encoding="utf-8")
+
+    def write(self, event):
+        self.file.write(json.dumps(event) + "\n")
+        self.file.flush()
+
+
+class Handler:
+    def __init__(self, directory, events):
+        self.rules_path = os.path.join(directory, "rules.json")
+        self.events = events
+
+    def rules(self):
+        try:
+            with open(self.rules_path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return []
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        for needle, code in self.rules():
+            if needle in address:
+                return f"{code} rejected <{address}>"
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 ok"
+
+    async def handle_DATA(self, server, session, envelope):
+        auth = session.auth_data
+        if isinstance(auth, LoginPassword):
+            auth = [auth.login.decode("utf-8", "replace"), auth.password.decode("utf-8", "replace")]
+        else:
+            auth = None
+        self.events.write(
+            {
+                "mail_from": envelope.mail_from,
+                "rcpt_to": list(envelope.rcpt_tos),
+                # Dot-unstuffed, CRLF line ends as transferred.
+                "data": envelope.original_content.decode("utf-8", "replace"),
+                "tls": server.transport.get_extra_info("ssl_object") is not None,
+                "auth": auth,
+            }
+        )
+        return "250 2.0.0 queued"
+
+
+def accept_any(server, session, envelope, mechanism, auth_data):
+    return AuthResult(success=True, auth_data=auth_data)
+
+
+class CountingSMTP(SMTP):
+    """Records each TCP connection (not the second connection_made of STARTTLS)."""
+
+    def __init__(self, *args, events, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events = events
+
+    def connection_made(self, transport):
+        if self._original_transport is None:
+            self.events.write({"connect": True})
+        super().connection_made(transport)
+
+
+async def main(directory, mode):
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem"))
+    events = Events(os.path.join(directory, "events.jsonl"))
+    handler = Handler(directory, events)
+    implicit = mode == "implicit"
+
+    def factory():
+        return CountingSMTP(
+            handler,
+            events=events,
+            hostname=HOSTNAME,
+            tls_context=None if implicit else ctx,
+            # aiosmtpd only counts STARTTLS as TLS for AUTH; implicit TLS is TLS from
+            # the first byte, so AUTH is safe there without it.
+            auth_require_tls=not implicit,
+            authenticator=accept_any,
+        )
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(factory, "127.0.0.1", 0, ssl=ctx if implicit else None)
+    port = server.sockets[0].getsockname()[1]
+    tmp = os.path.join(directory, "port.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(str(port))
+    os.replace(tmp, os.path.join(directory, "port"))
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[2] not in ("starttls", "implicit"):
+        sys.exit("usage: smtp_sink.py DIR starttls|implicit")
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
