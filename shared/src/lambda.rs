@@ -187,6 +187,10 @@ pub async fn handle_event_with<H: Handler>(
     Ok(response)
 }
 
+/// The error a function binary's `main` returns (Lambda's own), so the binaries
+/// never name `lambda_runtime` themselves.
+pub type FunctionError = lambda_runtime::Error;
+
 /// The whole `main` of a function binary: a single-threaded Tokio runtime, then
 /// [`serve`] with `handler` (e.g. `shared::handlers::DeleteUser`).
 ///

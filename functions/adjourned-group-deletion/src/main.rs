@@ -1,5 +1,5 @@
 //! The `adjourned-group-deletion` Lambda function: wiring only (see ARCHITECTURE.md).
 
-fn main() -> Result<(), lambda_runtime::Error> {
+fn main() -> Result<(), shared::lambda::FunctionError> {
     shared::lambda::run(shared::handlers::AdjournedGroupDeletion)
 }
