@@ -36,6 +36,20 @@ pub(crate) use statements;
 /// Every module's statement list, by module path.
 const MODULES: &[(&str, &[(&str, &str)])] = &[
     // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL),
+    (
+        "batches::remove_expired_members",
+        crate::batches::remove_expired_members::sql::ALL,
+    ),
+    ("db", crate::db::sql::ALL),
+    ("gitlab::authz", crate::gitlab::authz::sql::ALL),
+    ("gitlab::hierarchy", crate::gitlab::hierarchy::sql::ALL),
+    ("gitlab::membership", crate::gitlab::membership::sql::ALL),
+    ("gitlab::permissions", crate::gitlab::permissions::sql::ALL),
+    (
+        "gitlab::user_removal",
+        crate::gitlab::user_removal::sql::ALL,
+    ),
+    ("locks", crate::locks::sql::ALL),
 ];
 
 /// Every statement the functions can run.
@@ -43,11 +57,8 @@ pub fn all() -> Vec<Statement> {
     MODULES
         .iter()
         .flat_map(|(module, list)| {
-            list.iter().map(move |(name, text)| Statement {
-                module,
-                name,
-                text,
-            })
+            list.iter()
+                .map(move |(name, text)| Statement { module, name, text })
         })
         .collect()
 }

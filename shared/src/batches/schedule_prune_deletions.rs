@@ -88,7 +88,9 @@ where
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (enqueued, b) = result?;
     unlocked?;
-    Ok(Report::untyped("completed", json!({ "enqueued": enqueued }))
-        .metric("remaining_schedules", b.remaining as f64)
-        .metric("oldest_schedule_age_s", b.oldest_age_s))
+    Ok(
+        Report::untyped("completed", json!({ "enqueued": enqueued }))
+            .metric("remaining_schedules", b.remaining as f64)
+            .metric("oldest_schedule_age_s", b.oldest_age_s),
+    )
 }

@@ -155,7 +155,8 @@ where
     let p: DeleteUserRun = env.payload()?;
     let u = p.user_id;
     let budget = Budget::start(inv.settings.delete_user_budget);
-    let stale = |outcome: &str| Report::untyped("stale", json!({ "user_id": u, "outcome": outcome }));
+    let stale =
+        |outcome: &str| Report::untyped("stale", json!({ "user_id": u, "outcome": outcome }));
     match retry_transient!(precheck(client, u).await)? {
         Pre::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
