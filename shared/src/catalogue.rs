@@ -50,6 +50,14 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
         crate::gitlab::user_removal::sql::ALL,
     ),
     ("locks", crate::locks::sql::ALL),
+    (
+        "workers::delete_user",
+        crate::workers::delete_user::sql::ALL,
+    ),
+    (
+        "workers::prune_deletions",
+        crate::workers::prune_deletions::sql::ALL,
+    ),
 ];
 
 /// Every statement the functions can run.

@@ -59,6 +59,7 @@ pub(crate) const REMOVED_PARAMS: RemovedFrom<'static> = RemovedFrom {
 /// * `cur`: the pairs' current rows, read once. Then the same effects as [`refresh`]: a
 ///   row goes unless `desired` has it at that level (> 0); a desired row is inserted, or
 ///   its `is_unique` set, unless it is already there with `is_unique = true`.
+///
 /// The statement's text over `from`; with [`REMOVED_PARAMS`] it is
 /// [`sql::REFRESH_REMOVED`], the only form the functions run.
 pub(crate) fn refresh_removed_sql(from: &RemovedFrom<'_>) -> String {
