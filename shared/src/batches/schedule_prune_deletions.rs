@@ -124,3 +124,34 @@ where
         backlog: Some(b),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn skipped_says_nothing_was_enqueued_and_has_no_metrics() {
+        let r = Report::new(ScheduleDone {
+            enqueued: false,
+            backlog: None,
+        });
+        assert_eq!(r.to_json(), json!({"status": "skipped", "enqueued": false}));
+        assert!(r.metrics().is_empty());
+        let r = Report::new(ScheduleDone {
+            enqueued: true,
+            backlog: Some(Backlog {
+                remaining: 3,
+                oldest_age_s: 1.5,
+            }),
+        });
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "completed", "enqueued": true})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![("remaining_schedules", 3.0), ("oldest_schedule_age_s", 1.5)]
+        );
+    }
+}

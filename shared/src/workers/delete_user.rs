@@ -318,3 +318,34 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn done_lines_keep_their_shapes() {
+        assert_eq!(
+            DeleteUserDone::stale(7, Outcome::NoMigration).to_json(),
+            json!({"status": "stale", "user_id": 7, "outcome": "no_migration"})
+        );
+        assert_eq!(
+            DeleteUserDone::refused(7, Outcome::Ghost).to_json(),
+            json!({"status": "refused", "user_id": 7, "outcome": "ghost"})
+        );
+        let r = DeleteUserDone::limit_reached(7, [1, 2, 3]);
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "limit_reached", "user_id": 7, "issues_reassigned": 1,
+                   "merge_requests_reassigned": 2, "notes_reassigned": 3})
+        );
+        assert_eq!(r.counts().len(), 3);
+        assert_eq!(
+            DeleteUserDone::completed(7, [0, 0, 4]).to_json(),
+            json!({"status": "completed", "user_id": 7, "outcome": "deleted",
+                   "issues_reassigned": 0, "merge_requests_reassigned": 0,
+                   "notes_reassigned": 4})
+        );
+    }
+}

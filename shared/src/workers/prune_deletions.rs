@@ -387,3 +387,19 @@ where
         .await?;
     Ok(Report::new(PruneDone::new(PruneStatus::MoreWork, &totals)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn skipped_carries_zero_counters_and_the_failed_metric() {
+        let r = Report::new(PruneDone::new(PruneStatus::Skipped, &Totals::default()));
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "skipped", "schedules_processed": 0, "destroyed_count_total": 0})
+        );
+        assert_eq!(r.metrics(), vec![("failed_schedules", 0.0)]);
+    }
+}

@@ -293,3 +293,41 @@ where
     }
     Ok(Report::new(page.done()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn done_is_completed_with_a_null_cursor_or_limit_reached_with_one() {
+        let done = ExpiredMembersDone {
+            updated_rows: 2,
+            skipped_rows: 1,
+            failed_rows: 0,
+            next_cursor: None,
+        };
+        assert_eq!(
+            Report::new(done.clone()).to_json(),
+            json!({"status": "completed", "updated_rows": 2, "skipped_rows": 1,
+                   "failed_rows": 0, "next_cursor": null})
+        );
+        let cursor = MemberCursor {
+            expires_at: NaiveDate::from_ymd_opt(2025, 3, 1).unwrap(),
+            id: 9,
+        };
+        let r = Report::new(ExpiredMembersDone {
+            next_cursor: Some(cursor),
+            ..done
+        });
+        assert_eq!(r.status(), "limit_reached");
+        assert_eq!(
+            r.to_json()["next_cursor"],
+            json!({"expires_at": "2025-03-01", "id": 9})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![("processed", 2.0), ("skipped", 1.0), ("failed", 0.0)]
+        );
+    }
+}
