@@ -60,6 +60,28 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
         "workers::group_destroy",
         crate::workers::group_destroy::sql::ALL,
     ),
+    (
+        "batches::remove_expired_members",
+        crate::batches::remove_expired_members::sql::ALL,
+    ),
+    ("db", crate::db::sql::ALL),
+    ("gitlab::authz", crate::gitlab::authz::sql::ALL),
+    ("gitlab::hierarchy", crate::gitlab::hierarchy::sql::ALL),
+    ("gitlab::membership", crate::gitlab::membership::sql::ALL),
+    ("gitlab::permissions", crate::gitlab::permissions::sql::ALL),
+    (
+        "gitlab::user_removal",
+        crate::gitlab::user_removal::sql::ALL,
+    ),
+    ("locks", crate::locks::sql::ALL),
+    (
+        "workers::delete_user",
+        crate::workers::delete_user::sql::ALL,
+    ),
+    (
+        "workers::prune_deletions",
+        crate::workers::prune_deletions::sql::ALL,
+    ),
 ];
 
 /// Every statement the functions can run.

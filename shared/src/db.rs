@@ -4,7 +4,7 @@
 //! and host name verified), connecting with the session settings of §7.1, spawning the
 //! connection task, the [`Session`] holder that keeps one connection across warm
 //! invocations and checks it before use, and the reset after a failed record. It
-//! holds no SQL of the batches.
+//! holds no SQL of the batches; its own statements are in [`sql`].
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -17,6 +17,8 @@ use tokio_postgres::Client;
 
 use crate::config::DatabaseConfig;
 use crate::error::{Error, Result};
+
+pub mod sql;
 
 /// `idle_in_transaction_session_timeout` of every session (§7.1).
 const IDLE_IN_TRANSACTION_MS: u64 = 60_000;
@@ -194,13 +196,13 @@ impl Connector {
 
     /// The session settings of §7.1.
     async fn configure(&self, client: &Client) -> Result<()> {
+        let (statement_ms, lock_ms, idle_ms) = (
+            self.statement_timeout_ms.to_string(),
+            self.lock_timeout_ms.to_string(),
+            IDLE_IN_TRANSACTION_MS.to_string(),
+        );
         client
-            .batch_execute(&format!(
-                "SET TimeZone = 'UTC'; SET statement_timeout = {}; SET lock_timeout = {}; \
-                 SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}; \
-                 SET default_transaction_isolation = 'read committed'",
-                self.statement_timeout_ms, self.lock_timeout_ms
-            ))
+            .query_one(sql::CONFIGURE, &[&statement_ms, &lock_ms, &idle_ms])
             .await?;
         Ok(())
     }
@@ -230,7 +232,7 @@ impl Session {
         let mut guard = self.client.lock().await;
         let alive = match guard.as_ref() {
             Some(c) if !c.is_closed() => {
-                tokio::time::timeout(Duration::from_secs(5), c.simple_query("SELECT 1"))
+                tokio::time::timeout(Duration::from_secs(5), c.simple_query(sql::PING))
                     .await
                     .is_ok_and(|r| r.is_ok())
             }
@@ -255,10 +257,10 @@ impl Session {
     pub async fn reset(&self, discard: bool) {
         let mut guard = self.client.lock().await;
         if let Some(c) = guard.as_ref() {
-            let ok = tokio::time::timeout(
-                Duration::from_secs(2),
-                c.batch_execute("ROLLBACK; SELECT pg_advisory_unlock_all()"),
-            )
+            let ok = tokio::time::timeout(Duration::from_secs(2), async {
+                c.batch_execute(sql::ROLLBACK).await?;
+                c.batch_execute(sql::UNLOCK_ALL).await
+            })
             .await
             .is_ok_and(|r| r.is_ok());
             if !ok || discard {

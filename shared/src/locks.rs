@@ -3,11 +3,15 @@
 //! Owns: `lock_key`, the session-level overlap and group-destroy try-locks, and the
 //! transaction-level group-owner, authorization and ghost-user locks. Callers decide
 //! the order; the functions here take locks in the ascending order they are given.
+//! Its statements are in [`sql`] (`sql::XACT_LOCKS` is the one callers prepare when
+//! they take transaction-level locks many times).
 
 use sha2::{Digest, Sha256};
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
+
+pub mod sql;
 
 /// `lock_key(s)`: the first 8 bytes of SHA-256("gitlab-housekeeping:" || s), as a
 /// big-endian signed 64-bit integer.
@@ -22,22 +26,17 @@ pub fn lock_key(s: &str) -> i64 {
 /// Try the session-level lock for `key_str`; true when taken.
 pub async fn try_session_lock<C: GenericClient>(c: &C, key_str: &str) -> Result<bool> {
     let row = c
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(key_str)])
+        .query_one(sql::TRY_SESSION_LOCK, &[&lock_key(key_str)])
         .await?;
     Ok(row.get(0))
 }
 
 /// Release the session-level lock for `key_str`.
 pub async fn session_unlock<C: GenericClient>(c: &C, key_str: &str) -> Result<()> {
-    c.execute("SELECT pg_advisory_unlock($1)", &[&lock_key(key_str)])
+    c.execute(sql::SESSION_UNLOCK, &[&lock_key(key_str)])
         .await?;
     Ok(())
 }
-
-/// Transaction-level locks on every key of `$1::int8[]`, in array order: a function
-/// scan over unnest keeps the array order, so one round trip takes them all in order.
-pub const XACT_LOCKS_SQL: &str =
-    "SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::int8[]) AS k";
 
 /// Take transaction-level locks for each key string, in the order given.
 pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<()> {
@@ -45,7 +44,7 @@ pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<
         return Ok(());
     }
     let keys: Vec<i64> = key_strs.iter().map(|s| lock_key(s)).collect();
-    c.execute(XACT_LOCKS_SQL, &[&keys]).await?;
+    c.execute(sql::XACT_LOCKS, &[&keys]).await?;
     Ok(())
 }
 

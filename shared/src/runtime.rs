@@ -138,7 +138,6 @@ trait AnyDone: std::fmt::Debug + Send + Sync {
     fn metrics(&self) -> Vec<(&'static str, f64)>;
     fn counts(&self) -> Vec<(&'static str, u64)>;
     fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 impl<T: Done> AnyDone for T {
@@ -160,9 +159,6 @@ impl<T: Done> AnyDone for T {
     fn as_any(&self) -> &dyn Any {
         self
     }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
 }
 
 /// The `skipped: already running` result (§9.10): no fields.
@@ -172,27 +168,6 @@ pub struct Skipped;
 impl Done for Skipped {
     fn status(&self) -> &'static str {
         "skipped"
-    }
-}
-
-/// TRANSITIONAL (removed once every handler returns its own type): a result
-/// given as a status and a JSON object.
-#[derive(Debug, Serialize)]
-pub struct Untyped {
-    #[serde(skip)]
-    status: &'static str,
-    #[serde(flatten)]
-    fields: Map<String, Value>,
-    #[serde(skip)]
-    metrics: Vec<(&'static str, f64)>,
-}
-
-impl Done for Untyped {
-    fn status(&self) -> &'static str {
-        self.status
-    }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        self.metrics.clone()
     }
 }
 
@@ -258,38 +233,6 @@ impl Report {
             done: std::sync::Arc::new(done),
             retry: None,
         }
-    }
-
-    /// TRANSITIONAL: a report from a status and a JSON object of fields.
-    pub fn untyped(status: &'static str, fields: Value) -> Report {
-        Report::new(Untyped {
-            status,
-            fields: match fields {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            },
-            metrics: Vec::new(),
-        })
-    }
-
-    /// TRANSITIONAL: add a metric (or a field) to an untyped report.
-    pub fn metric(mut self, name: &'static str, value: f64) -> Report {
-        if let Some(u) = std::sync::Arc::get_mut(&mut self.done)
-            .and_then(|d| d.as_any_mut().downcast_mut::<Untyped>())
-        {
-            u.metrics.push((name, value));
-        }
-        self
-    }
-
-    /// TRANSITIONAL: add a field to an untyped report.
-    pub fn field(mut self, name: &str, value: Value) -> Report {
-        if let Some(u) = std::sync::Arc::get_mut(&mut self.done)
-            .and_then(|d| d.as_any_mut().downcast_mut::<Untyped>())
-        {
-            u.fields.insert(name.to_string(), value);
-        }
-        self
     }
 
     /// The same report, to be retried because of `e`.

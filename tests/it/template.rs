@@ -310,7 +310,8 @@ fn the_b43_alarms_read_metrics_the_code_emits() {
         assert_eq!(p["Dimensions"][0]["Value"].as_str(), Some(function));
         assert_eq!(p["Threshold"].as_u64(), Some(threshold));
         assert!(
-            sources.contains(&format!(".metric(\"{metric}\"")),
+            // Declared with the report type: `("name", value)` in its `metrics()`.
+            sources.contains(&format!("(\"{metric}\", ")),
             "{metric} is not emitted"
         );
     }

@@ -121,15 +121,7 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
     )
     .await?;
     tx.batch_execute("ANALYZE floor_removed").await?;
-    tx.query_one(
-        &authz::refresh_removed_sql(&authz::RemovedFrom {
-            projects: "(SELECT u, sid AS p FROM floor_removed WHERE st = 'Project') x",
-            groups: "(SELECT u, sid AS g FROM floor_removed WHERE st = 'Namespace') x",
-            users: "m.user_id IN (SELECT u FROM floor_removed)",
-        }),
-        &[],
-    )
-    .await?;
+    tx.query_one(&floor_refresh_sql(), &[]).await?;
     tx.commit().await?;
     let time = start.elapsed();
     let after = data::expired_count(c, today).await?;
@@ -176,9 +168,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
         )
         .await?;
     let lock = c.prepare("SELECT pg_advisory_xact_lock($1)").await?;
-    let refresh = c
-        .prepare(&authz::refresh_removed_sql(&authz::REMOVED_PARAMS))
-        .await?;
+    let refresh = c.prepare(authz::sql::REFRESH_REMOVED).await?;
     let mut cursor: Option<MemberCursor> = None;
     let mut pages = 0u64;
     loop {
@@ -559,4 +549,22 @@ pub async fn keyset(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result
         dbs.drop_db(tag).await?;
     }
     Ok(rows)
+}
+
+/// The functions' set-based refresh ([`authz::sql::REFRESH_REMOVED`]) reading the
+/// removed memberships from the floor's temporary table instead of bound arrays.
+fn floor_refresh_sql() -> String {
+    authz::sql::REFRESH_REMOVED
+        .replace(
+            authz::sql::REMOVED_PROJECTS_PARAM,
+            "(SELECT u, sid AS p FROM floor_removed WHERE st = 'Project') x",
+        )
+        .replace(
+            authz::sql::REMOVED_GROUPS_PARAM,
+            "(SELECT u, sid AS g FROM floor_removed WHERE st = 'Namespace') x",
+        )
+        .replace(
+            authz::sql::REMOVED_USERS_PARAM,
+            "m.user_id IN (SELECT u FROM floor_removed)",
+        )
 }

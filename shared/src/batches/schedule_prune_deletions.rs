@@ -5,9 +5,10 @@
 //! (`remaining_schedules`, `oldest_schedule_age_s`) printed on every run. It never
 //! touches memberships: the single-flight worker `workers::prune_deletions` does, and
 //! a message that meets a running chain is skipped there by its lock.
+//! Its `done` result is [`ScheduleDone`]; its statement is in [`sql`].
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -17,7 +18,9 @@ use crate::messages::{
     prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
 };
 use crate::queue::OutMessage;
-use crate::runtime::{Invocation, Report};
+use crate::runtime::{Done, Invocation, Report};
+
+pub mod sql;
 
 const FUNCTION: Function = Function::SchedulePruneDeletions;
 
@@ -32,12 +35,7 @@ struct Backlog {
 
 /// Step 2: read the row count and `min(created_at)`; `remaining > 0` is the `EXISTS`.
 async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog> {
-    let row = c
-        .query_one(
-            "SELECT count(*)::bigint, min(created_at) FROM members_deletion_schedules",
-            &[],
-        )
-        .await?;
+    let row = c.query_one(sql::BACKLOG, &[]).await?;
     let oldest: Option<DateTime<Utc>> = row.get(1);
     let oldest_age_s = oldest
         .map(|o| (now - o).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6)
@@ -47,6 +45,36 @@ async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog>
         remaining: row.get(0),
         oldest_age_s,
     })
+}
+
+/// The `done` result: whether a `prune-deletions.run` was sent, and (when the run was
+/// not skipped) the backlog metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScheduleDone {
+    /// Whether a `prune-deletions.run` message was sent.
+    pub enqueued: bool,
+    /// The backlog read under the lock; `None` when skipped (no metrics then).
+    #[serde(skip)]
+    backlog: Option<Backlog>,
+}
+
+impl Done for ScheduleDone {
+    fn status(&self) -> &'static str {
+        if self.backlog.is_some() {
+            "completed"
+        } else {
+            "skipped"
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        match self.backlog {
+            Some(b) => vec![
+                ("remaining_schedules", b.remaining as f64),
+                ("oldest_schedule_age_s", b.oldest_age_s),
+            ],
+            None => Vec::new(),
+        }
+    }
 }
 
 /// Steps 2–3 under the overlap lock: whether a message was sent, and the backlog.
@@ -81,16 +109,49 @@ where
     let lock = locks::function_key(FUNCTION.name());
     if !locks::try_session_lock(&*client, &lock).await? {
         tracing::info!("skipped: already running");
-        return Ok(Report::untyped("skipped", json!({"enqueued": false})));
+        return Ok(Report::new(ScheduleDone {
+            enqueued: false,
+            backlog: None,
+        }));
     }
     let result = enqueue_if_needed(inv, &*client, env).await;
     // Released on error paths too (§9.10); a send failure is then a retryable failure.
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (enqueued, b) = result?;
     unlocked?;
-    Ok(
-        Report::untyped("completed", json!({ "enqueued": enqueued }))
-            .metric("remaining_schedules", b.remaining as f64)
-            .metric("oldest_schedule_age_s", b.oldest_age_s),
-    )
+    Ok(Report::new(ScheduleDone {
+        enqueued,
+        backlog: Some(b),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn skipped_says_nothing_was_enqueued_and_has_no_metrics() {
+        let r = Report::new(ScheduleDone {
+            enqueued: false,
+            backlog: None,
+        });
+        assert_eq!(r.to_json(), json!({"status": "skipped", "enqueued": false}));
+        assert!(r.metrics().is_empty());
+        let r = Report::new(ScheduleDone {
+            enqueued: true,
+            backlog: Some(Backlog {
+                remaining: 3,
+                oldest_age_s: 1.5,
+            }),
+        });
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "completed", "enqueued": true})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![("remaining_schedules", 3.0), ("oldest_schedule_age_s", 1.5)]
+        );
+    }
 }

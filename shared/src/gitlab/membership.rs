@@ -3,12 +3,15 @@
 //! Owns: [`Member`] (a loaded `members` row), `affected(m)`, and `remove_membership`:
 //! delete the row, delete the user's notification setting for the source, and refresh
 //! the user's authorizations for the affected projects unless the caller defers it.
-//! No authorization happens here: callers check permissions first.
+//! No authorization happens here: callers check permissions first. Its statements,
+//! and the `member_columns!` select list other modules' statements share, are in [`sql`].
 
 use tokio_postgres::{GenericClient, Row};
 
 use crate::error::Result;
 use crate::gitlab::{authz, hierarchy};
+
+pub mod sql;
 
 /// The columns of a `members` row that the rules look at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,10 +34,7 @@ pub struct Member {
     pub requested: bool,
 }
 
-/// The select list that [`Member::from_row`] reads.
-pub const MEMBER_COLUMNS: &str =
-    "id::bigint, user_id::bigint, source_id::bigint, source_type, type, \
-     access_level::int4, state::int2, requested_at IS NOT NULL";
+pub use sql::MEMBER_COLUMNS;
 
 impl Member {
     /// Read a row selected with [`MEMBER_COLUMNS`].
@@ -91,13 +91,10 @@ pub async fn remove_membership<C: GenericClient>(
     m: &Member,
     refresh: Refresh,
 ) -> Result<bool> {
-    let n = c
-        .execute("DELETE FROM members WHERE id = $1::bigint", &[&m.id])
-        .await?;
+    let n = c.execute(sql::DELETE_MEMBER, &[&m.id]).await?;
     if let Some(u) = m.user_id {
         c.execute(
-            "DELETE FROM notification_settings
-             WHERE user_id = $1::bigint AND source_type = $2 AND source_id = $3::bigint",
+            sql::DELETE_NOTIFICATION_SETTING,
             &[&u, &m.source_type, &m.source_id],
         )
         .await?;

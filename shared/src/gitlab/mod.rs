@@ -6,6 +6,8 @@
 //! (`notifications`). Every function here runs inside the caller's transaction and
 //! never commits on its own. Ids are read as `bigint` and bound as
 //! `int8` with explicit casts, so `int4` GitLab columns work too (schema.md §1.3).
+//! Each rule module keeps its statements in its own `sql` submodule (listed in
+//! [`crate::catalogue`]).
 
 pub mod authz;
 pub mod group_deletion;

@@ -15,14 +15,16 @@
 //! A project bot's membership, of a group or of a project, is never removed through
 //! `can_remove_member`, not even by an admin (GitLab's member policies enable
 //! `destroy_*_member` only for non-bot targets). See docs/gitlab-differences.md.
+//! The statements are in [`sql`].
 
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
-use crate::gitlab::authz::DESIRED;
 use crate::gitlab::membership::Member;
 use crate::gitlab::{access, hierarchy, user_type};
 use crate::locks;
+
+pub mod sql;
 
 /// The facts about a user that the permission rules read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,13 +53,7 @@ impl Actor {
 
 /// Load a user's permission facts; `None` when the user does not exist.
 pub async fn load_actor<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<Actor>> {
-    let row = c
-        .query_opt(
-            "SELECT id::bigint, state IS NOT DISTINCT FROM 'active', admin, user_type::int2
-             FROM users WHERE id = $1::bigint",
-            &[&user_id],
-        )
-        .await?;
+    let row = c.query_opt(sql::LOAD_ACTOR, &[&user_id]).await?;
     Ok(row.map(|r| Actor {
         id: r.get(0),
         active: r.get(1),
@@ -70,13 +66,7 @@ pub async fn load_actor<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<
 /// g and its ancestors; 0 when none (or when g does not exist).
 pub async fn group_access<C: GenericClient>(c: &C, user_id: i64, group_id: i64) -> Result<i32> {
     let row = c
-        .query_one(
-            "SELECT COALESCE(max(m.access_level), 0)::int4
-             FROM namespaces g JOIN members m ON m.source_id = ANY(g.traversal_ids::bigint[])
-             WHERE g.id = $2::bigint AND m.user_id = $1::bigint AND m.source_type = 'Namespace'
-               AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10",
-            &[&user_id, &group_id],
-        )
+        .query_one(sql::GROUP_ACCESS, &[&user_id, &group_id])
         .await?;
     Ok(row.get(0))
 }
@@ -84,10 +74,7 @@ pub async fn group_access<C: GenericClient>(c: &C, user_id: i64, group_id: i64) 
 /// `project_access(u, p)` (§2.2); 0 when none (or when p does not exist).
 pub async fn project_access<C: GenericClient>(c: &C, user_id: i64, project_id: i64) -> Result<i32> {
     let row = c
-        .query_opt(
-            &format!("SELECT access_level FROM ({DESIRED}) d"),
-            &[&user_id, &vec![project_id]],
-        )
+        .query_opt(sql::PROJECT_ACCESS, &[&user_id, &vec![project_id]])
         .await?;
     Ok(row.map(|r| r.get(0)).unwrap_or(0))
 }
@@ -228,15 +215,7 @@ pub async fn other_counted_owner_exists<C: GenericClient>(
     member_id: i64,
 ) -> Result<bool> {
     let row = c
-        .query_one(
-            "SELECT EXISTS (
-               SELECT 1 FROM members o JOIN users u ON u.id = o.user_id
-               WHERE o.source_type = 'Namespace' AND o.source_id = ANY($1::bigint[])
-                 AND o.id <> $2::bigint
-                 AND o.state = 0 AND o.requested_at IS NULL AND o.access_level = 50
-                 AND u.state = 'active' AND u.user_type <> 6)",
-            &[&scope, &member_id],
-        )
+        .query_one(sql::OTHER_COUNTED_OWNER_EXISTS, &[&scope, &member_id])
         .await?;
     Ok(row.get(0))
 }
@@ -244,42 +223,14 @@ pub async fn other_counted_owner_exists<C: GenericClient>(
 /// `sole_owned_groups(u)` (§2.6), ascending group ids. u's own state does not matter
 /// (only a project bot is never a sole owner); the other owners must be counted ones.
 pub async fn sole_owned_groups<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
-    let rows = c
-        .query(
-            "SELECT m.source_id::bigint
-             FROM members m
-             JOIN users u ON u.id = m.user_id
-             LEFT JOIN namespaces g ON g.id = m.source_id
-             WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
-               AND m.access_level = 50 AND m.state = 0 AND m.requested_at IS NULL
-               AND u.user_type <> 6
-               AND NOT EXISTS (
-                 SELECT 1 FROM members o JOIN users ou ON ou.id = o.user_id
-                 WHERE o.source_type = 'Namespace'
-                   AND o.source_id = ANY(CASE WHEN g.parent_id IS NULL OR cardinality(g.traversal_ids) = 0
-                                              THEN ARRAY[m.source_id::bigint]
-                                              ELSE g.traversal_ids::bigint[] END)
-                   AND o.user_id <> $1::bigint
-                   AND o.state = 0 AND o.requested_at IS NULL AND o.access_level = 50
-                   AND ou.state = 'active' AND ou.user_type <> 6)
-             ORDER BY 1",
-            &[&user_id],
-        )
-        .await?;
+    let rows = c.query(sql::SOLE_OWNED_GROUPS, &[&user_id]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// The owner scopes of every group where `user_id` has a direct owner membership,
 /// flattened: the ids whose group-owner locks phase 1 takes (§5.1 step 3).
 pub async fn owned_group_scopes<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
-    let rows = c
-        .query(
-            "SELECT m.source_id::bigint, g.parent_id IS NULL OR g.id IS NULL, g.traversal_ids::bigint[]
-             FROM members m LEFT JOIN namespaces g ON g.id = m.source_id
-             WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace' AND m.access_level = 50",
-            &[&user_id],
-        )
-        .await?;
+    let rows = c.query(sql::OWNED_GROUP_SCOPES, &[&user_id]).await?;
     let mut ids = Vec::new();
     for r in rows {
         let gid: i64 = r.get(0);
@@ -297,12 +248,6 @@ pub async fn owned_group_scopes<C: GenericClient>(c: &C, user_id: i64) -> Result
 
 /// Ids of the projects in personal namespaces owned by `user_id` (§5.1 step 2).
 pub async fn personal_projects<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
-    let rows = c
-        .query(
-            "SELECT p.id::bigint FROM projects p JOIN namespaces n ON n.id = p.namespace_id
-             WHERE n.type = 'User' AND n.owner_id = $1::bigint ORDER BY p.id",
-            &[&user_id],
-        )
-        .await?;
+    let rows = c.query(sql::PERSONAL_PROJECTS, &[&user_id]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

@@ -4,7 +4,8 @@
 //! revoke tokens, record the `ghost_user_migrations` row, enqueue `delete-user`) and
 //! `ensure_ghost_user`. Phase 1 runs inside the caller's transaction and never commits;
 //! its `delete-user` message goes into the caller's outbox, which the caller sends
-//! before COMMIT (send-then-commit, §9.5). Phase 2 is `workers::delete_user`.
+//! before COMMIT (send-then-commit, §9.5). Phase 2 is `workers::delete_user`. The
+//! statements are in [`sql`].
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::{GenericClient, Transaction};
@@ -15,6 +16,8 @@ use crate::gitlab::{authz, hierarchy, permissions};
 use crate::locks;
 use crate::messages::{delete_user_key, DeleteUserRun, Envelope};
 use crate::queue::OutMessage;
+
+pub mod sql;
 
 /// `DELETE_USER_DELAY_S` (§9.5).
 pub const DELETE_USER_DELAY_S: u32 = 30;
@@ -84,10 +87,7 @@ pub async fn schedule_removal<C: GenericClient>(
     outbox: &mut Vec<OutMessage>,
 ) -> Result<PhaseOne> {
     let u = req.user_id;
-    let exists = c
-        .query_opt("SELECT 1 FROM users WHERE id = $1::bigint", &[&u])
-        .await?
-        .is_some();
+    let exists = c.query_opt(sql::USER_EXISTS, &[&u]).await?.is_some();
     if !exists {
         tracing::info!(user_id = u, "User removal skipped: user not found");
         return Ok(PhaseOne::NotFound);
@@ -95,12 +95,7 @@ pub async fn schedule_removal<C: GenericClient>(
     // The user's membership rows first (ascending ids): the lock order puts row locks
     // before group-owner locks (ARCHITECTURE.md), and step 5 deletes these rows. A
     // caller that nests phase 1 (B38 for a bot) already holds them.
-    c.execute(
-        "SELECT count(*) FROM (SELECT id FROM members WHERE user_id = $1::bigint
-                                ORDER BY id FOR UPDATE) AS locked",
-        &[&u],
-    )
-    .await?;
+    c.execute(sql::LOCK_MEMBERSHIPS, &[&u]).await?;
     match refusal(c, u, true).await? {
         Some(Refusal::PersonalProjects(project_ids)) => {
             tracing::warn!(user_id = u, project_ids = ?project_ids, "User removal refused: user owns personal projects");
@@ -113,29 +108,13 @@ pub async fn schedule_removal<C: GenericClient>(
         None => {}
     }
     // Step 4: lock the row, then block.
-    if c.query_opt(
-        "SELECT id FROM users WHERE id = $1::bigint FOR UPDATE",
-        &[&u],
-    )
-    .await?
-    .is_none()
-    {
+    if c.query_opt(sql::LOCK_USER, &[&u]).await?.is_none() {
         tracing::info!(user_id = u, "User removal skipped: user not found");
         return Ok(PhaseOne::NotFound);
     }
-    c.execute(
-        "UPDATE users SET state = 'blocked', updated_at = $2::timestamptz
-         WHERE id = $1::bigint AND state IS DISTINCT FROM 'blocked'",
-        &[&u, &now],
-    )
-    .await?;
+    c.execute(sql::BLOCK_USER, &[&u, &now]).await?;
     // Step 5: every membership, one combined refresh.
-    let removed = c
-        .query(
-            "DELETE FROM members WHERE user_id = $1::bigint RETURNING source_type, source_id::bigint",
-            &[&u],
-        )
-        .await?;
+    let removed = c.query(sql::DELETE_MEMBERSHIPS, &[&u]).await?;
     let mut affected: Vec<i64> = req.extra_affected.to_vec();
     let mut types = Vec::with_capacity(removed.len());
     let mut sources = Vec::with_capacity(removed.len());
@@ -151,39 +130,17 @@ pub async fn schedule_removal<C: GenericClient>(
         sources.push(sid);
     }
     if !removed.is_empty() {
-        c.execute(
-            "DELETE FROM notification_settings ns
-             USING unnest($2::text[], $3::bigint[]) AS x(st, sid)
-             WHERE ns.user_id = $1::bigint AND ns.source_type = x.st AND ns.source_id = x.sid",
-            &[&u, &types, &sources],
-        )
-        .await?;
+        c.execute(sql::DELETE_NOTIFICATION_SETTINGS, &[&u, &types, &sources])
+            .await?;
     }
-    let existing = c
-        .query(
-            "SELECT project_id::bigint FROM project_authorizations WHERE user_id = $1::bigint",
-            &[&u],
-        )
-        .await?;
+    let existing = c.query(sql::AUTHORIZED_PROJECTS, &[&u]).await?;
     affected.extend(existing.iter().map(|r| r.get::<_, i64>(0)));
     authz::refresh(c, u, &affected).await?;
     // Step 6 (⚑ D10).
-    let tokens_revoked = c
-        .execute(
-            "UPDATE personal_access_tokens SET revoked = true, updated_at = $2::timestamptz
-             WHERE user_id = $1::bigint AND revoked IS DISTINCT FROM true",
-            &[&u, &now],
-        )
-        .await?;
+    let tokens_revoked = c.execute(sql::REVOKE_TOKENS, &[&u, &now]).await?;
     // Step 7.
-    c.execute(
-        "INSERT INTO ghost_user_migrations
-           (user_id, initiator_user_id, hard_delete, consume_after, created_at, updated_at)
-         VALUES ($1::bigint, $2::bigint, false, $3::timestamptz, $3::timestamptz, $3::timestamptz)
-         ON CONFLICT (user_id) DO NOTHING",
-        &[&u, &req.initiator, &now],
-    )
-    .await?;
+    c.execute(sql::INSERT_MIGRATION, &[&u, &req.initiator, &now])
+        .await?;
     // Step 8.
     outbox.push(OutMessage::new(
         Function::DeleteUser,
@@ -218,26 +175,14 @@ pub async fn schedule_removal<C: GenericClient>(
 /// `ensure_ghost_user()` (§5.3) in its own short transaction; returns the ghost's id.
 pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Result<i64> {
     locks::xact_locks(&tx, &["ghost-user".to_string()]).await?;
-    if let Some(r) = tx
-        .query_opt(
-            "SELECT id::bigint FROM users WHERE user_type = 5 ORDER BY id LIMIT 1",
-            &[],
-        )
-        .await?
-    {
+    if let Some(r) = tx.query_opt(sql::FIND_GHOST, &[]).await? {
         tx.commit().await?;
         return Ok(r.get(0));
     }
     // The first of ghost, ghost1, ghost2, … free as a username, email and route path
     // (compared case-insensitively).
     let taken: Vec<String> = tx
-        .query(
-            "SELECT lower(username) FROM users WHERE lower(username) ~ '^ghost[0-9]*$'
-             UNION SELECT lower(split_part(email, '@', 1)) FROM users
-               WHERE lower(email) ~ '^ghost[0-9]*@example\\.com$'
-             UNION SELECT lower(path) FROM routes WHERE lower(path) ~ '^ghost[0-9]*$'",
-            &[],
-        )
+        .query(sql::TAKEN_GHOST_NAMES, &[])
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -254,35 +199,16 @@ pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Resul
         .expect("an unused ghost name exists");
     let email = format!("{username}@example.com"); // [CONFIRM GitLab's pattern]
     let id: i64 = tx
-        .query_one(
-            "INSERT INTO users (username, name, email, user_type, state, admin, created_at, updated_at)
-             VALUES ($1, 'Ghost User', $2, 5, 'active', false, $3::timestamptz, $3::timestamptz)
-             RETURNING id::bigint",
-            &[&username, &email, &now],
-        )
+        .query_one(sql::INSERT_GHOST, &[&username, &email, &now])
         .await?
         .get(0);
     let ns: i64 = tx
-        .query_one(
-            "INSERT INTO namespaces (name, path, owner_id, type, traversal_ids, organization_id, created_at, updated_at)
-             VALUES ('Ghost User', $1, $2::bigint, 'User', '{}',
-                     (SELECT min(id) FROM organizations), $3::timestamptz, $3::timestamptz)
-             RETURNING id::bigint",
-            &[&username, &id, &now],
-        )
+        .query_one(sql::INSERT_GHOST_NAMESPACE, &[&username, &id, &now])
         .await?
         .get(0);
-    tx.execute(
-        "UPDATE namespaces SET traversal_ids = ARRAY[id] WHERE id = $1::bigint",
-        &[&ns],
-    )
-    .await?;
-    tx.execute(
-        "INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
-         VALUES ($1::bigint, 'Namespace', $2, 'Ghost User', $1::bigint, $3::timestamptz, $3::timestamptz)",
-        &[&ns, &username, &now],
-    )
-    .await?;
+    tx.execute(sql::SET_GHOST_TRAVERSAL_IDS, &[&ns]).await?;
+    tx.execute(sql::INSERT_GHOST_ROUTE, &[&ns, &username, &now])
+        .await?;
     tx.commit().await?;
     tracing::info!(user_id = id, "Ghost user created");
     Ok(id)

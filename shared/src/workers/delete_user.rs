@@ -5,26 +5,137 @@
 //! batches of 1000 under the budget, the re-send when the budget runs out, and the
 //! final transaction that re-checks everything under locks and deletes the user.
 //! Replays are no-ops: once the user or its migration row is gone, step 1 or 2 stops.
+//! Its `done` result is [`DeleteUserDone`]; its statements are in [`sql`].
 
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
+use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::user_removal::{self, Refusal};
 use crate::gitlab::{permissions, user_type};
 use crate::locks;
 use crate::messages::{DeleteUserRun, Envelope};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Budget, Invocation, Report};
+use crate::runtime::{Budget, Done, Invocation, Report};
+
+pub mod sql;
 
 /// Rows reassigned per statement.
 pub const REASSIGN_BATCH: i64 = 1000;
 
-/// The contribution tables, in reassignment order.
-const TABLES: [&str; 3] = ["issues", "merge_requests", "notes"];
+/// The reassignment of each contribution table, in order.
+const REASSIGN: [&str; 3] = [
+    sql::REASSIGN_ISSUES,
+    sql::REASSIGN_MERGE_REQUESTS,
+    sql::REASSIGN_NOTES,
+];
+
+/// The `outcome` field of `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The user does not exist (stale).
+    NotFound,
+    /// No pending ghost user migration (stale).
+    NoMigration,
+    /// The ghost user is never deleted (refused).
+    Ghost,
+    /// Sole owner or personal projects (refused).
+    Refused,
+    /// The user was deleted (completed).
+    Deleted,
+}
+
+/// Rows reassigned to the ghost user by this invocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Reassigned {
+    /// `issues` rows.
+    pub issues_reassigned: u64,
+    /// `merge_requests` rows.
+    pub merge_requests_reassigned: u64,
+    /// `notes` rows.
+    pub notes_reassigned: u64,
+}
+
+impl Reassigned {
+    fn from_counts(c: [u64; 3]) -> Reassigned {
+        Reassigned {
+            issues_reassigned: c[0],
+            merge_requests_reassigned: c[1],
+            notes_reassigned: c[2],
+        }
+    }
+}
+
+/// The `done` result: `stale` and `refused` carry the outcome, `limit_reached` the rows
+/// reassigned so far, `completed` both.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeleteUserDone {
+    #[serde(skip)]
+    status: &'static str,
+    /// The user of the message.
+    pub user_id: i64,
+    /// How it ended (absent for `limit_reached`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<Outcome>,
+    /// Rows reassigned (absent for `stale` and `refused`).
+    #[serde(flatten)]
+    pub reassigned: Option<Reassigned>,
+}
+
+impl DeleteUserDone {
+    fn stale(user_id: i64, outcome: Outcome) -> Report {
+        Report::new(DeleteUserDone {
+            status: "stale",
+            user_id,
+            outcome: Some(outcome),
+            reassigned: None,
+        })
+    }
+    fn refused(user_id: i64, outcome: Outcome) -> Report {
+        Report::new(DeleteUserDone {
+            status: "refused",
+            user_id,
+            outcome: Some(outcome),
+            reassigned: None,
+        })
+    }
+    fn limit_reached(user_id: i64, counts: [u64; 3]) -> Report {
+        Report::new(DeleteUserDone {
+            status: "limit_reached",
+            user_id,
+            outcome: None,
+            reassigned: Some(Reassigned::from_counts(counts)),
+        })
+    }
+    fn completed(user_id: i64, counts: [u64; 3]) -> Report {
+        Report::new(DeleteUserDone {
+            status: "completed",
+            user_id,
+            outcome: Some(Outcome::Deleted),
+            reassigned: Some(Reassigned::from_counts(counts)),
+        })
+    }
+}
+
+impl Done for DeleteUserDone {
+    fn status(&self) -> &'static str {
+        self.status
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        match self.reassigned {
+            Some(r) => vec![
+                ("issues_reassigned", r.issues_reassigned),
+                ("merge_requests_reassigned", r.merge_requests_reassigned),
+                ("notes_reassigned", r.notes_reassigned),
+            ],
+            None => Vec::new(),
+        }
+    }
+}
 
 enum Pre {
     Missing,
@@ -35,23 +146,12 @@ enum Pre {
 /// Steps 1–2: wait for any phase-1 transaction on the user, then look for the row.
 async fn precheck<C: GenericClient + Send + Sync>(client: &mut C, u: i64) -> Result<Pre> {
     let tx = client.transaction().await?;
-    let row = tx
-        .query_opt(
-            "SELECT user_type::int2 FROM users WHERE id = $1::bigint FOR SHARE",
-            &[&u],
-        )
-        .await?;
+    let row = tx.query_opt(sql::SHARE_USER, &[&u]).await?;
     let Some(row) = row else {
         tx.commit().await?;
         return Ok(Pre::Missing);
     };
-    let migration = tx
-        .query_opt(
-            "SELECT 1 FROM ghost_user_migrations WHERE user_id = $1::bigint",
-            &[&u],
-        )
-        .await?
-        .is_some();
+    let migration = tx.query_opt(sql::MIGRATION, &[&u]).await?.is_some();
     tx.commit().await?;
     Ok(if migration {
         Pre::Present {
@@ -90,23 +190,10 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     let tx = client.transaction().await?;
     let scopes = permissions::owned_group_scopes(&tx, u).await?;
     locks::group_owner_locks(&tx, &scopes).await?;
-    let Some(row) = tx
-        .query_opt(
-            "SELECT user_type::int2 FROM users WHERE id = $1::bigint FOR UPDATE",
-            &[&u],
-        )
-        .await?
-    else {
+    let Some(row) = tx.query_opt(sql::LOCK_USER, &[&u]).await? else {
         return Ok(Final::Missing);
     };
-    if tx
-        .query_opt(
-            "SELECT 1 FROM ghost_user_migrations WHERE user_id = $1::bigint",
-            &[&u],
-        )
-        .await?
-        .is_none()
-    {
+    if tx.query_opt(sql::MIGRATION, &[&u]).await?.is_none() {
         return Ok(Final::NoMigration);
     }
     if row.get::<_, i16>(0) == user_type::GHOST {
@@ -116,33 +203,14 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
         return Ok(Final::Refused(r));
     }
     // Memberships that reappeared since phase 1.
-    let rows = tx
-        .query(
-            &format!("SELECT {MEMBER_COLUMNS} FROM members WHERE user_id = $1::bigint ORDER BY id FOR UPDATE"),
-            &[&u],
-        )
-        .await?;
+    let rows = tx.query(sql::LOCK_MEMBERSHIPS, &[&u]).await?;
     for r in &rows {
         membership::remove_membership(&tx, &Member::from_row(r), Refresh::Now).await?;
     }
-    tx.execute(
-        "DELETE FROM routes WHERE source_type = 'Namespace' AND source_id IN
-           (SELECT id FROM namespaces WHERE type = 'User' AND owner_id = $1::bigint)",
-        &[&u],
-    )
-    .await?;
-    tx.execute(
-        "DELETE FROM namespaces WHERE type = 'User' AND owner_id = $1::bigint",
-        &[&u],
-    )
-    .await?;
-    tx.execute(
-        "DELETE FROM ghost_user_migrations WHERE user_id = $1::bigint",
-        &[&u],
-    )
-    .await?;
-    tx.execute("DELETE FROM users WHERE id = $1::bigint", &[&u])
-        .await?;
+    tx.execute(sql::DELETE_ROUTES, &[&u]).await?;
+    tx.execute(sql::DELETE_NAMESPACES, &[&u]).await?;
+    tx.execute(sql::DELETE_MIGRATION, &[&u]).await?;
+    tx.execute(sql::DELETE_USER, &[&u]).await?;
     tx.commit().await?;
     Ok(Final::Deleted)
 }
@@ -155,53 +223,39 @@ where
     let p: DeleteUserRun = env.payload()?;
     let u = p.user_id;
     let budget = Budget::start(inv.settings.delete_user_budget);
-    let stale =
-        |outcome: &str| Report::untyped("stale", json!({ "user_id": u, "outcome": outcome }));
     match retry_transient!(precheck(client, u).await)? {
         Pre::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
-            return Ok(stale("not_found"));
+            return Ok(DeleteUserDone::stale(u, Outcome::NotFound));
         }
         Pre::NoMigration => {
             tracing::info!(
                 user_id = u,
                 "delete-user skipped: no pending ghost user migration"
             );
-            return Ok(stale("no_migration"));
+            return Ok(DeleteUserDone::stale(u, Outcome::NoMigration));
         }
         Pre::Present { user_type } if user_type == user_type::GHOST => {
             tracing::error!(
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            return Ok(Report::untyped(
-                "refused",
-                json!({ "user_id": u, "outcome": "ghost" }),
-            ));
+            return Ok(DeleteUserDone::refused(u, Outcome::Ghost));
         }
         Pre::Present { .. } => {}
     }
     if let Some(r) = user_removal::refusal(&*client, u, false).await? {
         log_refusal(u, &r);
-        return Ok(Report::untyped(
-            "refused",
-            json!({ "user_id": u, "outcome": "refused" }),
-        ));
+        return Ok(DeleteUserDone::refused(u, Outcome::Refused));
     }
     let ghost = retry_transient!(
         user_removal::ensure_ghost_user(client.transaction().await?, inv.now).await
     )?;
     let mut counts = [0u64; 3];
-    for (i, table) in TABLES.iter().enumerate() {
+    for (i, statement) in REASSIGN.iter().enumerate() {
         loop {
             let n = client
-                .execute(
-                    &format!(
-                        "UPDATE {table} SET author_id = $2::bigint WHERE id IN
-                           (SELECT id FROM {table} WHERE author_id = $1::bigint ORDER BY id LIMIT $3)"
-                    ),
-                    &[&u, &ghost, &REASSIGN_BATCH],
-                )
+                .execute(*statement, &[&u, &ghost, &REASSIGN_BATCH])
                 .await?;
             if n == 0 {
                 break; // this table is finished: not a unit, no reason to stop
@@ -222,15 +276,7 @@ where
                         "delete-user continuing"
                     );
                 }
-                return Ok(Report::untyped(
-                    "limit_reached",
-                    json!({
-                        "user_id": u,
-                        "issues_reassigned": counts[0],
-                        "merge_requests_reassigned": counts[1],
-                        "notes_reassigned": counts[2],
-                    }),
-                ));
+                return Ok(DeleteUserDone::limit_reached(u, counts));
             }
         }
     }
@@ -246,44 +292,60 @@ where
                 reason = p.reason.as_deref(),
                 "User deleted"
             );
-            Ok(Report::untyped(
-                "completed",
-                json!({
-                    "user_id": u,
-                    "outcome": "deleted",
-                    "issues_reassigned": counts[0],
-                    "merge_requests_reassigned": counts[1],
-                    "notes_reassigned": counts[2],
-                }),
-            ))
+            Ok(DeleteUserDone::completed(u, counts))
         }
         Final::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
-            Ok(stale("not_found"))
+            Ok(DeleteUserDone::stale(u, Outcome::NotFound))
         }
         Final::NoMigration => {
             tracing::info!(
                 user_id = u,
                 "delete-user skipped: no pending ghost user migration"
             );
-            Ok(stale("no_migration"))
+            Ok(DeleteUserDone::stale(u, Outcome::NoMigration))
         }
         Final::Ghost => {
             tracing::error!(
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            Ok(Report::untyped(
-                "refused",
-                json!({ "user_id": u, "outcome": "ghost" }),
-            ))
+            Ok(DeleteUserDone::refused(u, Outcome::Ghost))
         }
         Final::Refused(r) => {
             log_refusal(u, &r);
-            Ok(Report::untyped(
-                "refused",
-                json!({ "user_id": u, "outcome": "refused" }),
-            ))
+            Ok(DeleteUserDone::refused(u, Outcome::Refused))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn done_lines_keep_their_shapes() {
+        assert_eq!(
+            DeleteUserDone::stale(7, Outcome::NoMigration).to_json(),
+            json!({"status": "stale", "user_id": 7, "outcome": "no_migration"})
+        );
+        assert_eq!(
+            DeleteUserDone::refused(7, Outcome::Ghost).to_json(),
+            json!({"status": "refused", "user_id": 7, "outcome": "ghost"})
+        );
+        let r = DeleteUserDone::limit_reached(7, [1, 2, 3]);
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "limit_reached", "user_id": 7, "issues_reassigned": 1,
+                   "merge_requests_reassigned": 2, "notes_reassigned": 3})
+        );
+        assert_eq!(r.counts().len(), 3);
+        assert_eq!(
+            DeleteUserDone::completed(7, [0, 0, 4]).to_json(),
+            json!({"status": "completed", "user_id": 7, "outcome": "deleted",
+                   "issues_reassigned": 0, "merge_requests_reassigned": 0,
+                   "notes_reassigned": 4})
+        );
     }
 }

@@ -13,23 +13,25 @@
 //! authorization refresh, and delete the schedule when it is complete or denied. A
 //! denial keeps what was already removed in that batch. It also owns the continuation
 //! (delay 0, `hop + 1`) while schedules remain and nothing failed. It never blocks or
-//! deletes a user.
+//! deletes a user. Its `done` result is [`PruneDone`]; its statements are in [`sql`].
 
 use std::time::Instant;
 
-use serde_json::json;
+use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
+use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
 use crate::gitlab::{authz, hierarchy};
 use crate::locks;
 use crate::messages::{Envelope, PruneDeletionsRun};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Budget, Invocation, Report};
+use crate::runtime::{Budget, Done, Invocation, Report};
+
+pub mod sql;
 
 /// Schedules loaded per invocation (`SCHEDULE_BATCH_SIZE`).
 pub const SCHEDULE_BATCH_SIZE: i64 = 10;
@@ -37,14 +39,6 @@ pub const SCHEDULE_BATCH_SIZE: i64 = 10;
 pub const MEMBER_BATCH_SIZE: i64 = 100;
 
 const FUNCTION: Function = Function::PruneDeletions;
-
-/// `hierarchy_members(s)` (§4.2) with `$1` = the user, `$2` = the hierarchy's groups
-/// (`self_and_descendant_groups(root)`) and `$3` = `projects_under(root)`. Every
-/// membership state, access requests and any access level match; invites never do.
-const HIERARCHY_MEMBERS: &str = "members m
-    WHERE m.user_id = $1::bigint
-      AND ((m.source_type = 'Namespace' AND m.source_id = ANY($2::bigint[]))
-        OR (m.source_type = 'Project' AND m.source_id = ANY($3::bigint[])))";
 
 /// A `members_deletion_schedules` row.
 #[derive(Debug, Clone, Copy)]
@@ -100,12 +94,7 @@ fn out_of_time(inv: &Invocation<'_>, budget: &Budget) -> bool {
 
 /// `root(n)`: the first id of `traversal_ids` (the namespace itself when empty).
 async fn root_of<C: GenericClient>(c: &C, namespace_id: i64) -> Result<i64> {
-    let row = c
-        .query_opt(
-            "SELECT COALESCE(traversal_ids[1], id)::bigint FROM namespaces WHERE id = $1::bigint",
-            &[&namespace_id],
-        )
-        .await?;
+    let row = c.query_opt(sql::ROOT_OF, &[&namespace_id]).await?;
     row.map(|r| r.get(0)).ok_or_else(|| {
         Error::Invariant(format!(
             "namespace {namespace_id} of a deletion schedule does not exist"
@@ -127,14 +116,7 @@ where
 {
     let tx = client.transaction().await?;
     // a. Lock the schedule row; a schedule deleted meanwhile is stale.
-    let Some(row) = tx
-        .query_opt(
-            "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
-             FROM members_deletion_schedules WHERE id = $1::bigint FOR UPDATE",
-            &[&schedule_id],
-        )
-        .await?
-    else {
+    let Some(row) = tx.query_opt(sql::LOCK_SCHEDULE, &[&schedule_id]).await? else {
         tx.commit().await?;
         return Ok(Step::Stale);
     };
@@ -162,28 +144,13 @@ where
     // deadlock against a B38 group or a phase 1. Each row is re-read in turn below.
     let batch = tx
         .query(
-            &format!(
-                "SELECT m.id::bigint FROM {HIERARCHY_MEMBERS} ORDER BY m.id LIMIT $4 FOR UPDATE OF m"
-            ),
+            sql::BATCH,
             &[&s.user_id, &groups, &projects, &MEMBER_BATCH_SIZE],
         )
         .await?;
     let ids: Vec<i64> = batch.iter().map(|r| r.get(0)).collect();
     let scopes: Vec<i64> = tx
-        .query(
-            "SELECT DISTINCT s.id::bigint
-             FROM members m
-               JOIN users u ON u.id = m.user_id AND u.user_type <> 6
-               LEFT JOIN namespaces g ON g.id = m.source_id
-               CROSS JOIN LATERAL unnest(
-                 CASE WHEN g.id IS NULL OR g.parent_id IS NULL OR cardinality(g.traversal_ids) = 0
-                      THEN ARRAY[m.source_id::bigint] ELSE g.traversal_ids::bigint[] END) AS s(id)
-             WHERE m.id = ANY($1::bigint[]) AND m.type = 'GroupMember'
-               AND m.source_type = 'Namespace' AND m.access_level = 50
-               AND m.state = 0 AND m.requested_at IS NULL
-             ORDER BY 1",
-            &[&ids],
-        )
+        .query(sql::OWNER_SCOPES, &[&ids])
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -200,16 +167,7 @@ where
         attempted += 1;
         let id: i64 = row.get(0);
         // (2) Lock it; a membership deleted meanwhile is skipped and not counted.
-        let Some(locked) = tx
-            .query_opt(
-                &format!(
-                    "SELECT {MEMBER_COLUMNS} FROM members
-                     WHERE id = $1::bigint AND user_id = $2::bigint FOR UPDATE"
-                ),
-                &[&id, &s.user_id],
-            )
-            .await?
-        else {
+        let Some(locked) = tx.query_opt(sql::LOCK_MEMBER, &[&id, &s.user_id]).await? else {
             continue;
         };
         let m = Member::from_row(&locked);
@@ -231,10 +189,7 @@ where
         Outcome::Denied
     } else {
         let left: bool = tx
-            .query_one(
-                &format!("SELECT EXISTS (SELECT 1 FROM {HIERARCHY_MEMBERS})"),
-                &[&s.user_id, &groups, &projects],
-            )
+            .query_one(sql::ANY_LEFT, &[&s.user_id, &groups, &projects])
             .await?
             .get(0);
         if left {
@@ -244,11 +199,7 @@ where
         }
     };
     if outcome != Outcome::Partial {
-        tx.execute(
-            "DELETE FROM members_deletion_schedules WHERE id = $1::bigint",
-            &[&s.id],
-        )
-        .await?;
+        tx.execute(sql::DELETE_SCHEDULE, &[&s.id]).await?;
     }
     // g.
     tx.commit().await?;
@@ -276,11 +227,7 @@ where
     C: GenericClient + Send + Sync,
 {
     let rows = client
-        .query(
-            "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
-             FROM members_deletion_schedules ORDER BY id LIMIT $1",
-            &[&SCHEDULE_BATCH_SIZE],
-        )
+        .query(sql::SCHEDULES, &[&SCHEDULE_BATCH_SIZE])
         .await?;
     let mut t = Totals::default();
     for row in &rows {
@@ -346,15 +293,63 @@ where
     Ok(t)
 }
 
-fn report(status: &'static str, t: &Totals) -> Report {
-    Report::untyped(
-        status,
-        json!({
-            "schedules_processed": t.processed,
-            "destroyed_count_total": t.destroyed,
-        }),
-    )
-    .metric("failed_schedules", t.failed as f64)
+/// How an invocation ended (the `status` of `done`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneStatus {
+    /// Another invocation holds the lock.
+    Skipped,
+    /// A schedule batch failed: the record is retried.
+    Stopped,
+    /// No schedule is left.
+    Completed,
+    /// Schedules remain: a continuation was sent.
+    MoreWork,
+}
+
+/// The `done` result of one invocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct PruneDone {
+    /// How it ended.
+    #[serde(skip)]
+    pub status: PruneStatus,
+    /// Schedule batches that committed.
+    pub schedules_processed: u64,
+    /// Memberships removed.
+    pub destroyed_count_total: u64,
+    /// Schedule batches that failed (a metric, not a field).
+    #[serde(skip)]
+    pub failed_schedules: u64,
+}
+
+impl PruneDone {
+    fn new(status: PruneStatus, t: &Totals) -> PruneDone {
+        PruneDone {
+            status,
+            schedules_processed: t.processed,
+            destroyed_count_total: t.destroyed,
+            failed_schedules: t.failed,
+        }
+    }
+}
+
+impl Done for PruneDone {
+    fn status(&self) -> &'static str {
+        match self.status {
+            PruneStatus::Skipped => "skipped",
+            PruneStatus::Stopped => "stopped",
+            PruneStatus::Completed => "completed",
+            PruneStatus::MoreWork => "more_work",
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![("failed_schedules", self.failed_schedules as f64)]
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("schedules_processed", self.schedules_processed),
+            ("destroyed_count_total", self.destroyed_count_total),
+        ]
+    }
 }
 
 /// Handle one `prune-deletions.run` message.
@@ -366,11 +361,8 @@ where
     let lock = locks::function_key(FUNCTION.name());
     if !locks::try_session_lock(&*client, &lock).await? {
         tracing::info!("skipped: already running");
-        let r = Report::untyped(
-            "skipped",
-            json!({"schedules_processed": 0, "destroyed_count_total": 0}),
-        );
-        return Ok(r.metric("failed_schedules", 0.0));
+        let done = PruneDone::new(PruneStatus::Skipped, &Totals::default());
+        return Ok(Report::new(done));
     }
     let budget = Budget::start(inv.settings.prune_deletions_budget);
     let result = run(inv, client, &budget).await;
@@ -380,25 +372,34 @@ where
     unlocked?;
     if totals.failed > 0 {
         // Redelivery, or the next cron, starts again from the database state.
-        let mut r = report("stopped", &totals);
-        r.retry = Some(Error::Retryable(format!(
+        let done = PruneDone::new(PruneStatus::Stopped, &totals);
+        return Ok(Report::new(done).retrying(Error::Retryable(format!(
             "{} scheduled member deletion(s) failed",
             totals.failed
-        )));
-        return Ok(r);
+        ))));
     }
-    let more: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM members_deletion_schedules)",
-            &[],
-        )
-        .await?
-        .get(0);
+    let more: bool = client.query_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
     if !more {
-        return Ok(report("completed", &totals));
+        return Ok(Report::new(PruneDone::new(PruneStatus::Completed, &totals)));
     }
     let next = env.continuation(FUNCTION, inv.now, PruneDeletionsRun {});
     inv.continue_with(OutMessage::new(FUNCTION, 0, next))
         .await?;
-    Ok(report("more_work", &totals))
+    Ok(Report::new(PruneDone::new(PruneStatus::MoreWork, &totals)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn skipped_carries_zero_counters_and_the_failed_metric() {
+        let r = Report::new(PruneDone::new(PruneStatus::Skipped, &Totals::default()));
+        assert_eq!(
+            r.to_json(),
+            json!({"status": "skipped", "schedules_processed": 0, "destroyed_count_total": 0})
+        );
+        assert_eq!(r.metrics(), vec![("failed_schedules", 0.0)]);
+    }
 }

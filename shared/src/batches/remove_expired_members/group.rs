@@ -1,0 +1,289 @@
+//! B38's grouped transaction (common.md §7.2): up to [`super::GROUP_SIZE`] consecutive
+//! members of a page in one transaction.
+//!
+//! Owns: the group's statements ([`GroupStatements`], prepared once per page), its
+//! lock order (rows, group owners, the bots' `users` rows, authorizations; each step
+//! ascending, for the group as a whole), the set-based deletion of every member no
+//! per-member rule concerns with one `authz` refresh, the per-member steps of the
+//! others in SAVEPOINTs, the deadline guard inside the group, and how the group ended
+//! ([`GroupEnd`]): committed after its messages were sent in calls of ten, rolled back
+//! (its members then run one by one), or the session lost. Also the check for user
+//! triggers on `DELETE` of `members` that rules grouping out.
+
+use std::collections::HashSet;
+
+use chrono::NaiveDate;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{GenericClient, Statement, Transaction};
+
+use super::member::{process_member, MemberOutcome, Sends};
+use super::sql;
+use crate::error::{Error, Result};
+use crate::gitlab::authz::{Removed, RemovedRefresher};
+use crate::locks;
+use crate::queue::{self, OutMessage};
+use crate::retry_transient;
+use crate::runtime::Invocation;
+
+/// Whether a user trigger fires on `DELETE` of `members`. Such a trigger could change
+/// another member of the same group, which the set-based deletion would not see.
+pub(super) async fn members_have_delete_triggers<C: GenericClient>(c: &C) -> Result<bool> {
+    let row = c.query_one(sql::MEMBERS_HAVE_DELETE_TRIGGERS, &[]).await?;
+    Ok(row.get(0))
+}
+
+/// Each member of a group, in page order, with how it ended.
+pub(super) type Outcomes = Vec<(i64, Result<MemberOutcome>)>;
+
+/// The statements of a group, prepared once per page.
+pub(super) struct GroupStatements {
+    lock_rows: Statement,
+    owner_scopes: Statement,
+    lock_bots: Statement,
+    xact_locks: Statement,
+    delete_plain: Statement,
+    still_expired: Statement,
+    refresher: RemovedRefresher,
+}
+
+impl GroupStatements {
+    /// Prepare them on `c`'s session.
+    pub(super) async fn prepare<C: GenericClient>(c: &C) -> Result<GroupStatements> {
+        Ok(GroupStatements {
+            lock_rows: c.prepare(sql::LOCK_ROWS).await?,
+            owner_scopes: c.prepare(sql::OWNER_SCOPES).await?,
+            lock_bots: c.prepare(sql::LOCK_BOTS).await?,
+            xact_locks: c.prepare(locks::sql::XACT_LOCKS).await?,
+            delete_plain: c.prepare(sql::DELETE_PLAIN).await?,
+            still_expired: c.prepare(sql::STILL_EXPIRED).await?,
+            refresher: RemovedRefresher::prepare(c).await?,
+        })
+    }
+}
+
+/// A group's work that is done: each member's outcome in page order, the messages to
+/// send, and whether the deadline guard stopped it before a per-member item (then the
+/// outcomes end just before that member; later members deleted by the set-based
+/// statement, or found no longer expired, are included after it).
+struct GroupDone {
+    outcomes: Outcomes,
+    outbox: Vec<OutMessage>,
+    /// The page-order index (within the group) of the first member left for the next
+    /// invocation, when the guard fired.
+    stopped_at: Option<usize>,
+}
+
+/// Steps 1–4 of the group's lock order (common.md §7.2 (d), §7.3), before any member is
+/// changed: member rows, then group-owner locks, then the bots' `users` rows, then the
+/// authorization locks of every other user whose membership the group may remove. The
+/// per-member steps that follow (`owner_protected`, `remove_membership`, phase 1) find
+/// these locks held and do not wait for them; only a phase 1 nested for a bot takes its
+/// bot's authorization lock itself (common.md §7.3: never before phase 1).
+async fn lock_group(
+    tx: &Transaction<'_>,
+    st: &GroupStatements,
+    ids: &[i64],
+    today: NaiveDate,
+) -> Result<()> {
+    let rows = tx.query(&st.lock_rows, &[&ids, &today]).await?;
+    let mut owner_groups: Vec<i64> = Vec::new();
+    let mut bots: Vec<i64> = Vec::new();
+    let mut users: Vec<i64> = Vec::new();
+    for r in &rows {
+        let in_group: bool = r.get(2);
+        if !in_group {
+            continue;
+        }
+        let user: Option<i64> = r.get(1);
+        let bot: bool = r.get(3);
+        let owner_candidate: bool = r.get(4);
+        match (user, bot) {
+            (Some(u), true) => bots.push(u),
+            (Some(u), false) => users.push(u),
+            (None, _) => {}
+        }
+        if owner_candidate {
+            owner_groups.push(r.get(5));
+        }
+    }
+    for v in [&mut owner_groups, &mut bots, &mut users] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    if !owner_groups.is_empty() || !bots.is_empty() {
+        let scopes: Vec<i64> = tx
+            .query(&st.owner_scopes, &[&owner_groups, &bots])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let keys: Vec<i64> = scopes
+            .iter()
+            .map(|g| locks::lock_key(&format!("group-owners:{g}")))
+            .collect();
+        tx.execute(&st.xact_locks, &[&keys]).await?;
+    }
+    if !bots.is_empty() {
+        tx.query(&st.lock_bots, &[&bots]).await?;
+    }
+    if !users.is_empty() {
+        let keys: Vec<i64> = users
+            .iter()
+            .map(|u| locks::lock_key(&format!("project-authorizations:{u}")))
+            .collect();
+        tx.execute(&st.xact_locks, &[&keys]).await?;
+    }
+    Ok(())
+}
+
+/// The work of one group inside its transaction; the caller sends and commits.
+async fn group_body(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    tx: &mut Transaction<'_>,
+    st: &GroupStatements,
+    ids: &[i64],
+    page_index: usize,
+) -> Result<GroupDone> {
+    let today = inv.today();
+    // The group's statements are prepared once per page and planned once per session:
+    // a generic plan (their shape does not depend on the values) instead of planning
+    // every statement again for every group. SET LOCAL ends with the transaction.
+    tx.batch_execute(sql::GENERIC_PLANS).await?;
+    lock_group(tx, st, ids, today).await?;
+    // The set-based item: every member that needs no per-member rule.
+    let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
+    let rows = tx.query(&st.delete_plain, &params).await?;
+    let deleted: HashSet<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
+    let removed: Vec<Removed> = rows
+        .iter()
+        .filter_map(|r| {
+            r.get::<_, Option<i64>>(1).map(|user_id| Removed {
+                user_id,
+                source_type: r.get(2),
+                source_id: r.get(3),
+            })
+        })
+        .collect();
+    // The rows left behind: still expired means a per-member rule applies; the others
+    // are stale (step 2).
+    let left: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|id| !deleted.contains(id))
+        .collect();
+    let per_member: HashSet<i64> = if left.is_empty() {
+        HashSet::new()
+    } else {
+        tx.query(&st.still_expired, &[&left, &today])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    // Step 4's refresh for every deleted member, after all of the group's deletions.
+    st.refresher.run(&*tx, &removed).await?;
+    let mut outbox = Vec::new();
+    let mut outcomes = Vec::with_capacity(ids.len());
+    let mut stopped_at = None;
+    for (k, &id) in ids.iter().enumerate() {
+        let outcome = if deleted.contains(&id) {
+            Ok(MemberOutcome::Deleted)
+        } else if !per_member.contains(&id) {
+            Ok(MemberOutcome::NoLongerExpired)
+        } else if stopped_at.is_some() {
+            continue;
+        } else if page_index + k > 0 && inv.deadline.reached() {
+            // The deadline guard before each item (common.md §7.2 (c)), never before
+            // the page's first member; a stop resumes at this member.
+            stopped_at = Some(k);
+            continue;
+        } else {
+            match retry_transient!(
+                process_member(inv, run_id, tx, id, Sends::Collect(&mut outbox)).await
+            ) {
+                Err(e) if e.is_connection_lost() => return Err(e),
+                r => r,
+            }
+        };
+        outcomes.push((id, outcome));
+    }
+    Ok(GroupDone {
+        outcomes,
+        outbox,
+        stopped_at,
+    })
+}
+
+/// How [`run_group`] ended.
+pub(super) enum GroupEnd {
+    /// Committed, with each member's outcome in page order; `stopped_at` is the
+    /// page-order index (within the group) of the first member the deadline guard left
+    /// for the next invocation.
+    Committed {
+        outcomes: Outcomes,
+        stopped_at: Option<usize>,
+    },
+    /// Rolled back (a failed statement, send or COMMIT): nothing of the group is kept,
+    /// and the caller runs its members one by one.
+    RolledBack,
+    /// The connection is lost, or the transaction could not be opened or rolled back:
+    /// the record fails with this error.
+    Lost(Error),
+}
+
+/// One group in one transaction (common.md §7.2).
+pub(super) async fn run_group<C>(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    client: &mut C,
+    st: &GroupStatements,
+    ids: &[i64],
+    page_index: usize,
+) -> GroupEnd
+where
+    C: GenericClient + Send + Sync,
+{
+    let mut tx = match client.transaction().await {
+        Ok(tx) => tx,
+        Err(e) => return GroupEnd::Lost(e.into()),
+    };
+    let failure = match group_body(inv, run_id, &mut tx, st, ids, page_index).await {
+        Ok(GroupDone {
+            outcomes,
+            outbox,
+            stopped_at,
+        }) => match queue::send_outbox(inv.queue, &outbox).await {
+            Ok(()) => match tx.commit().await {
+                Ok(()) => {
+                    return GroupEnd::Committed {
+                        outcomes,
+                        stopped_at,
+                    }
+                }
+                Err(e) => {
+                    let e = Error::from(e);
+                    if e.is_connection_lost() {
+                        return GroupEnd::Lost(e);
+                    }
+                    // COMMIT failed: nothing of the group is kept.
+                    tracing::warn!(members = ids.len(), error = %e, error_class = e.class(), "member group not committed; its members run one by one");
+                    return GroupEnd::RolledBack;
+                }
+            },
+            Err(e) => Error::from(e),
+        },
+        Err(e) if e.is_connection_lost() => return GroupEnd::Lost(e),
+        Err(e) => e,
+    };
+    if let Err(e) = tx.rollback().await {
+        return GroupEnd::Lost(e.into());
+    }
+    tracing::warn!(
+        members = ids.len(),
+        error = %failure,
+        error_class = failure.class(),
+        "member group rolled back; its members run one by one"
+    );
+    GroupEnd::RolledBack
+}

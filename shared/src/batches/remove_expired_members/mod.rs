@@ -1,0 +1,333 @@
+//! B38 `remove-expired-members` (b38-remove-expired-members.md).
+//!
+//! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, one page
+//! of 1000 per invocation, read in one statement without locks), the page loop that
+//! runs it in groups or one member at a time, the typed `done` result
+//! ([`ExpiredMembersDone`]), and the continuation with the cursor of the last row read.
+//! The grouped transaction is in `group`, the per-member transaction (re-check under
+//! `FOR UPDATE` ⚑ D5, last-owner rule, removal, phase 1 for project bots) in `member`,
+//! the statements in [`sql`].
+//!
+//! Members are grouped as common.md §7.2 allows: up to [`GROUP_SIZE`] consecutive
+//! members of a page share one transaction. The group first takes every lock its
+//! members need in the lock order of ARCHITECTURE.md (rows, group owners, `users`
+//! rows, authorizations; each step ascending, for the group as a whole): the rows of its
+//! still-expired members and every membership of a project bot among them; the
+//! group-owner locks of each owner candidate's `owner_scope` and of the groups a bot
+//! owns; the bots' `users` rows; the authorization locks of the other users. No member
+//! then takes a lock of an earlier step after one of a later step, so a group cannot
+//! deadlock against `prune-deletions`, `delete-user` or a phase 1 (only a bot's own
+//! authorization lock is left to its nested phase 1). Then one statement deletes every
+//! member that is still expired and needs no per-member rule (no project bot, no owner
+//! candidate of §2.5 — an active owner row of a non-bot user in any state: a blocked or
+//! deactivated sole owner is protected too) together with its notification setting, and
+//! one set-based refresh follows (`authz::refresh_removed`); the members it left (owner
+//! candidates, bots, or rows no longer expired) then run the per-member steps in page
+//! order, each in its own SAVEPOINT, and the group's `delete-user` messages are sent in
+//! calls of ten before COMMIT.
+//!
+//! **A failed send, or any failure of the group** (an error in the set-based part, a
+//! failed COMMIT): the group is rolled back and its members run again one transaction
+//! each, exactly as §5 describes, so a member's failure never affects another and every
+//! outcome (counts, log lines, effects) is the per-member one. The record never ends as
+//! a retryable failure because of a group.
+//!
+//! A user trigger on `DELETE` of `members` could make one member's deletion change
+//! another member of the same group; when one exists the page runs one transaction per
+//! member from the start. **The deadline guard** is checked before each item: before
+//! each group (its set-based statement is one item bounded by the group size) and
+//! before each per-member step inside it; when it fires inside a group, what the group
+//! did so far is sent and committed and the continuation resumes at the first member
+//! left undone. `updated_rows` counts only rows actually removed: a row kept by the
+//! last-owner rule is a skipped row (docs/gitlab-differences.md).
+
+use chrono::NaiveDate;
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+use crate::function::Function;
+use crate::locks;
+use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
+use crate::queue::OutMessage;
+use crate::runtime::{Done, Invocation, Report};
+
+mod group;
+mod member;
+pub mod sql;
+
+use group::{members_have_delete_triggers, run_group, GroupEnd, GroupStatements};
+use member::{one_member, MemberOutcome, MemberRun};
+
+/// The page statements under their former names (the bench reads pages the same way).
+pub use sql::{PAGE as PAGE_SQL, PAGE_AFTER as PAGE_AFTER_SQL};
+
+/// Members per page.
+pub const BATCH_SIZE: usize = 1000;
+/// Delay of the continuation after a full page.
+pub const BATCH_DELAY_S: u32 = 10;
+/// Reason passed to phase 1 for bots.
+pub const REMOVAL_REASON: &str = "Membership expired";
+/// Members per grouped transaction (common.md §7.2 allows up to 100).
+pub const GROUP_SIZE: usize = 100;
+
+const FUNCTION: Function = Function::RemoveExpiredMembers;
+
+/// One page read (§4): `(expires_at, id)` in page order, and whether more rows follow.
+pub async fn read_page<C: GenericClient>(
+    c: &C,
+    today: NaiveDate,
+    cursor: Option<MemberCursor>,
+) -> Result<(Vec<(NaiveDate, i64)>, bool)> {
+    let limit = (BATCH_SIZE + 1) as i64;
+    let rows = match cursor {
+        None => c.query(sql::PAGE, &[&today, &limit]).await?,
+        Some(cur) => {
+            c.query(sql::PAGE_AFTER, &[&today, &cur.expires_at, &cur.id, &limit])
+                .await?
+        }
+    };
+    let mut page: Vec<(NaiveDate, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let has_next = page.len() > BATCH_SIZE;
+    page.truncate(BATCH_SIZE);
+    Ok((page, has_next))
+}
+
+/// The `done` result of one page: `completed`, or `limit_reached` with the cursor
+/// the continuation starts after.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpiredMembersDone {
+    /// Rows removed.
+    pub updated_rows: u64,
+    /// Rows no longer expired, or kept by the last-owner rule.
+    pub skipped_rows: u64,
+    /// Rows whose removal failed.
+    pub failed_rows: u64,
+    /// The last row read before the continuation (`null` when the run is complete).
+    pub next_cursor: Option<MemberCursor>,
+}
+
+impl Done for ExpiredMembersDone {
+    fn status(&self) -> &'static str {
+        if self.next_cursor.is_some() {
+            "limit_reached"
+        } else {
+            "completed"
+        }
+    }
+    fn metrics(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("processed", self.updated_rows as f64),
+            ("skipped", self.skipped_rows as f64),
+            ("failed", self.failed_rows as f64),
+        ]
+    }
+    fn counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("updated_rows", self.updated_rows),
+            ("skipped_rows", self.skipped_rows),
+            ("failed_rows", self.failed_rows),
+        ]
+    }
+}
+
+struct PageResult {
+    updated: u64,
+    skipped: u64,
+    failed: u64,
+    next: Option<(MemberCursor, u32)>,
+}
+
+impl PageResult {
+    /// The page's `done` result.
+    fn done(&self) -> ExpiredMembersDone {
+        ExpiredMembersDone {
+            updated_rows: self.updated,
+            skipped_rows: self.skipped,
+            failed_rows: self.failed,
+            next_cursor: self.next.map(|(c, _)| c),
+        }
+    }
+
+    /// Count and log one member's outcome (§5 step E, §8).
+    fn record(&mut self, id: i64, outcome: Result<MemberOutcome>) {
+        match outcome {
+            Ok(MemberOutcome::Deleted) => self.updated += 1,
+            Ok(MemberOutcome::NoLongerExpired) => {
+                self.skipped += 1;
+                tracing::info!(
+                    member_id = id,
+                    "Expired Member ID={id} skipped - no longer expired"
+                );
+            }
+            Ok(MemberOutcome::LastOwner { group_id, user_id }) => {
+                self.skipped += 1;
+                tracing::warn!(
+                    member_id = id,
+                    group_id,
+                    user_id,
+                    "Expired Member ID={id} not removed - last owner of group"
+                );
+            }
+            Err(e) => {
+                self.failed += 1;
+                tracing::error!(
+                    member_id = id,
+                    error = %e,
+                    error_class = e.class(),
+                    "Expired Member ID={id} cannot be removed - {e}"
+                );
+            }
+        }
+    }
+}
+
+async fn run_page<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    cursor: Option<MemberCursor>,
+) -> Result<PageResult>
+where
+    C: GenericClient + Send + Sync,
+{
+    let (page, has_next) = read_page(&*client, inv.today(), cursor).await?;
+    let mut r = PageResult {
+        updated: 0,
+        skipped: 0,
+        failed: 0,
+        next: None,
+    };
+    let statements = if page.len() > 1 && !members_have_delete_triggers(&*client).await? {
+        Some(GroupStatements::prepare(&*client).await?)
+    } else {
+        None
+    };
+    let grouped = statements.is_some();
+    let mut last: Option<MemberCursor> = None;
+    let mut i = 0;
+    while i < page.len() {
+        // Step 1: the deadline guard, never before the first member (progress rule).
+        if i > 0 && inv.deadline.reached() {
+            r.next = last.map(|c| (c, 0));
+            return Ok(r);
+        }
+        let end = if !grouped || inv.deadline.reached() {
+            i + 1
+        } else {
+            (i + GROUP_SIZE).min(page.len())
+        };
+        let ids: Vec<i64> = page[i..end].iter().map(|(_, id)| *id).collect();
+        let group = match &statements {
+            Some(st) if ids.len() > 1 => run_group(inv, &env.run_id, client, st, &ids, i).await,
+            _ => GroupEnd::RolledBack,
+        };
+        match group {
+            GroupEnd::Lost(e) => return Err(e),
+            GroupEnd::Committed {
+                outcomes,
+                stopped_at,
+            } => {
+                for (id, outcome) in outcomes {
+                    r.record(id, outcome);
+                }
+                if let Some(k) = stopped_at {
+                    // The guard fired inside the group: continue before its first
+                    // member left undone (one before it is the cursor).
+                    let (expires_at, id) = page[i + k - 1];
+                    last = Some(MemberCursor { expires_at, id });
+                    r.next = last.map(|c| (c, 0));
+                    return Ok(r);
+                }
+                let (expires_at, id) = page[end - 1];
+                last = Some(MemberCursor { expires_at, id });
+            }
+            // Rolled back, or never grouped: one transaction per member.
+            GroupEnd::RolledBack => {
+                for (k, &(expires_at, id)) in page[i..end].iter().enumerate() {
+                    if i + k > 0 && inv.deadline.reached() {
+                        r.next = last.map(|c| (c, 0));
+                        return Ok(r);
+                    }
+                    match one_member(inv, &env.run_id, client, id).await {
+                        MemberRun::Ended(outcome) => r.record(id, outcome),
+                        MemberRun::ConnectionLost(e) => return Err(e),
+                    }
+                    last = Some(MemberCursor { expires_at, id });
+                }
+            }
+        }
+        i = end;
+    }
+    if has_next {
+        r.next = last.map(|c| (c, BATCH_DELAY_S));
+    }
+    Ok(r)
+}
+
+/// Handle one `remove-expired-members.run` message.
+pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+where
+    C: GenericClient + Send + Sync,
+{
+    let payload: RemoveExpiredMembersRun = env.payload()?;
+    let lock = locks::function_key(FUNCTION.name());
+    if !locks::try_session_lock(&*client, &lock).await? {
+        return Ok(Report::skipped());
+    }
+    let result = run_page(inv, env, client, payload.cursor).await;
+    // Released before any continuation is sent, on error paths too (§9.10).
+    let unlocked = locks::session_unlock(&*client, &lock).await;
+    let page = result?;
+    unlocked?;
+    if let Some((cursor, delay)) = page.next {
+        let next = env.continuation(
+            FUNCTION,
+            inv.now,
+            RemoveExpiredMembersRun {
+                cursor: Some(cursor),
+            },
+        );
+        inv.continue_with(OutMessage::new(FUNCTION, delay, next))
+            .await?;
+    }
+    Ok(Report::new(page.done()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn done_is_completed_with_a_null_cursor_or_limit_reached_with_one() {
+        let done = ExpiredMembersDone {
+            updated_rows: 2,
+            skipped_rows: 1,
+            failed_rows: 0,
+            next_cursor: None,
+        };
+        assert_eq!(
+            Report::new(done.clone()).to_json(),
+            json!({"status": "completed", "updated_rows": 2, "skipped_rows": 1,
+                   "failed_rows": 0, "next_cursor": null})
+        );
+        let cursor = MemberCursor {
+            expires_at: NaiveDate::from_ymd_opt(2025, 3, 1).unwrap(),
+            id: 9,
+        };
+        let r = Report::new(ExpiredMembersDone {
+            next_cursor: Some(cursor),
+            ..done
+        });
+        assert_eq!(r.status(), "limit_reached");
+        assert_eq!(
+            r.to_json()["next_cursor"],
+            json!({"expires_at": "2025-03-01", "id": 9})
+        );
+        assert_eq!(
+            r.metrics(),
+            vec![("processed", 2.0), ("skipped", 1.0), ("failed", 0.0)]
+        );
+    }
+}

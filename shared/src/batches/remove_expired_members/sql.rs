@@ -1,0 +1,97 @@
+//! The statements of [`crate::batches::remove_expired_members`].
+
+use crate::gitlab::membership::sql::member_columns;
+
+crate::catalogue::statements! {
+    /// The first page (§4): `$1` today, `$2` the limit.
+    PAGE = "SELECT expires_at, id::bigint FROM members
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+     ORDER BY expires_at DESC, id DESC LIMIT $2";
+    /// A page after a cursor (§4): `$1` today, `$2`/`$3` the cursor, `$4` the limit.
+    PAGE_AFTER = "SELECT expires_at, id::bigint FROM members
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+       AND (expires_at, id) < ($2::date, $3::bigint)
+     ORDER BY expires_at DESC, id DESC LIMIT $4";
+    /// Step 2 for one member: member `$1` if still expired on `$2::date`, locked.
+    LOCK_MEMBER = concat!(
+        "SELECT ",
+        member_columns!(),
+        " FROM members
+                 WHERE id = $1::bigint AND expires_at IS NOT NULL AND expires_at <= $2::date
+                 FOR UPDATE"
+    );
+    /// Whether a user trigger fires on `DELETE` of `members`.
+    MEMBERS_HAVE_DELETE_TRIGGERS = "SELECT EXISTS (SELECT 1 FROM pg_trigger
+                            WHERE tgrelid = 'members'::regclass AND NOT tgisinternal
+                              AND (tgtype & 8) <> 0)";
+    /// A group's statements are planned once per session (their shape does not depend
+    /// on the values); ends with the transaction.
+    GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan";
+    /// Steps 2 and 4 for every member of `$1::bigint[]` that is still expired on
+    /// `$2::date` and needs no per-member rule: not a project bot's (phase 1, step 5)
+    /// and not an owner candidate (step 3): an active owner membership of a group whose
+    /// user is not a project bot, whatever the user's state, since a blocked or
+    /// deactivated sole owner is protected. The rows are locked and re-checked by the
+    /// DELETE itself (ascending ids); each user's notification setting for the source
+    /// goes in the same statement.
+    DELETE_PLAIN = "
+    WITH del AS (
+      DELETE FROM members m
+      WHERE m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date
+        AND NOT EXISTS (
+          SELECT 1 FROM users u
+          WHERE u.id = m.user_id
+            AND (u.user_type = 6
+                 OR (m.type = 'GroupMember' AND m.source_type = 'Namespace'
+                     AND m.access_level = 50 AND m.state = 0 AND m.requested_at IS NULL)))
+      RETURNING m.id::bigint AS id, m.user_id::bigint AS user_id, m.source_type,
+                m.source_id::bigint AS source_id
+    ),
+    ns AS (
+      DELETE FROM notification_settings n USING del
+      WHERE n.user_id = del.user_id AND n.source_type = del.source_type
+        AND n.source_id = del.source_id
+    )
+    SELECT id, user_id, source_type, source_id FROM del";
+    /// Step 1 of a group's lock order (common.md §7.2 (d), §7.3): the row locks of every
+    /// member of `$1::bigint[]` still expired on `$2::date`, and of every membership of a
+    /// project bot among them (phase 1 deletes those too), in ascending id order. Each row
+    /// says whether it is one of the group's expired members, whether its user is a project
+    /// bot, and whether it is an owner candidate of §2.5 (an active owner membership of a
+    /// group whose user exists and is not a bot, in any state).
+    LOCK_ROWS = "
+    SELECT m.id::bigint, m.user_id::bigint,
+           (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date),
+           COALESCE(u.user_type = 6, false),
+           (m.type = 'GroupMember' AND m.source_type = 'Namespace' AND m.access_level = 50
+            AND m.state = 0 AND m.requested_at IS NULL AND u.id IS NOT NULL AND u.user_type <> 6),
+           m.source_id::bigint
+    FROM members m LEFT JOIN users u ON u.id = m.user_id
+    WHERE (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date)
+       OR m.user_id = ANY(ARRAY(
+            SELECT x.user_id FROM members x JOIN users b ON b.id = x.user_id
+            WHERE x.id = ANY($1::bigint[]) AND x.expires_at IS NOT NULL
+              AND x.expires_at <= $2::date AND b.user_type = 6))
+    ORDER BY m.id
+    FOR UPDATE OF m";
+    /// Step 2: the ids whose group-owner locks the group needs: `owner_scope(g)` of every
+    /// owner candidate's group `$1::bigint[]`, and of every group where a bot of
+    /// `$2::bigint[]` has a direct owner membership (phase 1's round, taken up front).
+    OWNER_SCOPES = "
+    SELECT DISTINCT s.id::bigint
+    FROM (SELECT unnest($1::bigint[]) AS gid
+          UNION
+          SELECT m.source_id::bigint FROM members m
+          WHERE m.user_id = ANY($2::bigint[]) AND m.source_type = 'Namespace'
+            AND m.access_level = 50) o
+      LEFT JOIN namespaces g ON g.id = o.gid
+      CROSS JOIN LATERAL unnest(
+        CASE WHEN g.id IS NULL OR g.parent_id IS NULL OR cardinality(g.traversal_ids) = 0
+             THEN ARRAY[o.gid] ELSE g.traversal_ids::bigint[] END) AS s(id)
+    ORDER BY 1";
+    /// Step 3: the `users` rows of the group's bots (phase 1 locks them), ascending.
+    LOCK_BOTS = "SELECT id FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE";
+    /// The rows of `$1::bigint[]` still expired on `$2::date`.
+    STILL_EXPIRED = "SELECT id::bigint FROM members
+     WHERE id = ANY($1::bigint[]) AND expires_at IS NOT NULL AND expires_at <= $2::date";
+}

@@ -1,0 +1,54 @@
+//! The statements of [`crate::gitlab::user_removal`]: phase 1 and the ghost user.
+
+crate::catalogue::statements! {
+    /// Whether user `$1` exists.
+    USER_EXISTS = "SELECT 1 FROM users WHERE id = $1::bigint";
+    /// Lock every membership row of user `$1`, ascending ids (step 5 deletes them).
+    LOCK_MEMBERSHIPS = "SELECT count(*) FROM (SELECT id FROM members WHERE user_id = $1::bigint
+                                ORDER BY id FOR UPDATE) AS locked";
+    /// Step 4: lock user `$1`'s row.
+    LOCK_USER = "SELECT id FROM users WHERE id = $1::bigint FOR UPDATE";
+    /// Step 4: block user `$1` (`$2` now).
+    BLOCK_USER = "UPDATE users SET state = 'blocked', updated_at = $2::timestamptz
+         WHERE id = $1::bigint AND state IS DISTINCT FROM 'blocked'";
+    /// Step 5: delete every membership of user `$1`, returning each source.
+    DELETE_MEMBERSHIPS = "DELETE FROM members WHERE user_id = $1::bigint RETURNING source_type, source_id::bigint";
+    /// Step 5: user `$1`'s notification settings for the sources
+    /// `$2::text[]`/`$3::bigint[]`.
+    DELETE_NOTIFICATION_SETTINGS = "DELETE FROM notification_settings ns
+             USING unnest($2::text[], $3::bigint[]) AS x(st, sid)
+             WHERE ns.user_id = $1::bigint AND ns.source_type = x.st AND ns.source_id = x.sid";
+    /// Step 5: the projects user `$1` has authorizations for today.
+    AUTHORIZED_PROJECTS = "SELECT project_id::bigint FROM project_authorizations WHERE user_id = $1::bigint";
+    /// Step 6: revoke user `$1`'s tokens (`$2` now).
+    REVOKE_TOKENS = "UPDATE personal_access_tokens SET revoked = true, updated_at = $2::timestamptz
+             WHERE user_id = $1::bigint AND revoked IS DISTINCT FROM true";
+    /// Step 7: the `ghost_user_migrations` row of user `$1` (initiator `$2`, `$3` now).
+    INSERT_MIGRATION = "INSERT INTO ghost_user_migrations
+           (user_id, initiator_user_id, hard_delete, consume_after, created_at, updated_at)
+         VALUES ($1::bigint, $2::bigint, false, $3::timestamptz, $3::timestamptz, $3::timestamptz)
+         ON CONFLICT (user_id) DO NOTHING";
+    /// The ghost user, if one exists.
+    FIND_GHOST = "SELECT id::bigint FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
+    /// The `ghost`, `ghost1`, … names already taken as a username, email or route path
+    /// (lower case).
+    TAKEN_GHOST_NAMES = "SELECT lower(username) FROM users WHERE lower(username) ~ '^ghost[0-9]*$'
+             UNION SELECT lower(split_part(email, '@', 1)) FROM users
+               WHERE lower(email) ~ '^ghost[0-9]*@example\\.com$'
+             UNION SELECT lower(path) FROM routes WHERE lower(path) ~ '^ghost[0-9]*$'";
+    /// A new ghost user: username `$1`, email `$2`, `$3` now; returns its id.
+    INSERT_GHOST = "INSERT INTO users (username, name, email, user_type, state, admin, created_at, updated_at)
+             VALUES ($1, 'Ghost User', $2, 5, 'active', false, $3::timestamptz, $3::timestamptz)
+             RETURNING id::bigint";
+    /// The ghost user's personal namespace: path `$1`, owner `$2`, `$3` now; returns its
+    /// id.
+    INSERT_GHOST_NAMESPACE = "INSERT INTO namespaces (name, path, owner_id, type, traversal_ids, organization_id, created_at, updated_at)
+             VALUES ('Ghost User', $1, $2::bigint, 'User', '{}',
+                     (SELECT min(id) FROM organizations), $3::timestamptz, $3::timestamptz)
+             RETURNING id::bigint";
+    /// The ghost namespace `$1`'s `traversal_ids`.
+    SET_GHOST_TRAVERSAL_IDS = "UPDATE namespaces SET traversal_ids = ARRAY[id] WHERE id = $1::bigint";
+    /// The ghost namespace `$1`'s route: path `$2`, `$3` now.
+    INSERT_GHOST_ROUTE = "INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
+         VALUES ($1::bigint, 'Namespace', $2, 'Ghost User', $1::bigint, $3::timestamptz, $3::timestamptz)";
+}
