@@ -1,4 +1,4 @@
-//! Fixture builders in the spec's notation (spec README §2): `U10(human, active)`,
+//! Fixture builders in the spec's notation (behaviour §R2): `U10(human, active)`,
 //! `G101 < G100`, `P200 in G101`, `M5: GM G100 U10 50`, `PA(U10,P200,30)`, … Every
 //! row gets GitLab-shaped values; ids are explicit so scenarios read like the spec.
 

@@ -89,7 +89,7 @@ async fn references(db: &TestDb) -> BTreeMap<(String, String), Ref> {
     {
         refs.insert((r.get(0), r.get(1)), Ref::To(r.get(2)));
     }
-    // References the subset keeps without a foreign key (schema.md).
+    // References the subset keeps without a foreign key (behaviour §S).
     refs.insert(
         ("namespaces".into(), "owner_id".into()),
         Ref::To("users".into()),

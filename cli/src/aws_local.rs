@@ -35,7 +35,7 @@ pub fn dlq_name(prefix: &str, f: Function) -> String {
     format!("{prefix}-{}-dlq", f.name())
 }
 
-/// The event-source-mapping batch size of common.md §9.12.
+/// The event-source-mapping batch size of behaviour §9.12.
 pub fn batch_size(f: Function) -> i32 {
     let single = f.cron().is_some()
         || matches!(

@@ -439,7 +439,7 @@ impl CrashGate {
 }
 
 /// Incremental reader of the PostgreSQL frontend protocol: finds the start of each
-/// message the client writes and classifies it (common.md §7: handlers use
+/// message the client writes and classifies it (behaviour §7: handlers use
 /// `START TRANSACTION`/`COMMIT` of tokio-postgres, statements are `Bind` or simple
 /// queries).
 #[derive(Debug)]

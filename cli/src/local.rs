@@ -1,4 +1,4 @@
-//! Local mode: the driver behind `hk run` (common.md §11).
+//! Local mode: the driver behind `hk run` (behaviour §11).
 //!
 //! Owns: delivering messages from the in-process [`LocalQueue`] to the same
 //! [`runtime::process_record`] pipeline Lambda uses, one fresh database session per
@@ -95,7 +95,7 @@ impl Run {
     }
 }
 
-/// The outbox form of a sent message (§11).
+/// The outbox form of a sent message (behaviour §11).
 pub fn sent_json(s: &SentRecord) -> Value {
     let mut v = json!({
         "receiver": s.message.receiver.name(),
@@ -194,7 +194,7 @@ impl Runner {
         self.queue.now()
     }
 
-    /// The cron message of a cron function at the current virtual time (§11): hop 0,
+    /// The cron message of a cron function at the current virtual time (behaviour §11): hop 0,
     /// a new UUID v4 run id, key `<function>:cron:<now>`.
     pub fn cron_message(&self, function: Function) -> Envelope {
         Envelope::cron(function, &uuid::Uuid::new_v4().to_string(), self.now())
@@ -439,7 +439,7 @@ impl Runner {
         let recorder = LocalQueue::new(now);
         let mut client = self.connector.connect(function.name()).await?;
         let mut tx = client.transaction().await?;
-        // No email and no web-hook request either (common.md §11).
+        // No email and no web-hook request either (behaviour §11).
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         let inv = Invocation {
             function,
@@ -483,7 +483,7 @@ impl Runner {
         }
     }
 
-    /// The exit code of §11: 2 if a permanent failure is left, 1 if a retryable one
+    /// The exit code of behaviour §11: 2 if a permanent failure is left, 1 if a retryable one
     /// is, else 0. A failure is "left" when its message was dead-lettered, or when the
     /// last run of a single invocation failed.
     pub fn exit_code(&self, single: bool) -> i32 {

@@ -1,4 +1,4 @@
-//! The in-process queue with virtual time (common.md §11), used by `hk` and tests.
+//! The in-process queue with virtual time (behaviour §11), used by `hk` and tests.
 //!
 //! Owns: the pending-message heap ordered by (due time, send sequence), the virtual
 //! clock, receive counts, the local dead-letter list and fault injection for sends.

@@ -1,4 +1,4 @@
-//! The `hk` contract (common.md §11): exact spellings, exit codes, `--until-idle`,
+//! The `hk` contract (behaviour §11): exact spellings, exit codes, `--until-idle`,
 //! `--dry-run`, `--json`, `--outbox`, against a real database.
 
 use std::process::{Command, Output};

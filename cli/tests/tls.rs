@@ -1,4 +1,4 @@
-//! TLS to the database, verified (common.md §10 `DATABASE_CA_BUNDLE`): a throwaway
+//! TLS to the database, verified (behaviour §10 `DATABASE_CA_BUNDLE`): a throwaway
 //! PostgreSQL (`hk db up`) switched to `ssl=on` with certificates made here by
 //! `openssl`, reached through the production configuration path (`Config` in SQS
 //! mode, which requires TLS for a non-loopback host, then `Connector`). The right CA

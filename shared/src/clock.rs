@@ -1,4 +1,4 @@
-//! The injected clock (common.md §6).
+//! The injected clock (behaviour §6).
 //!
 //! Owns: [`Clock`], the source of `now` for an invocation, and the transport's wall
 //! clock for schedule times. SQL never reads the database clock: every handler reads
@@ -38,7 +38,7 @@ pub fn today(now: DateTime<Utc>) -> NaiveDate {
     now.date_naive()
 }
 
-/// Format an instant as used inside message keys: `YYYY-MM-DDTHH:MM:SSZ` (common.md §9.3).
+/// Format an instant as used inside message keys: `YYYY-MM-DDTHH:MM:SSZ` (behaviour §9.3).
 pub fn key_time(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

@@ -1,4 +1,4 @@
-//! Typed configuration, read once at cold start (common.md §10).
+//! Typed configuration, read once at cold start (behaviour §10).
 //!
 //! Owns: parsing every environment variable the functions use into [`Config`], with
 //! a clear error naming the variable when one is missing or invalid. It performs no

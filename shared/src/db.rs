@@ -1,7 +1,7 @@
-//! PostgreSQL sessions (common.md §7.1).
+//! PostgreSQL sessions (behaviour §7.1).
 //!
 //! Owns: TLS through native-tls (every certificate of the CA bundle is trusted, chain
-//! and host name verified), connecting with the session settings of §7.1, spawning the
+//! and host name verified), connecting with the session settings of behaviour §7.1, spawning the
 //! connection task, the [`Session`] holder that keeps one connection across warm
 //! invocations and checks it before use, and the reset after a failed record. It
 //! holds no SQL of the batches; its own statements are in [`sql`].
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 
 pub mod sql;
 
-/// `idle_in_transaction_session_timeout` of every session (§7.1).
+/// `idle_in_transaction_session_timeout` of every session (behaviour §7.1).
 const IDLE_IN_TRANSACTION_MS: u64 = 60_000;
 
 /// Everything needed to open sessions: the resolved connection config and TLS.
@@ -138,7 +138,7 @@ impl Connector {
         self
     }
 
-    /// Open a session for `application_name`, with the settings of §7.1.
+    /// Open a session for `application_name`, with the settings of behaviour §7.1.
     pub async fn connect(&self, application_name: &str) -> Result<Client> {
         let mut pg = self.pg.clone();
         pg.application_name(application_name);
@@ -154,7 +154,7 @@ impl Connector {
     }
 
     /// Open a session for `application_name` over a plain TCP socket that `wrap`
-    /// wraps, with the settings of §7.1. Only the local chaos mode uses it
+    /// wraps, with the settings of behaviour §7.1. Only the local chaos mode uses it
     /// ([`crate::chaos::TappedStream`] sees the protocol), so it refuses TLS (whose
     /// bytes a tap could not read) and Unix sockets.
     pub async fn connect_wrapped<S, F>(&self, application_name: &str, wrap: F) -> Result<Client>
@@ -194,7 +194,7 @@ impl Connector {
         Ok(client)
     }
 
-    /// The session settings of §7.1.
+    /// The session settings of behaviour §7.1.
     async fn configure(&self, client: &Client) -> Result<()> {
         let (statement_ms, lock_ms, idle_ms) = (
             self.statement_timeout_ms.to_string(),
@@ -248,7 +248,7 @@ impl Session {
     }
 
     /// After a record that failed or panicked: roll back, release every session lock,
-    /// or drop the connection when that fails or its state is unknown (§7.1, §9.10).
+    /// or drop the connection when that fails or its state is unknown (behaviour §7.1, §9.10).
     ///
     /// Even a session that will be dropped first gets a best-effort, time-bounded
     /// unlock: closing a socket does not release the old backend's locks

@@ -1,6 +1,6 @@
 //! The crate's error type and its classification.
 //!
-//! Owns: [`Error`], the `error_class` vocabulary of the logs (common.md §8) and the
+//! Owns: [`Error`], the `error_class` vocabulary of the logs (behaviour §8) and the
 //! retry meaning of each error (transient, connection lost, retryable, permanent).
 //! It does not decide what a handler does with an error: handlers do.
 
@@ -22,7 +22,7 @@ pub enum Error {
     /// The transport (SQS, Scheduler or the in-process queue) refused a send.
     #[error("transport: {0}")]
     Transport(#[from] QueueError),
-    /// A message that can never be processed (common.md §9.4).
+    /// A message that can never be processed (behaviour §9.4).
     #[error("malformed message: {0}")]
     Malformed(String),
     /// Configuration missing or invalid.
@@ -52,7 +52,7 @@ fn db_message(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// SQLSTATEs retried by common.md §7.4.
+/// SQLSTATEs retried by behaviour §7.4.
 const TRANSIENT_SQLSTATES: [&str; 3] = ["40001", "40P01", "55P03"];
 
 impl Error {
@@ -69,7 +69,7 @@ impl Error {
         }
     }
 
-    /// Serialization failure, deadlock or lock not available: retry the item (§7.4).
+    /// Serialization failure, deadlock or lock not available: retry the item (behaviour §7.4).
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Db(e) => e
@@ -79,7 +79,7 @@ impl Error {
         }
     }
 
-    /// The database session is gone or unusable: abort the invocation (§7.4).
+    /// The database session is gone or unusable: abort the invocation (behaviour §7.4).
     pub fn is_connection_lost(&self) -> bool {
         match self {
             Error::Db(e) => {
@@ -110,17 +110,17 @@ impl Error {
     }
 }
 
-/// Sleep a random 100–500 ms before retrying a transient error (common.md §7.4).
+/// Sleep a random 100–500 ms before retrying a transient error (behaviour §7.4).
 pub async fn transient_backoff() {
     let ms = 100 + u64::from(crate::random::below(401));
     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
 }
 
-/// How often a transient error is retried before it counts as an item error (§7.4).
+/// How often a transient error is retried before it counts as an item error (behaviour §7.4).
 pub const TRANSIENT_RETRIES: u32 = 3;
 
 /// Evaluate an async expression, retrying it while it fails with a transient database
-/// error, up to [`TRANSIENT_RETRIES`] times with random back-off (common.md §7.4).
+/// error, up to [`TRANSIENT_RETRIES`] times with random back-off (behaviour §7.4).
 /// The expression must start its own transaction, so a retry restarts the item.
 #[macro_export]
 macro_rules! retry_transient {
@@ -139,7 +139,7 @@ macro_rules! retry_transient {
     }};
 }
 
-/// A short, body-free description of a JSON error (bodies are never logged, §9.4).
+/// A short, body-free description of a JSON error (bodies are never logged, behaviour §9.4).
 pub fn json_error_kind(e: &serde_json::Error) -> String {
     let kind = match e.classify() {
         serde_json::error::Category::Io => "io error",

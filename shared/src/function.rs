@@ -1,4 +1,4 @@
-//! The catalogue of Lambda functions (spec README §3, common.md §9.8, §9.12).
+//! The catalogue of Lambda functions (behaviour §R3, §9.8, §9.12).
 //!
 //! Owns: [`Function`], its name (= Cargo package, binary and SAM resource stem), the
 //! message types it accepts, its timeout, hop limit and queue environment variable.
@@ -12,7 +12,7 @@ use std::time::Duration;
 pub enum Function {
     /// B38 cron batch.
     RemoveExpiredMembers,
-    /// Phase 2 of user removal (common.md §5.2).
+    /// Phase 2 of user removal (behaviour §5.2).
     DeleteUser,
     /// B43 cron: enqueues `prune-deletions` when schedules exist.
     SchedulePruneDeletions,
@@ -68,7 +68,7 @@ impl Function {
         Function::ALL.iter().copied().find(|f| f.name() == name)
     }
 
-    /// The message types this function accepts (common.md §9.2).
+    /// The message types this function accepts (behaviour §9.2).
     pub fn accepts(self) -> &'static [&'static str] {
         match self {
             Function::RemoveExpiredMembers => &["remove-expired-members.run"],
@@ -94,7 +94,7 @@ impl Function {
             .find(|f| f.accepts().contains(&message_type))
     }
 
-    /// Whether an EventBridge Scheduler cron starts this function (common.md §9.7).
+    /// Whether an EventBridge Scheduler cron starts this function (behaviour §9.7).
     pub fn cron(self) -> Option<&'static str> {
         match self {
             Function::RemoveExpiredMembers => Some("cron(10 0 * * ? *)"),
@@ -110,7 +110,7 @@ impl Function {
         }
     }
 
-    /// The recommended Lambda timeout (common.md §9.12); `hk` measures the deadline
+    /// The recommended Lambda timeout (behaviour §9.12); `hk` measures the deadline
     /// guard against it.
     pub fn timeout(self) -> Duration {
         match self {
@@ -126,7 +126,7 @@ impl Function {
         }
     }
 
-    /// `MAX_HOPS` (common.md §9.8).
+    /// `MAX_HOPS` (behaviour §9.8).
     pub fn max_hops(self) -> u32 {
         match self {
             Function::RemoveExpiredMembers => 10_000,

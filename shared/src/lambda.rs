@@ -1,5 +1,5 @@
 //! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
-//! types (common.md §9.6).
+//! types (behaviour §9.6).
 //!
 //! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session,
 //! B28's means where the function needs them), turning an `SqsEvent` into one
@@ -7,7 +7,7 @@
 //! an `SqsBatchResponse` with partial batch failures. A malformed or failed record
 //! never fails the batch; a missing `messageId` does, because Lambda would otherwise
 //! treat the whole batch as failed anyway. After a failed record the session is reset
-//! before the next one (§7.1).
+//! before the next one (behaviour §7.1).
 //!
 //! [`run`] is generic over the function's [`FunctionHandler`], so a function binary
 //! links its own handler only; tests hand [`handle_event_with`] the

@@ -1,4 +1,4 @@
-//! The advisory-lock catalogue (common.md §7.3, §9.10).
+//! The advisory-lock catalogue (behaviour §7.3, §9.10).
 //!
 //! Owns: `lock_key`, the session-level overlap and group-destroy try-locks, and the
 //! transaction-level group-owner, authorization and ghost-user locks. Callers decide
@@ -48,12 +48,12 @@ pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<
     Ok(())
 }
 
-/// The overlap-guard key of a function (§9.10).
+/// The overlap-guard key of a function (behaviour §9.10).
 pub fn function_key(function: &str) -> String {
     format!("function:{function}")
 }
 
-/// Group-owner locks for the given group ids, ascending and deduplicated (§7.3).
+/// Group-owner locks for the given group ids, ascending and deduplicated (behaviour §7.3).
 pub async fn group_owner_locks<C: GenericClient>(c: &C, group_ids: &[i64]) -> Result<()> {
     let mut ids = group_ids.to_vec();
     ids.sort_unstable();
@@ -62,7 +62,7 @@ pub async fn group_owner_locks<C: GenericClient>(c: &C, group_ids: &[i64]) -> Re
     xact_locks(c, &keys).await
 }
 
-/// The authorization lock of one user (§3, §7.3).
+/// The authorization lock of one user (behaviour §3, §7.3).
 pub async fn authorization_lock<C: GenericClient>(c: &C, user_id: i64) -> Result<()> {
     xact_locks(c, &[format!("project-authorizations:{user_id}")]).await
 }

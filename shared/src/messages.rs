@@ -1,4 +1,4 @@
-//! Typed, versioned queue messages (common.md §9.1–§9.4).
+//! Typed, versioned queue messages (behaviour §9.1–§9.4).
 //!
 //! Owns: the [`Envelope`] every message travels in, its validation (malformed =
 //! permanent failure), message keys, and the payload types of each message type.
@@ -35,7 +35,7 @@ pub struct Envelope {
     /// The message type, e.g. `remove-expired-members.run`.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Stable idempotency key (common.md §9.3).
+    /// Stable idempotency key (behaviour §9.3).
     pub message_key: String,
     /// The run this message belongs to; inherited by children and continuations.
     pub run_id: String,
@@ -130,7 +130,7 @@ impl<'de> Deserialize<'de> for Strict {
     }
 }
 
-/// `run_id` (§9.1), narrowed to what the keys built from it can carry.
+/// `run_id` (behaviour §9.1), narrowed to what the keys built from it can carry.
 fn valid_run_id(r: &str) -> bool {
     (1..=128).contains(&r.len())
         && r.bytes()
@@ -275,7 +275,7 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// A payload type: its one validating decoder (every field's type and range, §9.2).
+/// A payload type: its one validating decoder (every field's type and range, behaviour §9.2).
 pub trait Payload: Sized {
     /// Decode and validate the payload's fields. Unknown fields are ignored.
     fn from_payload(f: &Fields<'_>) -> Checked<Self>;
@@ -360,7 +360,7 @@ fn validate_payload(kind: &str, payload: &Value) -> Checked<()> {
 }
 
 impl Envelope {
-    /// Parse and validate a body for `receiver`. Every rule of §9.1 and §9.4 is checked;
+    /// Parse and validate a body for `receiver`. Every rule of behaviour §9.1 and §9.4 is checked;
     /// the error names the first violation and never quotes the body.
     pub fn parse(body: &str, receiver: Function) -> std::result::Result<Envelope, Malformed> {
         let value: Value = match serde_json::from_str::<Strict>(body) {
@@ -466,7 +466,7 @@ impl Envelope {
     }
 
     /// Decode and validate the payload as `T` ([`Payload::from_payload`]). An error
-    /// makes the message malformed (§9.4) and names the field, never its value.
+    /// makes the message malformed (behaviour §9.4) and names the field, never its value.
     pub fn payload<T: Payload>(&self) -> Result<T> {
         T::from_value(&self.payload).map_err(|e| Error::Malformed(e.to_string()))
     }
@@ -501,7 +501,7 @@ impl Envelope {
         }
     }
 
-    /// The cron message of §9.7 for `function` at `scheduled` (what `hk run` builds
+    /// The cron message of behaviour §9.7 for `function` at `scheduled` (what `hk run` builds
     /// when no message is given).
     pub fn cron(function: Function, run_id: &str, scheduled: DateTime<Utc>) -> Envelope {
         Envelope {
@@ -517,7 +517,7 @@ impl Envelope {
 
     /// The continuation of this message: same run, `hop + 1` (saturating, so a hop at
     /// the top stays above every limit and is never sent), key
-    /// `<function>:<run_id>:<hop+1>` (§9.8).
+    /// `<function>:<run_id>:<hop+1>` (behaviour §9.8).
     pub fn continuation(
         &self,
         function: Function,
@@ -575,7 +575,7 @@ pub struct DeleteUserRun {
     pub reason: Option<String>,
 }
 
-/// The key of `delete-user.run` (§9.3).
+/// The key of `delete-user.run` (behaviour §9.3).
 pub fn delete_user_key(user_id: i64) -> String {
     format!("delete-user:{user_id}")
 }
@@ -589,13 +589,13 @@ pub struct SchedulePruneDeletionsRun {}
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PruneDeletionsRun {}
 
-/// The key of the `prune-deletions.run` that the scheduler sends (§9.3):
+/// The key of the `prune-deletions.run` that the scheduler sends (behaviour §9.3):
 /// `prune-deletions:<run_id>:0`.
 pub fn prune_deletions_key(run_id: &str) -> String {
     format!("prune-deletions:{run_id}:0")
 }
 
-/// `adjourned-group-deletion.run` payload (b51 §3).
+/// `adjourned-group-deletion.run` payload (behaviour §B51.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct AdjournedGroupDeletionRun {
     /// Where the run goes on; absent for the cron message.
@@ -612,7 +612,7 @@ pub struct GroupCursor {
     pub index: u64,
 }
 
-/// `group-destroy.run` payload (b51 §4).
+/// `group-destroy.run` payload (behaviour §B51.4).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupDestroyRun {
     /// The group to destroy.
@@ -623,12 +623,12 @@ pub struct GroupDestroyRun {
     pub marked_for_deletion_on: NaiveDate,
 }
 
-/// The key of `group-destroy.run` (§9.3): `group-destroy:<group_id>:<date>:<user_id>`.
+/// The key of `group-destroy.run` (behaviour §9.3): `group-destroy:<group_id>:<date>:<user_id>`.
 pub fn group_destroy_key(group_id: i64, marked_for_deletion_on: NaiveDate, user_id: i64) -> String {
     format!("group-destroy:{group_id}:{marked_for_deletion_on}:{user_id}")
 }
 
-/// `placeholder-user-cleanup.run` payload (b70 §3).
+/// `placeholder-user-cleanup.run` payload (behaviour §B70.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PlaceholderUserCleanupRun {
     /// Where the run goes on; absent for the first message of a run.
@@ -645,7 +645,7 @@ pub struct DetailCursor {
     pub index: u32,
 }
 
-/// `delete-placeholder-user.run` payload (b70 §4).
+/// `delete-placeholder-user.run` payload (behaviour §B70.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct DeletePlaceholderUserRun {
     /// The placeholder user to delete.
@@ -654,17 +654,17 @@ pub struct DeletePlaceholderUserRun {
     pub attempt: i64,
 }
 
-/// The key of `delete-placeholder-user.run` (§9.3).
+/// The key of `delete-placeholder-user.run` (behaviour §9.3).
 pub fn delete_placeholder_user_key(placeholder_user_id: i64, attempt: i64) -> String {
     format!("delete-placeholder-user:{placeholder_user_id}:{attempt}")
 }
 
 /// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
-/// (b28 §4), because claimed tokens no longer match.
+/// (behaviour §B28.4), because claimed tokens no longer match.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PatExpiringRun {}
 
-/// The resource of a project or group bot (b28 §10.2).
+/// The resource of a project or group bot (behaviour §B28.10.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceType {
@@ -684,8 +684,8 @@ impl ResourceType {
     }
 }
 
-/// `deliver-notification.email` payload (b28 §10.2). Addresses never travel: the
-/// deliverer reads the recipient's address at delivery time (common.md §9.11).
+/// `deliver-notification.email` payload (behaviour §B28.10.2). Addresses never travel: the
+/// deliverer reads the recipient's address at delivery time (behaviour §9.11).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "template")]
 pub enum EmailNotification {
@@ -745,7 +745,7 @@ impl EmailNotification {
     }
 }
 
-/// `deliver-notification.webhook` payload (b28 §10.3). The hook's URL and token are
+/// `deliver-notification.webhook` payload (behaviour §B28.10.3). The hook's URL and token are
 /// read and decrypted at delivery time; `body` is sent unchanged.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WebhookNotification {
@@ -757,18 +757,18 @@ pub struct WebhookNotification {
     pub body: Value,
 }
 
-/// Key of a human's email (b28 §10.2): `pat-expiring:<iv>:user:<user_id>:<today>`.
+/// Key of a human's email (behaviour §B28.10.2): `pat-expiring:<iv>:user:<user_id>:<today>`.
 pub fn user_email_key(interval: &str, user_id: i64, today: NaiveDate) -> String {
     format!("pat-expiring:{interval}:user:{user_id}:{today}")
 }
 
-/// Key of a bot email (b28 §10.2):
+/// Key of a bot email (behaviour §B28.10.2):
 /// `pat-expiring:<iv>:bot:<bot_user_id>:recipient:<user_id>:<today>`.
 pub fn bot_email_key(interval: &str, bot_user_id: i64, user_id: i64, today: NaiveDate) -> String {
     format!("pat-expiring:{interval}:bot:{bot_user_id}:recipient:{user_id}:{today}")
 }
 
-/// Event key of a bot's web hooks (b28 §10.3):
+/// Event key of a bot's web hooks (behaviour §B28.10.3):
 /// `pat-expiring:seven_days:bot:<bot_user_id>:token:<token_id>`.
 pub fn webhook_event_key(bot_user_id: i64, token_id: i64) -> String {
     format!("pat-expiring:seven_days:bot:{bot_user_id}:token:{token_id}")
@@ -779,9 +779,9 @@ pub fn webhook_key(event_key: &str, hook_id: i64) -> String {
     format!("{event_key}:hook:{hook_id}")
 }
 
-/// `days_to_expire` of b28 §10.2.
+/// `days_to_expire` of behaviour §B28.10.2.
 pub const DAYS_TO_EXPIRE: [u32; 3] = [7, 30, 60];
-/// At most this many `token_names` (b28 §10.2).
+/// At most this many `token_names` (behaviour §B28.10.2).
 pub const TOKEN_NAMES_MAX: usize = 100;
 /// `MAX_ATTEMPTS` of b70: an `attempt` is a claimed count, 1 to 15.
 pub const ATTEMPT_MAX: i64 = 15;

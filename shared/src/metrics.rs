@@ -1,4 +1,4 @@
-//! CloudWatch embedded-metric-format (EMF) lines (common.md §8).
+//! CloudWatch embedded-metric-format (EMF) lines (behaviour §8).
 //!
 //! Owns: the one EMF line each invocation prints (namespace `GitLabHousekeeping`,
 //! dimension `function`), with `duration_s` and the metrics the handler's `Report`

@@ -1,4 +1,4 @@
-//! The handler contract shared by Lambda and `hk` (common.md §6, §8, §9.6, §9.8).
+//! The handler contract shared by Lambda and `hk` (behaviour §6, §8, §9.6, §9.8).
 //!
 //! Owns: [`Invocation`] (the injected `now`, the queue, the settings, the monotonic
 //! deadline and budgets), [`Report`] (what a handler says it did), [`Handler`] (what
@@ -30,7 +30,7 @@ use crate::messages::Envelope;
 use crate::queue::{OutMessage, Queue};
 
 /// The monotonic deadline of one invocation: Lambda's remaining time, or in `hk` the
-/// function's timeout measured from the handler's start (§6).
+/// function's timeout measured from the handler's start (behaviour §6).
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     end: Instant,
@@ -46,7 +46,7 @@ impl Deadline {
         }
     }
 
-    /// True when less than the margin is left: stop starting new items (§9.8).
+    /// True when less than the margin is left: stop starting new items (behaviour §9.8).
     pub fn reached(&self) -> bool {
         Instant::now() + self.margin >= self.end
     }
@@ -78,7 +78,7 @@ impl Budget {
 pub struct Invocation<'a> {
     /// The function being run.
     pub function: Function,
-    /// The injected clock value, read once at the start (§6).
+    /// The injected clock value, read once at the start (behaviour §6).
     pub now: DateTime<Utc>,
     /// The transport.
     pub queue: &'a dyn Queue,
@@ -97,7 +97,7 @@ impl Invocation<'_> {
         self.now.date_naive()
     }
 
-    /// Send a continuation or re-send unless the hop limit forbids it (§9.8). Returns
+    /// Send a continuation or re-send unless the hop limit forbids it (behaviour §9.8). Returns
     /// whether it was sent. A send failure is an error (the record is retryable).
     pub async fn continue_with(&self, next: OutMessage) -> Result<bool> {
         let max_hops = u64::from(self.function.max_hops());
@@ -161,7 +161,7 @@ impl<T: Done> AnyDone for T {
     }
 }
 
-/// The `skipped: already running` result (§9.10): no fields.
+/// The `skipped: already running` result (behaviour §9.10): no fields.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Skipped;
 
@@ -171,7 +171,7 @@ impl Done for Skipped {
     }
 }
 
-/// The hop-limit case on receipt (§9.8): no work, no fields.
+/// The hop-limit case on receipt (behaviour §9.8): no work, no fields.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct HopLimitReached;
 
@@ -241,7 +241,7 @@ impl Report {
         self
     }
 
-    /// The `skipped: already running` report (§9.10).
+    /// The `skipped: already running` report (behaviour §9.10).
     pub fn skipped() -> Report {
         tracing::info!("skipped: already running");
         Report::new(Skipped)
@@ -307,7 +307,7 @@ pub struct RecordMeta {
     pub aws_request_id: Option<String>,
 }
 
-/// How a record ended (§9.6).
+/// How a record ended (behaviour §9.6).
 #[derive(Debug)]
 pub enum RecordOutcome {
     /// Work done, stale, skipped or hop limit reached: acknowledged.
@@ -393,7 +393,7 @@ where
         let max_hops = u64::from(inv.function.max_hops());
         if env.hop > max_hops {
             // Received above the limit (no sender of this bundle sends one): the
-            // hop-limit case of §9.8, before any work, so nothing is sent.
+            // hop-limit case of behaviour §9.8, before any work, so nothing is sent.
             tracing::error!(
                 hop = env.hop,
                 max_hops,

@@ -1,4 +1,4 @@
-//! Structured JSON logs (common.md §8).
+//! Structured JSON logs (behaviour §8).
 //!
 //! Owns: the one log format of the bundle: one JSON object per line with `timestamp`,
 //! `level`, `message`, every field of the enclosing spans flattened to the top level

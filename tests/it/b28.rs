@@ -1,4 +1,4 @@
-//! B28 pat-expiring: every acceptance scenario of b28-pat-expiring.md §12 that concerns
+//! B28 pat-expiring: every acceptance scenario of behaviour §B28.12 that concerns
 //! the batch (1–13, 16), plus interval boundaries, the deadline guard, the hop limit,
 //! the overlap lock and repeated runs. Delivery is in `deliver_notification.rs`.
 
@@ -49,7 +49,7 @@ pub async fn log_notifier() -> Arc<Notifier> {
     Arc::new(Notifier::full(&notify_config(&[]), None).await.unwrap())
 }
 
-/// The fixture of §12: G100 "acme" > G101 "web"; P200 "site" in G101 (route
+/// The fixture of behaviour §B28.12: G100 "acme" > G101 "web"; P200 "site" in G101 (route
 /// acme/web/site); G500 "other"; U10, U11, U12, U14, U15 (human, active); U13 (human,
 /// blocked); U20, U21, U22 (bot, active); M1: GM G100 U11 50.
 pub async fn fixture() -> TestDb {
@@ -425,7 +425,7 @@ async fn one_email_carries_the_first_hundred_names_of_a_hundred_twenty_tokens() 
     assert_eq!(log.done()["total_user_tokens_marked"], 120);
 }
 
-/// The project hook body of §10.3 for T20.
+/// The project hook body of behaviour §B28.10.3 for T20.
 pub fn t20_body() -> Value {
     json!({
       "object_kind": "access_token",
@@ -1000,7 +1000,7 @@ async fn a_second_run_the_same_day_sends_nothing_and_a_lost_commit_repeats_the_s
     assert!(r2.runs[0].sent.is_empty());
     assert_eq!(log2.done()["total_user_tokens_marked"], 0);
     // A COMMIT that failed after the send leaves the tokens unmarked: the next run
-    // generates the same notices under the same keys (b28 §11).
+    // generates the same notices under the same keys (behaviour §B28.11).
     db.exec(
         "UPDATE personal_access_tokens SET seven_days_notification_sent_at = NULL,
            sixty_days_notification_sent_at = NULL, expire_notification_delivered = false",

@@ -1,5 +1,5 @@
 //! B38 remove-expired-members: every acceptance scenario of
-//! b38-remove-expired-members.md §11, plus replay and duplicate delivery.
+//! behaviour §B38.11, plus replay and duplicate delivery.
 
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
@@ -12,7 +12,7 @@ use shared::Function;
 const NOW: &str = "2025-03-10T00:10:00Z";
 const F: Function = Function::RemoveExpiredMembers;
 
-/// The common fixture of §11: G100 "acme"; G101 < G100; P200 in G101 (project
+/// The common fixture of behaviour §B38.11: G100 "acme"; G101 < G100; P200 in G101 (project
 /// namespace 300); U10, U11, U12 (human, active); U20 (bot, active); M1: GM G100 U11 50.
 async fn fixture() -> TestDb {
     let db = TestDb::new().await;

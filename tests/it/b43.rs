@@ -1,5 +1,5 @@
 //! B43 schedule-prune-deletions and prune-deletions: every acceptance scenario of
-//! b43-prune-deletions.md §9 (1–14), plus single flight under two concurrent workers,
+//! behaviour §B43.9 (1–14), plus single flight under two concurrent workers,
 //! the shared budget running out mid-schedule, stale schedules and memberships, the
 //! hop limit, the Lambda events, and a 2,000-membership hierarchy drained until idle.
 
@@ -24,7 +24,7 @@ const DENIED: &str = "Scheduled member deletion cancelled: access denied";
 const FAILED: &str = "Scheduled member deletion failed";
 const STALE: &str = "Scheduled member deletion skipped: schedule no longer exists";
 
-/// The fixture of §9: G100 "acme"; G101 < G100; P200 in G101; P201 in G100; G500
+/// The fixture of behaviour §B43.9: G100 "acme"; G101 < G100; P200 in G101; P201 in G100; G500
 /// "other"; P600 in G500. U1(human, active, admin); U10, U11, U12 (human, active);
 /// U20 (bot, active). M1: GM G100 U11 50; M2: GM G100 U12 40.
 async fn fixture() -> TestDb {
@@ -214,7 +214,7 @@ async fn the_scheduler_finding_its_lock_held_is_skipped_and_a_failed_send_is_ret
     );
 }
 
-// Scenario 2, plus a replay after the schedule is gone (§8).
+// Scenario 2, plus a replay after the schedule is gone (behaviour §B43.8).
 #[tokio::test]
 async fn an_owner_removes_every_membership_of_the_hierarchy_and_the_schedule() {
     let db = fixture().await;

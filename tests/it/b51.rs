@@ -1,5 +1,5 @@
 //! B51 adjourned-group-deletion and group-destroy: every acceptance scenario of
-//! b51-adjourned-group-deletion.md §9, plus stale and replayed messages, interrupted
+//! behaviour §B51.9, plus stale and replayed messages, interrupted
 //! destroys, locks, the deadline continuation and a large tree destroyed until idle.
 
 use std::time::Duration;
@@ -34,7 +34,7 @@ async fn period(db: &TestDb, id: i64, days: i32) {
     .await;
 }
 
-/// The fixture of §9: G100 "acme-deletion_scheduled-100"; G101 "web" < G100; P200
+/// The fixture of behaviour §B51.9: G100 "acme-deletion_scheduled-100"; G101 "web" < G100; P200
 /// "site" in G101 (project namespace 300); P201 in G100 (301); U11(human, active);
 /// M1: GM G100 U11 50; SCH(100, 11, 2025-03-03); period 7.
 async fn fixture() -> TestDb {
@@ -161,7 +161,7 @@ fn is_random_suffixed(s: &str, base: &str) -> bool {
         })
 }
 
-// ---- adjourned-group-deletion (§3) ------------------------------------------------
+// ---- adjourned-group-deletion (behaviour §B51.3) ------------------------------------------------
 
 #[tokio::test]
 async fn a_group_marked_exactly_period_days_ago_is_due_and_its_destroy_is_sent_at_once() {
@@ -591,7 +591,7 @@ async fn a_cron_run_finding_its_overlap_lock_held_does_nothing() {
     assert_eq!(r.runs[0].outcome, "success");
 }
 
-// ---- group-destroy (§4) -----------------------------------------------------------
+// ---- group-destroy (behaviour §B51.4) -----------------------------------------------------------
 
 /// The extra data of scenario 7.
 async fn full_fixture() -> TestDb {

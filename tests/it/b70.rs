@@ -1,6 +1,6 @@
 //! B70 placeholder-user-cleanup and delete-placeholder-user: every acceptance scenario
-//! of b70-placeholder-user-cleanup.md §9 (tests `s01_…` to `s14_…`), plus grouping
-//! (common.md §7.2), transient retries, the deadline guard, the hop limit, dry run,
+//! of behaviour §B70.9 (tests `s01_…` to `s14_…`), plus grouping
+//! (behaviour §7.2), transient retries, the deadline guard, the hop limit, dry run,
 //! replays, the Lambda glue and a run until idle.
 
 use std::collections::HashMap;
@@ -544,7 +544,7 @@ async fn s14_a_failed_send_rolls_back_the_whole_group_and_the_record_is_retryabl
         .fail_when(|m| m.envelope.message_key == "delete-placeholder-user:50:1");
     let body = r.cron_message(F).to_body();
     let (run, outcome) = r.invoke(F, &body, 1).await.unwrap();
-    // Under grouping (common.md §7.2 (b)) PD1's whole group rolls back: PD7 as well.
+    // Under grouping (behaviour §7.2 (b)) PD1's whole group rolls back: PD7 as well.
     assert_eq!(run.outcome, "retryable");
     assert!(matches!(
         outcome,

@@ -1,4 +1,4 @@
-//! The common rules (common.md §2–§5) exercised directly: the authorization refresh,
+//! The common rules (behaviour §2–§5) exercised directly: the authorization refresh,
 //! the last-owner and sole-owner rules, and phase 1 of user removal.
 
 use integration_tests::fixtures::{M, U};

@@ -1,5 +1,5 @@
-//! delete-user (phase 2 of user removal): the acceptance scenarios of common.md §5.4,
-//! plus commit-before-delivery (§9.5) and the hop limit.
+//! delete-user (phase 2 of user removal): the acceptance scenarios of behaviour §5.4,
+//! plus commit-before-delivery (behaviour §9.5) and the hop limit.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! B28 deliver-notification against real local servers: an SMTP sink speaking
 //! STARTTLS (and implicit TLS) with a throwaway certificate, and an HTTP(S) receiver
-//! on 127.0.0.1. Scenarios 14 and 15 of b28-pat-expiring.md §12, the email outcomes,
+//! on 127.0.0.1. Scenarios 14 and 15 of behaviour §B28.12, the email outcomes,
 //! target safety, the whole run delivered twice, and a full-run search of every log
 //! line for the fixture's secrets.
 

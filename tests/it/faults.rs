@@ -295,7 +295,7 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
         &RecordMeta::default(),
     )
     .await;
-    // The failed schedule is that group's error (b51 §3.2 E): logged, nothing claimed.
+    // The failed schedule is that group's error (behaviour §B51.3.2 E): logged, nothing claimed.
     assert!(outcome.is_success(), "{outcome:?}");
     let failed = log.with_message("Adjourned group deletion failed for group");
     assert_eq!(failed.len(), 2, "{}", log.dump());

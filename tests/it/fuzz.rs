@@ -114,7 +114,7 @@ fn arb_mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-/// Values at the edges of each rule of common.md §9.1.
+/// Values at the edges of each rule of behaviour §9.1.
 const SPECIALS: [&str; 12] = [
     "-1",
     "18446744073709551615",

@@ -182,7 +182,7 @@ async fn the_set_based_refresh_of_many_removals_equals_the_per_membership_refres
             .filter(|_| r.gen_bool(0.5))
             .collect();
         // A: one member after the other, each removal followed by its own refresh
-        // (remove_membership, common.md §4).
+        // (remove_membership, behaviour §4).
         for m in &removed {
             membership::remove_membership(&a.client, m, Refresh::Now)
                 .await

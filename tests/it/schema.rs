@@ -1,6 +1,6 @@
-//! The schema subset (schema.md): exactly GitLab's tables in `public`, indexed
+//! The schema subset (behaviour §S): exactly GitLab's tables in `public`, indexed
 //! foreign keys, and code that works with GitLab's `int4` ids and `integer[]`
-//! traversal ids (schema.md §1.3).
+//! traversal ids (behaviour §S1.3).
 
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};

@@ -1,4 +1,4 @@
-//! Secrets never travel in messages and are never logged (common.md §8, §9.11): every
+//! Secrets never travel in messages and are never logged (behaviour §8, §9.11): every
 //! batch (B28's deliveries included, by SMTP and web hook) runs until idle on the
 //! demo data with secrets planted in every column that holds one (email and
 //! notification addresses, invite addresses and tokens, token digests, encrypted hook

@@ -1,4 +1,4 @@
-//! Web-hook target safety (b28 §10.5) against request forgery, on the real client
+//! Web-hook target safety (behaviour §B28.10.5) against request forgery, on the real client
 //! (`WebhookClient`, system resolver) and a real receiver on 127.0.0.1: every
 //! spelling of a loopback, private, link-local or metadata address (decimal, hex,
 //! octal and short IPv4 forms, IPv4-mapped IPv6 in both notations, AWS's IPv6
@@ -160,7 +160,7 @@ async fn a_redirect_to_the_metadata_service_is_never_followed() {
     assert_eq!(net.connects(), vec!["203.0.113.20:80".parse().unwrap()]);
 }
 
-/// The blocked IPv4 ranges of b28 §10.5, as (first address, prefix length).
+/// The blocked IPv4 ranges of behaviour §B28.10.5, as (first address, prefix length).
 const BLOCKED_V4: [([u8; 4], u32); 9] = [
     ([0, 0, 0, 0], 8),
     ([10, 0, 0, 0], 8),

@@ -1,6 +1,6 @@
 //! `infra/template.yaml` against the code: every function crate is in the template and
 //! vice versa, and the values cfn-lint cannot check inside `AWS::Serverless::Function`
-//! (tooling.md §6) match the function catalogue and common.md §9.7/§9.12.
+//! match the function catalogue and behaviour §9.7/§9.12.
 
 use std::collections::BTreeSet;
 
@@ -262,7 +262,7 @@ fn cron_functions_have_a_schedule_putting_a_valid_cron_message_on_their_queue() 
         );
         assert!(!t["Parameters"][format!("{c}ScheduleEnabled").as_str()].is_null());
         // Scheduler substitutes its context attributes; the result must parse as the
-        // function's own cron message (common.md §9.7).
+        // function's own cron message (behaviour §9.7).
         let input = p["Target"]["Input"].as_str().unwrap();
         let body = input
             .replace("<aws.scheduler.scheduled-time>", "2026-03-01T00:10:00Z")

@@ -195,7 +195,7 @@ pub async fn ours(
 }
 
 /// The floor's claim: every token any interval would claim, with the columns of its
-/// interval, in one statement. Bots only with a resource (b28 §6 step 1).
+/// interval, in one statement. Bots only with a resource (behaviour §B28.6 step 1).
 const FLOOR_CLAIM: &str = "
     UPDATE personal_access_tokens t SET
       seven_days_notification_sent_at = CASE WHEN t.expires_at <= $2::date THEN $5::timestamptz

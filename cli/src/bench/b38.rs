@@ -459,7 +459,7 @@ pub async fn explain_page(c: &Client, today: NaiveDate, cur: MemberCursor) -> Re
     Ok(plan)
 }
 
-/// `keyset`: one B38 page (the read of §4, 1,001 rows from a cursor in the middle of
+/// `keyset`: one B38 page (the read of behaviour §B38.4, 1,001 rows from a cursor in the middle of
 /// the expired rows) on a table of `keyset_large` members ÷ on one of `keyset_small`,
 /// with the same expired rows (spread over 1,000 days) in both; plus, without a
 /// target, the same page when every expired row shares one date.

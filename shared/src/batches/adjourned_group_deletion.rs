@@ -1,11 +1,11 @@
-//! B51 `adjourned-group-deletion` (b51-adjourned-group-deletion.md §3).
+//! B51 `adjourned-group-deletion` (behaviour §B51.3).
 //!
 //! Owns: the daily selection of groups whose adjourned-deletion period is over
 //! (inclusive cutoff from the current `deletion_adjourned_period`, keyset pages of 100
-//! by id, ⚑ D13), the per-group choice between a `group-destroy.run` message delayed
+//! by id, behaviour §D13), the per-group choice between a `group-destroy.run` message delayed
 //! by `index × 20` s (the run-wide index travels in `cursor.index`; delays over 900 s
 //! become one-time schedules in the transport) and a restore when the scheduling user
-//! may no longer remove the group (⚑ D14), and the deadline continuation. It deletes
+//! may no longer remove the group (behaviour §D14), and the deadline continuation. It deletes
 //! nothing itself: `workers::group_destroy` re-verifies everything before it does. Its
 //! `done` result is [`AdjournedGroupDeletionDone`].
 
@@ -37,7 +37,7 @@ pub fn delay_for(index: u64) -> u32 {
     u32::try_from(index.saturating_mul(INTERVAL_S)).unwrap_or(u32::MAX)
 }
 
-/// The `group-destroy.run` message for a due group (§3.2 step 3): hop 0, key
+/// The `group-destroy.run` message for a due group (behaviour §B51.3.2 step 3): hop 0, key
 /// `group-destroy:<group_id>:<date>:<user_id>`, the run's id.
 pub fn destroy_message(
     s: &Schedule,
@@ -90,7 +90,7 @@ where
     Ok(r)
 }
 
-/// Steps 2–4 of §3.2 for one group.
+/// Steps 2–4 of behaviour §B51.3.2 for one group.
 async fn process_group<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -272,7 +272,7 @@ where
         Ok::<_, crate::Error>((cutoff, r))
     }
     .await;
-    // Released before any continuation is sent, on error paths too (§9.10).
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (cutoff, r) = result?;
     unlocked?;

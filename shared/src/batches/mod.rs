@@ -1,4 +1,4 @@
-//! Cron batches: one module per batch (spec files b38, b43, b51, b70, b28).
+//! Cron batches: one module per batch (behaviour §B38, §B43, §B51, §B70, §B28).
 //!
 //! Owns: each batch's selection, per-item processing, continuation and `done` report.
 //! Batches take the overlap lock first and release it before any continuation.

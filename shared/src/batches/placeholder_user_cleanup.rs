@@ -1,4 +1,4 @@
-//! B70 `placeholder-user-cleanup` (b70-placeholder-user-cleanup.md §3).
+//! B70 `placeholder-user-cleanup` (behaviour §B70.3).
 //!
 //! Owns: the eligibility rule of `import_placeholder_user_details` (namespace gone,
 //! fewer than 15 attempts, never tried or last tried strictly before `now − 2 days`),
@@ -8,11 +8,11 @@
 //! `delete-placeholder-user.run` children delayed `i × 1 s` (`i` carried through
 //! `cursor.index`), and the deadline continuation.
 //!
-//! Details are grouped as common.md §7.2 allows: up to 100 consecutive details of a
+//! Details are grouped as behaviour §7.2 allows: up to 100 consecutive details of a
 //! page share one transaction, each detail runs in its own SAVEPOINT (a failing detail
 //! rolls back to it alone and is logged and counted as step E says), and the group's
 //! children are sent before COMMIT in `send` calls of at most ten. A failed send rolls
-//! the whole group back and ends the record as a retryable failure (b70 §3.2). It
+//! the whole group back and ends the record as a retryable failure (behaviour §B70.3.2). It
 //! never deletes anything: the child does that. Its statements are in `sql`, its
 //! `done` result is [`PlaceholderUserCleanupDone`].
 
@@ -38,16 +38,16 @@ pub const MAX_ATTEMPTS: i32 = 15;
 pub const DELETION_RETRY_PERIOD_DAYS: i64 = 2;
 /// `BATCH_SIZE`: details per keyset page.
 pub const BATCH_SIZE: i64 = 1000;
-/// Details per grouped transaction (common.md §7.2 allows up to 100).
+/// Details per grouped transaction (behaviour §7.2 allows up to 100).
 pub const GROUP_SIZE: usize = 100;
 /// `DELAY_STEP_S`: child `i` is delayed `i × DELAY_STEP_S` seconds.
 pub const DELAY_STEP_S: u32 = 1;
-/// The warning of step 3 (⚑ D18: a space after the first period).
+/// The warning of step 3 (behaviour §D18: a space after the first period).
 pub const FINAL_ATTEMPT_WARNING: &str = "Maximum deletion attempts (15) reached for deletion of placeholder user. Making final deletion attempt.";
 
 const FUNCTION: Function = Function::PlaceholderUserCleanup;
 
-/// `:retry_before = now − 2 days`, computed in the application (§3.1).
+/// `:retry_before = now − 2 days`, computed in the application (behaviour §B70.3.1).
 pub fn retry_before(now: DateTime<Utc>) -> DateTime<Utc> {
     now - Duration::days(DELETION_RETRY_PERIOD_DAYS)
 }
@@ -131,7 +131,7 @@ async fn claim_once(
 }
 
 /// [`claim_once`], again while it rolls back with a transient error, up to
-/// [`crate::error::TRANSIENT_RETRIES`] times with random back-off (common.md §7.4).
+/// [`crate::error::TRANSIENT_RETRIES`] times with random back-off (behaviour §7.4).
 async fn claim(
     tx: &mut Transaction<'_>,
     id: i64,
@@ -243,7 +243,7 @@ enum GroupEnd {
 }
 
 /// Up to [`GROUP_SIZE`] details in one transaction, one savepoint each; the group's
-/// children are sent in calls of at most ten before COMMIT (common.md §7.2).
+/// children are sent in calls of at most ten before COMMIT (behaviour §7.2).
 async fn run_group<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -310,7 +310,7 @@ where
         p.visited += 1;
         p.last_visited = d.id;
     }
-    // Send-then-commit; a failed send rolls back the whole group (§7.2 (b)).
+    // Send-then-commit; a failed send rolls back the whole group (behaviour §7.2 (b)).
     if let Err(e) = queue::send_outbox(inv.queue, &outbox).await {
         tx.rollback().await?;
         return Err(e.into());
@@ -362,7 +362,7 @@ where
         ..Progress::default()
     };
     let result = run(inv, env, client, &mut p).await;
-    // Released before any continuation is sent, on error paths too (§9.10).
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let next = result?;
     unlocked?;

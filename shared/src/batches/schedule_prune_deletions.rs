@@ -1,4 +1,4 @@
-//! B43 `schedule-prune-deletions` (b43-prune-deletions.md §3, §10).
+//! B43 `schedule-prune-deletions` (behaviour §B43.3, §B43.10).
 //!
 //! Owns: the 5-minute cron that starts a `prune-deletions` chain when any
 //! `members_deletion_schedules` row exists, and the backlog metrics
@@ -115,7 +115,7 @@ where
         }));
     }
     let result = enqueue_if_needed(inv, &*client, env).await;
-    // Released on error paths too (§9.10); a send failure is then a retryable failure.
+    // Released on error paths too (behaviour §9.10); a send failure is then a retryable failure.
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let (enqueued, b) = result?;
     unlocked?;

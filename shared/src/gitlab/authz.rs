@@ -1,4 +1,4 @@
-//! The `project_authorizations` refresh (common.md §3, ⚑ D1, D2).
+//! The `project_authorizations` refresh (behaviour §3, §D1, §D2).
 //!
 //! Owns: `refresh(u, P)`: after it, for every p in P there is exactly one row
 //! `(u, p, desired(u, p))` with `is_unique = true` when `desired > 0`, and none
@@ -8,7 +8,7 @@
 //!
 //! [`refresh_removed`] is the set-based form for many removed memberships at once (a
 //! B38 group): it takes every affected user's authorization lock (ascending ids), then
-//! one statement derives `affected(m)` for each removed membership (§3's table), and
+//! one statement derives `affected(m)` for each removed membership (behaviour §3's table), and
 //! recomputes exactly those `(user, project)` pairs, reading each user's memberships
 //! once and joining by hash, so its cost grows linearly with the pairs. For a set of removals that are
 //! all already done, it leaves the same rows as `refresh(m.user_id, affected(m))` run
@@ -27,7 +27,7 @@ pub mod sql;
 // The set-based refresh statement over removed memberships: `refresh(u, affected(m))`
 // for all of them at once. Returns one row: rows deleted, rows written.
 //
-// * `pairs`: §3's affected sets: `{p}` for a project membership, `projects_under(g)`
+// * `pairs`: behaviour §3's affected sets: `{p}` for a project membership, `projects_under(g)`
 //   for a group membership (the predicate of `hierarchy::projects_under`).
 // * `pairs` carries each pair's project namespace (type, `traversal_ids`, owner), read
 //   while the pairs are found.

@@ -1,4 +1,4 @@
-//! Adjourned group deletion in GitLab's legacy model (b51 §3.1, §5, ⚑ D13, D14).
+//! Adjourned group deletion in GitLab's legacy model (behaviour §B51.3.1, §B51.5, §D13, §D14).
 //!
 //! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
 //! highest id, default 7) and the inclusive cutoff computed from it in the
@@ -50,7 +50,7 @@ pub fn cutoff(today: NaiveDate, period_days: i32) -> NaiveDate {
     today - chrono::Duration::days(i64::from(period_days))
 }
 
-/// One keyset page of due groups (§3.1): groups with a schedule marked on or before
+/// One keyset page of due groups (behaviour §B51.3.1): groups with a schedule marked on or before
 /// `cutoff`, with an id above `after`, ascending, at most `limit`.
 pub async fn due_page<C: GenericClient>(
     c: &C,
@@ -164,7 +164,7 @@ where
     )))
 }
 
-/// `restore_group(g)` (b51 §5) inside the caller's transaction.
+/// `restore_group(g)` (behaviour §B51.5) inside the caller's transaction.
 pub async fn restore_group<C: GenericClient>(
     c: &C,
     group_id: i64,

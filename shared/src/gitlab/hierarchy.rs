@@ -1,4 +1,4 @@
-//! The namespace hierarchy (common.md §1.5).
+//! The namespace hierarchy (behaviour §1.5).
 //!
 //! Owns: `projects_under(g)`, `self_and_descendant_groups(g)` and `owner_scope(g)`.
 //! Descendants are found with a range over `traversal_ids` (all arrays with g's path as
@@ -24,7 +24,7 @@ pub async fn descendant_groups<C: GenericClient>(c: &C, group_id: i64) -> Result
 }
 
 /// `self_and_descendant_groups(g)`, deepest first, then by id (the destroy order of
-/// b51 §4.2).
+/// behaviour §B51.4.2).
 pub async fn descendant_groups_deepest_first<C: GenericClient>(
     c: &C,
     group_id: i64,

@@ -1,4 +1,4 @@
-//! Membership rows and the removal primitive (common.md §1.4, §4).
+//! Membership rows and the removal primitive (behaviour §1.4, §4).
 //!
 //! Owns: [`Member`] (a loaded `members` row), `affected(m)`, and `remove_membership`:
 //! delete the row, delete the user's notification setting for the source, and refresh
@@ -67,7 +67,7 @@ impl Member {
     }
 }
 
-/// `affected(m)`: the projects whose authorizations may change when m goes (§3).
+/// `affected(m)`: the projects whose authorizations may change when m goes (behaviour §3).
 pub async fn affected<C: GenericClient>(c: &C, m: &Member) -> Result<Vec<i64>> {
     match m.source_type.as_str() {
         "Project" => Ok(vec![m.source_id]),
@@ -79,13 +79,13 @@ pub async fn affected<C: GenericClient>(c: &C, m: &Member) -> Result<Vec<i64>> {
 /// Whether `remove_membership` refreshes at once or leaves it to the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refresh {
-    /// Refresh `affected(m)` now (the default of §4).
+    /// Refresh `affected(m)` now (the default of behaviour §4).
     Now,
     /// The caller refreshes later (B43's batch refresh, B38's bot path).
     Deferred,
 }
 
-/// `remove_membership(m)` (§4). Returns whether the row was deleted.
+/// `remove_membership(m)` (behaviour §4). Returns whether the row was deleted.
 pub async fn remove_membership<C: GenericClient>(
     c: &C,
     m: &Member,

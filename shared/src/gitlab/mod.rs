@@ -1,11 +1,11 @@
-//! GitLab's domain rules over the schema subset (common.md §1–§5).
+//! GitLab's domain rules over the schema subset (behaviour §1–§5).
 //!
 //! Owns: the SQL and logic that every batch shares: the namespace hierarchy,
 //! permission predicates, the `project_authorizations` refresh, the membership-removal
 //! primitive, two-phase user removal and who may receive a notification
 //! (`notifications`). Every function here runs inside the caller's transaction and
 //! never commits on its own. Ids are read as `bigint` and bound as
-//! `int8` with explicit casts, so `int4` GitLab columns work too (schema.md §1.3).
+//! `int8` with explicit casts, so `int4` GitLab columns work too (behaviour §S1.3).
 //! Each rule module keeps its statements in its own `sql` submodule (listed in
 //! [`crate::catalogue`]).
 
@@ -17,7 +17,7 @@ pub mod notifications;
 pub mod permissions;
 pub mod user_removal;
 
-/// Access levels (common.md §1.1).
+/// Access levels (behaviour §1.1).
 pub mod access {
     /// GUEST: the lowest level that grants project access.
     pub const GUEST: i32 = 10;
@@ -27,7 +27,7 @@ pub mod access {
     pub const OWNER: i32 = 50;
 }
 
-/// User types (common.md §1.2).
+/// User types (behaviour §1.2).
 pub mod user_type {
     /// A human.
     pub const HUMAN: i16 = 0;

@@ -1,4 +1,4 @@
-//! Who may receive a notification (common.md §2.1, ⚑ D26).
+//! Who may receive a notification (behaviour §2.1, §D26).
 //!
 //! Owns: `can_receive_notifications(u)`, the one eligibility rule that both B28's
 //! `pat-expiring` (when it selects recipients and decides whether a human's email is

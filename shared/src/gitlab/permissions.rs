@@ -1,12 +1,12 @@
-//! Permission predicates (common.md §2).
+//! Permission predicates (behaviour §2).
 //!
-//! Owns: access levels from memberships (`group_access`, `project_access`, §2.2), the
-//! permission rules of §2.3 (`owner`, `remove_group`, `admin_group_member`,
+//! Owns: access levels from memberships (`group_access`, `project_access`, behaviour §2.2), the
+//! permission rules of behaviour §2.3 (`owner`, `remove_group`, `admin_group_member`,
 //! `admin_project_member`, `project_owner`), authorized member removal
-//! `can_remove_member` (§2.4), the last-owner rule `owner_protected` (§2.5) and
-//! `sole_owned_groups` (§2.6). Counted owners are active, non-bot users with an active
-//! `access_level = 50` group membership (⚑ D7). A user who is not active has no
-//! permission; an active admin has every permission of §2.3.
+//! `can_remove_member` (behaviour §2.4), the last-owner rule `owner_protected` (behaviour §2.5) and
+//! `sole_owned_groups` (behaviour §2.6). Counted owners are active, non-bot users with an active
+//! `access_level = 50` group membership (behaviour §D7). A user who is not active has no
+//! permission; an active admin has every permission of behaviour §2.3.
 //!
 //! Protection is wider than counting, as in GitLab (`last_blocked_owner?`): the owner
 //! row of a non-bot user is protected whatever the user's state (blocked, deactivated,
@@ -62,7 +62,7 @@ pub async fn load_actor<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<
     }))
 }
 
-/// `group_access(u, g)` (§2.2): the highest access-granting group membership of u over
+/// `group_access(u, g)` (behaviour §2.2): the highest access-granting group membership of u over
 /// g and its ancestors; 0 when none (or when g does not exist).
 pub async fn group_access<C: GenericClient>(c: &C, user_id: i64, group_id: i64) -> Result<i32> {
     let row = c
@@ -71,7 +71,7 @@ pub async fn group_access<C: GenericClient>(c: &C, user_id: i64, group_id: i64) 
     Ok(row.get(0))
 }
 
-/// `project_access(u, p)` (§2.2); 0 when none (or when p does not exist).
+/// `project_access(u, p)` (behaviour §2.2); 0 when none (or when p does not exist).
 pub async fn project_access<C: GenericClient>(c: &C, user_id: i64, project_id: i64) -> Result<i32> {
     let row = c
         .query_opt(sql::PROJECT_ACCESS, &[&user_id, &vec![project_id]])
@@ -79,7 +79,7 @@ pub async fn project_access<C: GenericClient>(c: &C, user_id: i64, project_id: i
     Ok(row.map(|r| r.get(0)).unwrap_or(0))
 }
 
-/// `owner(u, g)` (§2.3): active and `group_access >= 50`.
+/// `owner(u, g)` (behaviour §2.3): active and `group_access >= 50`.
 pub async fn owner<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> Result<bool> {
     Ok(u.active && group_access(c, u.id, group_id).await? >= access::OWNER)
 }
@@ -89,7 +89,7 @@ pub async fn remove_group<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> 
     Ok(u.is_admin() || owner(c, u, group_id).await?)
 }
 
-/// `admin_group_member(u, g)` (§2.3).
+/// `admin_group_member(u, g)` (behaviour §2.3).
 pub async fn admin_group_member<C: GenericClient>(c: &C, u: &Actor, group_id: i64) -> Result<bool> {
     remove_group(c, u, group_id).await
 }
@@ -109,7 +109,7 @@ pub async fn project_owner<C: GenericClient>(c: &C, u: &Actor, project_id: i64) 
     Ok(u.is_admin() || (u.active && project_access(c, u.id, project_id).await? >= access::OWNER))
 }
 
-/// Why `can_remove_member` denies (§2.4); [`Denial::code`] is the log's `reason`.
+/// Why `can_remove_member` denies (behaviour §2.4); [`Denial::code`] is the log's `reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denial {
     /// Rule 1.
@@ -127,7 +127,7 @@ pub enum Denial {
 }
 
 impl Denial {
-    /// The reason code of common.md §2.4.
+    /// The reason code of behaviour §2.4.
     pub fn code(self) -> &'static str {
         match self {
             Denial::ActorInactive => "actor_inactive",
@@ -140,7 +140,7 @@ impl Denial {
     }
 }
 
-/// `owner_protected(m)` (§2.5). A candidate is an active owner membership of a group
+/// `owner_protected(m)` (behaviour §2.5). A candidate is an active owner membership of a group
 /// whose user exists and is not a project bot, in any state: a blocked or deactivated
 /// owner is not counted, but it is protected while no counted owner other than itself
 /// remains. Takes the group-owner locks of `owner_scope(g)` first (ascending) when m is
@@ -164,7 +164,7 @@ pub async fn owner_protected<C: GenericClient>(c: &C, m: &Member) -> Result<bool
     Ok(!other_counted_owner_exists(c, &scope, m.id).await?)
 }
 
-/// `can_remove_member(a, m)` (§2.4): `None` allows; the first rule that applies decides.
+/// `can_remove_member(a, m)` (behaviour §2.4): `None` allows; the first rule that applies decides.
 pub async fn can_remove_member<C: GenericClient>(
     c: &C,
     a: &Actor,
@@ -208,7 +208,7 @@ pub async fn can_remove_member<C: GenericClient>(
     Ok(None)
 }
 
-/// Whether a counted owner row other than `member_id` exists in `scope` (§2.5).
+/// Whether a counted owner row other than `member_id` exists in `scope` (behaviour §2.5).
 pub async fn other_counted_owner_exists<C: GenericClient>(
     c: &C,
     scope: &[i64],
@@ -220,7 +220,7 @@ pub async fn other_counted_owner_exists<C: GenericClient>(
     Ok(row.get(0))
 }
 
-/// `sole_owned_groups(u)` (§2.6), ascending group ids. u's own state does not matter
+/// `sole_owned_groups(u)` (behaviour §2.6), ascending group ids. u's own state does not matter
 /// (only a project bot is never a sole owner); the other owners must be counted ones.
 pub async fn sole_owned_groups<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
     let rows = c.query(sql::SOLE_OWNED_GROUPS, &[&user_id]).await?;
@@ -228,7 +228,7 @@ pub async fn sole_owned_groups<C: GenericClient>(c: &C, user_id: i64) -> Result<
 }
 
 /// The owner scopes of every group where `user_id` has a direct owner membership,
-/// flattened: the ids whose group-owner locks phase 1 takes (§5.1 step 3).
+/// flattened: the ids whose group-owner locks phase 1 takes (behaviour §5.1 step 3).
 pub async fn owned_group_scopes<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
     let rows = c.query(sql::OWNED_GROUP_SCOPES, &[&user_id]).await?;
     let mut ids = Vec::new();
@@ -246,7 +246,7 @@ pub async fn owned_group_scopes<C: GenericClient>(c: &C, user_id: i64) -> Result
     Ok(ids)
 }
 
-/// Ids of the projects in personal namespaces owned by `user_id` (§5.1 step 2).
+/// Ids of the projects in personal namespaces owned by `user_id` (behaviour §5.1 step 2).
 pub async fn personal_projects<C: GenericClient>(c: &C, user_id: i64) -> Result<Vec<i64>> {
     let rows = c.query(sql::PERSONAL_PROJECTS, &[&user_id]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -1,10 +1,10 @@
-//! Two-phase user removal, phase 1, and the ghost user (common.md §5.1, §5.3).
+//! Two-phase user removal, phase 1, and the ghost user (behaviour §5.1, §5.3).
 //!
 //! Owns: `schedule_removal` (block, drop memberships with one combined refresh,
 //! revoke tokens, record the `ghost_user_migrations` row, enqueue `delete-user`) and
 //! `ensure_ghost_user`. Phase 1 runs inside the caller's transaction and never commits;
 //! its `delete-user` message goes into the caller's outbox, which the caller sends
-//! before COMMIT (send-then-commit, §9.5). Phase 2 is `workers::delete_user`. The
+//! before COMMIT (send-then-commit, behaviour §9.5). Phase 2 is `workers::delete_user`. The
 //! statements are in [`sql`].
 
 use chrono::{DateTime, Utc};
@@ -19,7 +19,7 @@ use crate::queue::OutMessage;
 
 pub mod sql;
 
-/// `DELETE_USER_DELAY_S` (§9.5).
+/// `DELETE_USER_DELAY_S` (behaviour §9.5).
 pub const DELETE_USER_DELAY_S: u32 = 30;
 
 /// What phase 1 is asked to do.
@@ -54,13 +54,13 @@ pub enum PhaseOne {
 /// Why phase 1 (or the final check of phase 2) refuses a user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    /// The user owns personal projects (⚑ D8).
+    /// The user owns personal projects (behaviour §D8).
     PersonalProjects(Vec<i64>),
     /// The user is the sole owner of these groups.
     SoleOwner(Vec<i64>),
 }
 
-/// §5.1 steps 2–3: the checks that refuse a removal. Takes the group-owner locks
+/// behaviour §5.1 steps 2–3: the checks that refuse a removal. Takes the group-owner locks
 /// (ascending) before evaluating the sole-owner rule.
 pub async fn refusal<C: GenericClient>(c: &C, user_id: i64, lock: bool) -> Result<Option<Refusal>> {
     let projects = permissions::personal_projects(c, user_id).await?;
@@ -78,7 +78,7 @@ pub async fn refusal<C: GenericClient>(c: &C, user_id: i64, lock: bool) -> Resul
     Ok(None)
 }
 
-/// `schedule_removal(u, initiator, reason)` (§5.1), inside the caller's transaction.
+/// `schedule_removal(u, initiator, reason)` (behaviour §5.1), inside the caller's transaction.
 pub async fn schedule_removal<C: GenericClient>(
     c: &C,
     now: DateTime<Utc>,
@@ -136,7 +136,7 @@ pub async fn schedule_removal<C: GenericClient>(
     let existing = c.query(sql::AUTHORIZED_PROJECTS, &[&u]).await?;
     affected.extend(existing.iter().map(|r| r.get::<_, i64>(0)));
     authz::refresh(c, u, &affected).await?;
-    // Step 6 (⚑ D10).
+    // Step 6 (behaviour §D10).
     let tokens_revoked = c.execute(sql::REVOKE_TOKENS, &[&u, &now]).await?;
     // Step 7.
     c.execute(sql::INSERT_MIGRATION, &[&u, &req.initiator, &now])
@@ -172,7 +172,7 @@ pub async fn schedule_removal<C: GenericClient>(
     })
 }
 
-/// `ensure_ghost_user()` (§5.3) in its own short transaction; returns the ghost's id.
+/// `ensure_ghost_user()` (behaviour §5.3) in its own short transaction; returns the ghost's id.
 pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Result<i64> {
     locks::xact_locks(&tx, &["ghost-user".to_string()]).await?;
     if let Some(r) = tx.query_opt(sql::FIND_GHOST, &[]).await? {

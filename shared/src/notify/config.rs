@@ -1,4 +1,4 @@
-//! Notification settings from the environment (common.md §10, b28 §10).
+//! Notification settings from the environment (behaviour §10, §B28.10).
 //!
 //! Owns: [`NotifyConfig`], parsed once at cold start from `GITLAB_*`, `EMAIL_*`,
 //! `SMTP_*`, `MAIL_FROM` and `WEBHOOK_*`, with errors naming the variable, and

@@ -1,4 +1,4 @@
-//! GitLab's encrypted web-hook attributes (schema.md §3).
+//! GitLab's encrypted web-hook attributes (behaviour §S3).
 //!
 //! Owns: the key derivation from `db_key_base`, decryption of `encrypted_url` /
 //! `encrypted_token` with their IVs, and the matching encryption used for fixtures and
@@ -23,7 +23,7 @@
 //!   encryption and splits it off (`value[-16..-1]`) on decryption; `auth_data` is
 //!   empty by default.
 //! * Not confirmed: whether the target version accepts several `db_key_base` values;
-//!   decryption tries every configured key in order (schema.md §3 [CONFIRM]).
+//!   decryption tries every configured key in order (behaviour §S3 [CONFIRM]).
 
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};

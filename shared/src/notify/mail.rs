@@ -1,6 +1,6 @@
-//! Expiry emails: rendering and the three transports (b28 §10.2).
+//! Expiry emails: rendering and the three transports (behaviour §B28.10.2).
 //!
-//! Owns: the plain-text subject and body of both templates (⚑ D21, this bundle's own
+//! Owns: the plain-text subject and body of both templates (behaviour §D21, this bundle's own
 //! wording), the `Message-ID` derived from the message key, and [`Mailer`]: SMTP with
 //! mandatory TLS (lettre over native-tls, STARTTLS or implicit, extra roots from
 //! `SMTP_CA_BUNDLE`), a `file` transport writing `<dir>/<message-id>.eml`, and a `log`
@@ -143,7 +143,7 @@ pub fn message_id(message_key: &str, instance: &Instance) -> String {
     format!("{}@{}", &digest[..32], instance.host)
 }
 
-/// How one send ended (b28 §10.2 step 4).
+/// How one send ended (behaviour §B28.10.2 step 4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendOutcome {
     /// Accepted by the server, written to a file, or logged.

@@ -1,5 +1,5 @@
 //! Notification delivery for B28: the GitLab instance facts and the transports
-//! (b28 §10, common.md §9.11, §10).
+//! (behaviour §B28.10, §9.11, §10).
 //!
 //! Owns: [`Instance`] (base URL, its host, the SSH prefix, the version), and
 //! [`Notifier`], built once at cold start (`lambda::Deps`) or by `hk`: the instance

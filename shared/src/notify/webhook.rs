@@ -1,4 +1,4 @@
-//! Web-hook requests (b28 §10.3–§10.5, ⚑ D23).
+//! Web-hook requests (behaviour §B28.10.3–§B28.10.5, §D23).
 //!
 //! Owns: the target-safety check (schemes, loopback/private/link-local/metadata
 //! ranges; every IPv6 form that embeds or translates to IPv4 — IPv4-compatible,
@@ -11,7 +11,7 @@
 //! speaks TLS through native-tls with SNI and certificate checks for the URL's host,
 //! sends exactly the headers it is given, never follows redirects, and applies one
 //! timeout to the whole request. It knows nothing of hooks rows or logs: the worker
-//! does. The auto-disabling rules of §10.4 are the pure [`HookState`] functions.
+//! does. The auto-disabling rules of behaviour §B28.10.4 are the pure [`HookState`] functions.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ fn v6_blocked(ip: Ipv6Addr) -> bool {
         || (s[0] & 0xFF00) == 0xFF00 // ff00::/8
 }
 
-/// Whether an address lies in a range that §10.5 refuses.
+/// Whether an address lies in a range that behaviour §B28.10.5 refuses.
 pub fn is_local_network(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4_blocked(v4),
@@ -194,7 +194,7 @@ pub fn parse_target(url: &str) -> std::result::Result<Target, Refusal> {
 /// How one request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PostOutcome {
-    /// The target was refused before any connection (§10.5).
+    /// The target was refused before any connection (behaviour §B28.10.5).
     Refused(Refusal),
     /// A response arrived (any status).
     Status {
@@ -392,7 +392,7 @@ where
     result.map_err(|_| "http")
 }
 
-/// `recent_failures` and `disabled_until` of a hook (§10.4).
+/// `recent_failures` and `disabled_until` of a hook (behaviour §B28.10.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HookState {
     /// `recent_failures`.

@@ -1,4 +1,4 @@
-//! The queue port (common.md §9.5).
+//! The queue port (behaviour §9.5).
 //!
 //! Owns: [`Queue`], the one interface through which handlers send messages, the
 //! [`OutMessage`] they send, and the naming rule for long-delay schedules. Two
@@ -68,7 +68,7 @@ pub async fn send_outbox(queue: &dyn Queue, outbox: &[OutMessage]) -> Result<(),
 }
 
 /// The name (and client token) of the one-time schedule for a message key:
-/// `hk-` + the first 40 hex characters of SHA-256(key) (common.md §9.5).
+/// `hk-` + the first 40 hex characters of SHA-256(key) (behaviour §9.5).
 pub fn schedule_name(message_key: &str) -> String {
     format!("hk-{}", &schedule_token(message_key))
 }

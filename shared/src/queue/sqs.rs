@@ -1,5 +1,5 @@
 //! The AWS adapter of the queue port: SQS for delays ≤ 900 s, one-time EventBridge
-//! Scheduler schedules for longer ones (common.md §9.5).
+//! Scheduler schedules for longer ones (behaviour §9.5).
 //!
 //! Owns: batching into `SendMessageBatch` calls of ten, the per-entry failure check
 //! and retry, the schedule's exact shape (name, `at()`, target, DLQ, retry policy,

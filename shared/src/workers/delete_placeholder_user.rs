@@ -1,8 +1,8 @@
-//! B70 `delete-placeholder-user` (b70-placeholder-user-cleanup.md §4).
+//! B70 `delete-placeholder-user` (behaviour §B70.4).
 //!
 //! Owns: the re-checks of one `delete-placeholder-user.run` message (the user still
 //! exists and is still a placeholder; no issue, merge request or note names it as
-//! author, ⚑ D17) and, when they pass, phase 1 of user removal with the placeholder as
+//! author, behaviour §D17) and, when they pass, phase 1 of user removal with the placeholder as
 //! its own initiator, in one transaction whose `delete-user.run` is sent before COMMIT.
 //! Phase 2 (`workers::delete_user`) deletes the row; the detail row follows through
 //! the FK cascade. A missing or non-placeholder user is a silent success, so replays
@@ -29,7 +29,7 @@ pub const REMOVAL_REASON: &str = "Placeholder user cleanup";
 pub const REFERENCED_WARNING: &str =
     "Unable to delete placeholder user because it is still referenced in other tables";
 
-/// How one message ended: the `outcome` field of `done` (§7).
+/// How one message ended: the `outcome` field of `done` (behaviour §B70.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -79,7 +79,7 @@ where
         tx.commit().await?;
         return Ok(Outcome::NotPlaceholder);
     }
-    // Step 3 (⚑ D17: the subset's contribution tables only).
+    // Step 3 (behaviour §D17: the subset's contribution tables only).
     let referenced: bool = tx.query_one(sql::REFERENCED, &[&u]).await?.get(0);
     if referenced {
         tx.commit().await?;

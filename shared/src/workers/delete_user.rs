@@ -1,4 +1,4 @@
-//! Phase 2 of user removal: the `delete-user` worker (common.md §5.2, ⚑ D9).
+//! Phase 2 of user removal: the `delete-user` worker (behaviour §5.2, §D9).
 //!
 //! Owns: the commit-aware pre-check (`FOR SHARE` on the user, then the migration row),
 //! the reassignment of `issues`, `merge_requests` and `notes` to the ghost user in

@@ -1,4 +1,4 @@
-//! B28 `deliver-notification` (b28-pat-expiring.md §10, common.md §9.11).
+//! B28 `deliver-notification` (behaviour §B28.10, §9.11).
 //!
 //! Owns: one delivery per record. Emails: the recipient is re-read (missing or unable
 //! to receive notifications: skipped), the address is `notification_address(u)` read
@@ -6,7 +6,7 @@
 //! key; 5xx is final, anything else that fails is retryable. Web hooks: the hook row is
 //! re-read (stale, disabled), URL and token are decrypted from it, the target is
 //! checked and pinned, the body is POSTed unchanged with GitLab's headers and an
-//! `Idempotency-Key`, and the outcome is recorded on the hook row (§10.4) in its own
+//! `Idempotency-Key`, and the outcome is recorded on the hook row (behaviour §B28.10.4) in its own
 //! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
 //! the host only when `WEBHOOK_LOG_HOST` is true. Also the typed `done` result
 //! ([`Delivered`], whose [`Outcome`] decides the status). Who may receive a notification
@@ -220,7 +220,7 @@ async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>
     }))
 }
 
-/// Record a success or failure on the hook row (§10.4), under its row lock, in its
+/// Record a success or failure on the hook row (behaviour §B28.10.4), under its row lock, in its
 /// own transaction. Returns whether the row changed.
 async fn record<C>(
     inv: &Invocation<'_>,
@@ -256,7 +256,7 @@ where
     Ok(next.is_some())
 }
 
-/// The headers of §10.3, in a fixed order.
+/// The headers of behaviour §B28.10.3, in a fixed order.
 fn hook_headers(
     instance: &Instance,
     env: &Envelope,

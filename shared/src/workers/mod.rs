@@ -2,7 +2,7 @@
 //!
 //! Owns: each worker's re-verification and effects. Every worker re-checks the
 //! database before any destructive step, so duplicates, replays and stale messages
-//! are harmless (common.md §9.9).
+//! are harmless (behaviour §9.9).
 
 pub mod delete_placeholder_user;
 pub mod delete_user;

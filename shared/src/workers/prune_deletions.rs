@@ -1,5 +1,5 @@
 //! B43 `prune-deletions`: the single-flight worker that carries out
-//! `members_deletion_schedules` (b43-prune-deletions.md §4–§8, ⚑ D11, D12).
+//! `members_deletion_schedules` (behaviour §B43.4–§B43.8, §D11, §D12).
 //!
 //! Owns: single flight through the overlap lock `function:prune-deletions` (GitLab's
 //! `MAX_RUNNING_JOBS = 1`), the page of 10 schedules by id, the one monotonic budget
@@ -70,7 +70,7 @@ impl Outcome {
     }
 }
 
-/// A committed schedule batch: a unit of progress (§4.1).
+/// A committed schedule batch: a unit of progress (behaviour §B43.4.1).
 #[derive(Debug, Clone, Copy)]
 struct Batch {
     destroyed: u64,
@@ -102,7 +102,7 @@ async fn root_of<C: GenericClient>(c: &C, namespace_id: i64) -> Result<i64> {
     })
 }
 
-/// §4.2: one schedule batch in one transaction. `progress_before` tells whether this
+/// behaviour §B43.4.2: one schedule batch in one transaction. `progress_before` tells whether this
 /// invocation has already completed a unit, so the budget may stop the batch.
 async fn process_schedule<C>(
     inv: &Invocation<'_>,
@@ -138,7 +138,7 @@ where
     let root = root_of(&tx, s.namespace_id).await?;
     let groups = hierarchy::descendant_groups(&tx, root).await?;
     let projects = hierarchy::projects_under(&tx, root).await?;
-    // c. The batch, by id (⚑ D11). Its rows are locked here, ascending, and then the
+    // c. The batch, by id (behaviour §D11). Its rows are locked here, ascending, and then the
     // group-owner locks of every owner candidate among them, ascending: the lock order
     // (rows, group owners, authorizations) holds for the batch as a whole, so it cannot
     // deadlock against a B38 group or a phase 1. Each row is re-read in turn below.
@@ -217,11 +217,11 @@ struct Totals {
     processed: u64,
     /// Memberships removed.
     destroyed: u64,
-    /// Schedule batches that ended in §4.2 E.
+    /// Schedule batches that ended in behaviour §B43.4.2 E.
     failed: u64,
 }
 
-/// §4.1 steps 2–3: the page of schedules under the shared budget.
+/// behaviour §B43.4.1 steps 2–3: the page of schedules under the shared budget.
 async fn run<C>(inv: &Invocation<'_>, client: &mut C, budget: &Budget) -> Result<Totals>
 where
     C: GenericClient + Send + Sync,
@@ -366,7 +366,7 @@ where
     }
     let budget = Budget::start(inv.settings.prune_deletions_budget);
     let result = run(inv, client, &budget).await;
-    // Released before any continuation is sent, on error paths too (§9.10).
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let totals = result?;
     unlocked?;

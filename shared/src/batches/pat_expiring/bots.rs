@@ -1,6 +1,6 @@
-//! B28's bot tokens (b28-pat-expiring.md §6).
+//! B28's bot tokens (behaviour §B28.6).
 //!
-//! Owns: one page of bots, grouped as common.md §7.2 allows: one transaction in which
+//! Owns: one page of bots, grouped as behaviour §7.2 allows: one transaction in which
 //! one statement finds the page's bots' resources and claims their tokens and one
 //! more reads the claimed bots' resources, hooks and recipients (or, when that fails
 //! or the deadline guard is near, one savepoint per bot, so a failing bot rolls back
@@ -32,7 +32,7 @@ use crate::notify::Instance;
 use crate::queue::OutMessage;
 use crate::retry_transient;
 
-/// The messages of one bot's claim (§6 steps 3–5): `rows` are its claimed tokens.
+/// The messages of one bot's claim (behaviour §B28.6 steps 3–5): `rows` are its claimed tokens.
 fn bot_messages(
     run: &Run<'_, '_>,
     iv: Interval,
@@ -113,7 +113,7 @@ pub fn bot_notices(
     out
 }
 
-/// §6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
+/// behaviour §B28.6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
 /// resource and claims the tokens of the bots that have one; one more reads the
 /// claimed bots' resources, hooks and recipients. Outcomes in the order of `bots`.
 async fn claim_bots_set<C: GenericClient>(
@@ -218,7 +218,7 @@ enum BotOutcome {
     Claimed(BotClaim),
 }
 
-/// §6 steps 1–5 for one bot inside the caller's transaction or savepoint: resource,
+/// behaviour §B28.6 steps 1–5 for one bot inside the caller's transaction or savepoint: resource,
 /// claim, hooks, recipients; the messages are returned, not sent.
 async fn claim_bot_rows<C: GenericClient>(
     run: &Run<'_, '_>,
@@ -297,7 +297,7 @@ async fn claim_bot_rows<C: GenericClient>(
     }))
 }
 
-/// §6 steps 1–6 for one bot in its own transaction (the fall-back when a page's group
+/// behaviour §B28.6 steps 1–6 for one bot in its own transaction (the fall-back when a page's group
 /// could not be sent).
 async fn claim_bot<C>(
     run: &Run<'_, '_>,
@@ -450,7 +450,7 @@ where
             other => bot_ended(run, excluded, iv, bot, &other),
         }
     }
-    // Send-then-commit, in calls of ten (§7.2 (b)).
+    // Send-then-commit, in calls of ten (behaviour §7.2 (b)).
     let out: Vec<OutMessage> = claims.iter().flat_map(|c| c.out.iter().cloned()).collect();
     match send_then_commit(run, tx, &out).await? {
         Sent::RolledBack => Ok(GroupEnd::Unsent { attempted, flow }),

@@ -1,5 +1,5 @@
-//! The web-hook body of B28's resource-access-token event (b28-pat-expiring.md §10.3,
-//! ⚑ D23).
+//! The web-hook body of B28's resource-access-token event (behaviour §B28.10.3,
+//! behaviour §D23).
 //!
 //! Owns: [`ClaimedToken`] (the columns of a claimed bot token that the body reports),
 //! [`Resource`] (a bot's project or group with what its hook body and emails need)
@@ -92,8 +92,8 @@ fn hook_time(t: NaiveDateTime) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
-/// GitLab's resource-access-token hook body for `token` of `resource` (b28 §10.3,
-/// ⚑ D23: `avatar_url` and `default_branch` are null). Pure.
+/// GitLab's resource-access-token hook body for `token` of `resource` (behaviour §B28.10.3,
+/// behaviour §D23: `avatar_url` and `default_branch` are null). Pure.
 pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance) -> Value {
     let attrs = json!({
         "user_id": token.user_id,

@@ -1,11 +1,11 @@
-//! B28's human tokens (b28-pat-expiring.md §5).
+//! B28's human tokens (behaviour §B28.5).
 //!
-//! Owns: one page of users, grouped as common.md §7.2 allows: one transaction; the
+//! Owns: one page of users, grouped as behaviour §7.2 allows: one transaction; the
 //! page's users claimed set-based in one statement (or, when that fails or the deadline
 //! guard is near, one savepoint per user, so one user's failure never touches
 //! another); the page's emails sent in calls of ten before COMMIT. When a send fails,
 //! the page's transaction rolls back and its users run again one transaction each
-//! (the outcome of §5 without grouping: only the user whose email cannot be sent
+//! (the outcome of behaviour §B28.5 without grouping: only the user whose email cannot be sent
 //! fails). Also the human email (at most [`MAX_TOKENS`] names, by expiry then id), its
 //! suppression for users who cannot receive notifications, and their log lines and
 //! counters. The keyset page loop is [`super::keyset_pages`].
@@ -31,7 +31,7 @@ pub(super) struct UserClaim {
 }
 
 impl UserClaim {
-    /// Log the claim's line (§9): the email, or its suppression.
+    /// Log the claim's line (behaviour §B28.9): the email, or its suppression.
     fn log(&self, iv: Interval) {
         if self.email.is_some() {
             tracing::info!(
@@ -98,7 +98,7 @@ fn user_email(
     }
 }
 
-/// §5 step 2's claim of one user and the read of its user row (`FOR SHARE`), inside
+/// behaviour §B28.5 step 2's claim of one user and the read of its user row (`FOR SHARE`), inside
 /// the caller's transaction or savepoint.
 async fn claim_user_rows<C: GenericClient>(
     run: &Run<'_, '_>,
@@ -135,7 +135,7 @@ async fn claim_user_rows<C: GenericClient>(
     )))
 }
 
-/// §5 step 2 for a whole page at once, set-based: one claim of every matching token
+/// behaviour §B28.5 step 2 for a whole page at once, set-based: one claim of every matching token
 /// of `users`, then their user rows `FOR SHARE` (by id). The claims in the order of
 /// `users`; users whose tokens were claimed elsewhere are absent.
 async fn claim_users_set<C: GenericClient>(
@@ -178,7 +178,7 @@ async fn claim_users_set<C: GenericClient>(
         .collect())
 }
 
-/// §5 step 2 for one user in its own transaction: claim, then enqueue, then COMMIT
+/// behaviour §B28.5 step 2 for one user in its own transaction: claim, then enqueue, then COMMIT
 /// (the fall-back when a page's group could not be sent).
 async fn claim_user<C>(
     run: &Run<'_, '_>,
@@ -322,7 +322,7 @@ where
             }
         }
     }
-    // Send-then-commit, in calls of ten (§7.2 (b)).
+    // Send-then-commit, in calls of ten (behaviour §7.2 (b)).
     let out: Vec<OutMessage> = claims.iter().filter_map(|c| c.email.clone()).collect();
     match send_then_commit(run, tx, &out).await? {
         Sent::RolledBack => Ok(GroupEnd::Unsent { attempted, flow }),

@@ -1,4 +1,4 @@
-//! The three notification intervals of B28 (b28-pat-expiring.md §2).
+//! The three notification intervals of B28 (behaviour §B28.2).
 //!
 //! Owns: [`Interval`]: the processing order, names (logs and message keys), the
 //! inclusive day ranges and their dates for `today` (computed here and bound, never
@@ -9,7 +9,7 @@ use chrono::NaiveDate;
 
 use super::sql::{self, IntervalStatements};
 
-/// A notification interval (b28 §2), processed in [`Interval::ALL`] order.
+/// A notification interval (behaviour §B28.2), processed in [`Interval::ALL`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Interval {
     /// 0..7 days.

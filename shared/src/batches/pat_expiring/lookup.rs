@@ -1,9 +1,9 @@
-//! What a bot's notices need, read inside the bot's transaction (b28-pat-expiring.md
-//! §6 steps 1, 4 and 5).
+//! What a bot's notices need, read inside the bot's transaction (behaviour
+//! §B28.6 steps 1, 4 and 5).
 //!
 //! Owns: finding a bot's resource (the first project membership whose project exists,
 //! else the first access-granting group membership whose group exists), reading the
-//! resource's details, its subscribed hooks (⚑ D20) and its email recipients (⚑ D21),
+//! resource's details, its subscribed hooks (behaviour §D20) and its email recipients (behaviour §D21),
 //! one subject at a time ([`find_resource`], [`load_resource`], [`subscribed_hooks`],
 //! [`recipients`]) and set-based for a page of bots ([`bot_contexts`]). Reads only.
 
@@ -17,7 +17,7 @@ use super::sql;
 use crate::error::{Error, Result};
 use crate::messages::ResourceType;
 
-/// §6 step 1: the first project membership whose project exists, else the first
+/// behaviour §B28.6 step 1: the first project membership whose project exists, else the first
 /// access-granting group membership whose group exists.
 pub(super) async fn find_resource<C: GenericClient>(
     c: &C,
@@ -75,7 +75,7 @@ pub(super) async fn load_resource<C: GenericClient>(
     }
 }
 
-/// §6 step 4: the subscribed hooks of the resource (⚑ D20), by id.
+/// behaviour §B28.6 step 4: the subscribed hooks of the resource (behaviour §D20), by id.
 pub(super) async fn subscribed_hooks<C: GenericClient>(
     c: &C,
     resource: &Resource,
@@ -89,9 +89,9 @@ pub(super) async fn subscribed_hooks<C: GenericClient>(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// §6 step 5: for a project, users u ≠ bot with `project_access(u, p) >= 40` (common.md
+/// behaviour §B28.6 step 5: for a project, users u ≠ bot with `project_access(u, p) >= 40` (behaviour
 /// §2.2: a project membership, a membership of the namespace group or its ancestors,
-/// or the personal namespace's owner); for a group, its active direct owners (⚑ D21).
+/// or the personal namespace's owner); for a group, its active direct owners (behaviour §D21).
 /// Both only users who can receive notifications, by id.
 pub async fn recipients<C: GenericClient>(
     c: &C,

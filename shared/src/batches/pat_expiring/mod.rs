@@ -1,4 +1,4 @@
-//! B28 `pat-expiring` (b28-pat-expiring.md §1–§9, ⚑ D19–D22, D26, D27).
+//! B28 `pat-expiring` (behaviour §B28.1–§B28.9, §D19–§D22, §D26, §D27).
 //!
 //! Owns: the handler and its typed `done` report ([`PatExpiringDone`]), the run's
 //! state (budget, deadline guard, progress, totals), the one keyset page loop that
@@ -6,14 +6,14 @@
 //! advance of `:min`, the excluded subjects, the budget and deadline stops), the
 //! savepoint and send-then-commit steps both page kinds share, and the continuation.
 //! It sends messages only; delivery is `deliver-notification`. Submodules:
-//! `interval` (the three intervals and their dates), `humans` (§5), `bots` (§6),
+//! `interval` (the three intervals and their dates), `humans` (behaviour §B28.5), `bots` (behaviour §B28.6),
 //! `lookup` (a bot's resource, hooks and recipients), `hook_body` (the web-hook body
 //! built at claim time) and `sql` (every statement).
 //!
 //! **Claim-then-enqueue**: `UPDATE … RETURNING` claims every matching token of the
 //! subject, the messages are sent, then COMMIT: a crash never loses a notice and a
-//! second run cannot claim a token twice. Subjects are grouped per page as b28 §4 and
-//! common.md §7.2 allow: one transaction per page, in which one statement claims the
+//! second run cannot claim a token twice. Subjects are grouped per page as behaviour §B28.4 and
+//! behaviour §7.2 allow: one transaction per page, in which one statement claims the
 //! page's users (with their user rows `FOR SHARE`), or finds the page's bots'
 //! resources and claims their tokens (one more reads their hooks and recipients); the
 //! page's messages go out in `send` calls of ten, then COMMIT. Per-subject isolation
@@ -24,9 +24,9 @@
 //! (scenario 11 as written). Info lines and totals are applied once the page has
 //! committed.
 //!
-//! Deadline guard per item (common.md §7.2 (c)): the page's set-based claim is one item
+//! Deadline guard per item (behaviour §7.2 (c)): the page's set-based claim is one item
 //! bounded by the page size, and the guard is checked before it; on the SAVEPOINT path
-//! it is checked before each user or bot. Send-failure rule (§7.2 (b)): re-run the
+//! it is checked before each user or bot. Send-failure rule (behaviour §7.2 (b)): re-run the
 //! page's subjects one transaction each, never a retryable end of the record
 //! (docs/gitlab-differences.md).
 
@@ -229,7 +229,7 @@ enum Sent {
     RolledBack,
 }
 
-/// Send-then-commit (common.md §7.2 (b)): the page's messages in calls of ten, then
+/// Send-then-commit (behaviour §7.2 (b)): the page's messages in calls of ten, then
 /// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
 /// COMMIT or the ROLLBACK failed (the connection is lost).
 async fn send_then_commit(
@@ -261,9 +261,9 @@ enum GroupEnd {
 /// Which subjects a keyset page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subjects {
-    /// Humans (`user_type = 0`), §5.
+    /// Humans (`user_type = 0`), behaviour §B28.5.
     Humans,
-    /// Project and group bots (`user_type = 6`), §6.
+    /// Project and group bots (`user_type = 6`), behaviour §B28.6.
     Bots,
 }
 
@@ -296,7 +296,7 @@ impl Subjects {
     }
 }
 
-/// §5 / §6: the tokens of one interval of `kind`, page by page. `excluded` is the
+/// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page. `excluded` is the
 /// subjects a page could not notify (failed users; bots without a resource or that
 /// failed): they are only ever excluded from the following pages.
 async fn keyset_pages<C>(
@@ -342,7 +342,7 @@ where
     }
 }
 
-/// §4 step 2: the intervals in order, humans then bots, stopping on the budget.
+/// behaviour §B28.4 step 2: the intervals in order, humans then bots, stopping on the budget.
 async fn run_intervals<C>(run: &mut Run<'_, '_>, client: &mut C) -> Result<Flow>
 where
     C: GenericClient + Send + Sync,
@@ -380,7 +380,7 @@ where
         totals: PatExpiringDone::default(),
     };
     let result = run_intervals(&mut run, client).await;
-    // Released before any continuation is sent, on error paths too (§9.10).
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let flow = result?;
     unlocked?;

@@ -1,4 +1,4 @@
-//! The statements of B28 `pat-expiring` (b28-pat-expiring.md §5, §6).
+//! The statements of B28 `pat-expiring` (behaviour §B28.5, §B28.6).
 //!
 //! Owns: every SQL text the batch runs. The keyset pages, the claims and their
 //! set-based forms differ per interval only in the interval's scope and SET list, so
@@ -47,7 +47,7 @@ macro_rules! page {
     };
 }
 
-/// §5 step 2's claim of one user's tokens (`$4`): `(id, name, expires_at)`.
+/// behaviour §B28.5 step 2's claim of one user's tokens (`$4`): `(id, name, expires_at)`.
 macro_rules! claim_user {
     ($iv:ident) => {
         concat!(
@@ -60,7 +60,7 @@ macro_rules! claim_user {
     };
 }
 
-/// §5 step 2 for a page of users (`$4`), in one statement: the claim, then the claimed
+/// behaviour §B28.5 step 2 for a page of users (`$4`), in one statement: the claim, then the claimed
 /// users' rows `FOR SHARE` (by id): `(user_id, id, name, expires_at, can_receive)`.
 macro_rules! claim_users {
     ($iv:ident) => {
@@ -84,7 +84,7 @@ macro_rules! claim_users {
     };
 }
 
-/// §6 step 2's claim of one bot's tokens (`$4`): the columns of a `ClaimedToken`.
+/// behaviour §B28.6 step 2's claim of one bot's tokens (`$4`): the columns of a `ClaimedToken`.
 macro_rules! claim_bot {
     ($iv:ident) => {
         concat!(
@@ -98,7 +98,7 @@ macro_rules! claim_bot {
     };
 }
 
-/// §6 steps 1–2 for a page of bots (`$4`), in one statement: the bots that have a
+/// behaviour §B28.6 steps 1–2 for a page of bots (`$4`), in one statement: the bots that have a
 /// resource, and the claim of their tokens: `(bot, id, name, created_at, expires_at,
 /// last_used_at)`, the token columns NULL for a bot with a resource but no token.
 macro_rules! claim_bots {
@@ -173,11 +173,11 @@ crate::catalogue::statements! {
         " FROM users u WHERE u.id = $1::bigint FOR SHARE"
     );
 
-    /// §6 step 1: the bot's (`$1`) first project membership whose project exists.
+    /// behaviour §B28.6 step 1: the bot's (`$1`) first project membership whose project exists.
     BOT_PROJECT = "SELECT m.source_id::bigint FROM members m JOIN projects p ON p.id = m.source_id \
          WHERE m.user_id = $1::bigint AND m.source_type = 'Project' AND m.requested_at IS NULL \
          ORDER BY m.id LIMIT 1";
-    /// §6 step 1: else its first access-granting group membership whose group exists.
+    /// behaviour §B28.6 step 1: else its first access-granting group membership whose group exists.
     BOT_GROUP = "SELECT m.source_id::bigint FROM members m \
            JOIN namespaces n ON n.id = m.source_id AND n.type = 'Group' \
          WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace' AND m.requested_at IS NULL \
@@ -198,20 +198,20 @@ crate::catalogue::statements! {
          LEFT JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = n.id \
          WHERE n.id = $1::bigint AND n.type = 'Group'";
 
-    /// §6 step 4 (⚑ D20): a project's (`$1`) subscribed hooks, by id.
+    /// behaviour §B28.6 step 4 (behaviour §D20): a project's (`$1`) subscribed hooks, by id.
     PROJECT_HOOKS = "SELECT id::bigint FROM web_hooks \
          WHERE type = 'ProjectHook' AND project_id = $1::bigint \
            AND resource_access_token_events = true \
          ORDER BY id";
-    /// §6 step 4 (⚑ D20): the subscribed hooks of a group and its ancestors (`$1`, the
+    /// behaviour §B28.6 step 4 (behaviour §D20): the subscribed hooks of a group and its ancestors (`$1`, the
     /// traversal ids), by id.
     GROUP_HOOKS = "SELECT id::bigint FROM web_hooks \
          WHERE type = 'GroupHook' AND group_id = ANY($1::bigint[]) \
            AND resource_access_token_events = true \
          ORDER BY id";
 
-    /// §6 step 5: the users ≠ the bot (`$2`) with `project_access(u, p) >= 40` on the
-    /// project `$1` (common.md §2.2) who can receive notifications, by id.
+    /// behaviour §B28.6 step 5: the users ≠ the bot (`$2`) with `project_access(u, p) >= 40` on the
+    /// project `$1` (behaviour §2.2) who can receive notifications, by id.
     PROJECT_RECIPIENTS = concat!(
         "WITH p AS ( \
            SELECT p.id, n.type AS ntype, n.traversal_ids::bigint[] AS t, n.owner_id \
@@ -233,7 +233,7 @@ crate::catalogue::statements! {
         crate::gitlab::notifications::can_receive_notifications!(),
         " ORDER BY u.id"
     );
-    /// §6 step 5 (⚑ D21): the group's (`$1`) active direct owners ≠ the bot (`$2`) who
+    /// behaviour §B28.6 step 5 (behaviour §D21): the group's (`$1`) active direct owners ≠ the bot (`$2`) who
     /// can receive notifications, by id.
     GROUP_RECIPIENTS = concat!(
         "SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id \

@@ -1,4 +1,4 @@
-//! B38's grouped transaction (common.md §7.2): up to [`super::GROUP_SIZE`] consecutive
+//! B38's grouped transaction (behaviour §7.2): up to [`super::GROUP_SIZE`] consecutive
 //! members of a page in one transaction.
 //!
 //! Owns: the group's statements ([`GroupStatements`], prepared once per page), its
@@ -73,12 +73,12 @@ struct GroupDone {
     stopped_at: Option<usize>,
 }
 
-/// Steps 1–4 of the group's lock order (common.md §7.2 (d), §7.3), before any member is
+/// Steps 1–4 of the group's lock order (behaviour §7.2 (d), §7.3), before any member is
 /// changed: member rows, then group-owner locks, then the bots' `users` rows, then the
 /// authorization locks of every other user whose membership the group may remove. The
 /// per-member steps that follow (`owner_protected`, `remove_membership`, phase 1) find
 /// these locks held and do not wait for them; only a phase 1 nested for a bot takes its
-/// bot's authorization lock itself (common.md §7.3: never before phase 1).
+/// bot's authorization lock itself (behaviour §7.3: never before phase 1).
 async fn lock_group(
     tx: &Transaction<'_>,
     st: &GroupStatements,
@@ -194,7 +194,7 @@ async fn group_body(
         } else if stopped_at.is_some() {
             continue;
         } else if page_index + k > 0 && inv.deadline.reached() {
-            // The deadline guard before each item (common.md §7.2 (c)), never before
+            // The deadline guard before each item (behaviour §7.2 (c)), never before
             // the page's first member; a stop resumes at this member.
             stopped_at = Some(k);
             continue;
@@ -232,7 +232,7 @@ pub(super) enum GroupEnd {
     Lost(Error),
 }
 
-/// One group in one transaction (common.md §7.2).
+/// One group in one transaction (behaviour §7.2).
 pub(super) async fn run_group<C>(
     inv: &Invocation<'_>,
     run_id: &str,

@@ -1,10 +1,10 @@
-//! B38's per-member path: steps 2–6 of §5 for one member.
+//! B38's per-member path: steps 2–6 of behaviour §B38.5 for one member.
 //!
 //! Owns: [`MemberOutcome`] (how one member ended), [`process_member`] (re-check under
-//! `FOR UPDATE` ⚑ D5, the last-owner rule, the removal, phase 1 for a project bot, and
+//! `FOR UPDATE` behaviour §D5, the last-owner rule, the removal, phase 1 for a project bot, and
 //! send-then-commit of its `delete-user` message, or handing it to the group's outbox
 //! when it runs inside a group's SAVEPOINT), and [`one_member`]: one member in its own
-//! transaction with the retries of §7.4, telling a lost connection apart from a member
+//! transaction with the retries of behaviour §7.4, telling a lost connection apart from a member
 //! that failed ([`MemberRun`]).
 
 use tokio_postgres::GenericClient;
@@ -38,7 +38,7 @@ pub(super) enum Sends<'o> {
     Collect(&'o mut Vec<OutMessage>),
 }
 
-/// Steps 2–6 of §5 for one member, in its own transaction (or, inside a group, its own
+/// Steps 2–6 of behaviour §B38.5 for one member, in its own transaction (or, inside a group, its own
 /// SAVEPOINT: `client.transaction()` on a transaction opens one).
 pub(super) async fn process_member<C>(
     inv: &Invocation<'_>,
@@ -116,7 +116,7 @@ pub(super) enum MemberRun {
     ConnectionLost(Error),
 }
 
-/// One member in its own transaction, with the retries of §7.4.
+/// One member in its own transaction, with the retries of behaviour §7.4.
 pub(super) async fn one_member<C>(
     inv: &Invocation<'_>,
     run_id: &str,

@@ -1,14 +1,14 @@
-//! B38 `remove-expired-members` (b38-remove-expired-members.md).
+//! B38 `remove-expired-members` (behaviour §B38).
 //!
 //! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, one page
 //! of 1000 per invocation, read in one statement without locks), the page loop that
 //! runs it in groups or one member at a time, the typed `done` result
 //! ([`ExpiredMembersDone`]), and the continuation with the cursor of the last row read.
 //! The grouped transaction is in `group`, the per-member transaction (re-check under
-//! `FOR UPDATE` ⚑ D5, last-owner rule, removal, phase 1 for project bots) in `member`,
+//! `FOR UPDATE` behaviour §D5, last-owner rule, removal, phase 1 for project bots) in `member`,
 //! the statements in [`sql`].
 //!
-//! Members are grouped as common.md §7.2 allows: up to [`GROUP_SIZE`] consecutive
+//! Members are grouped as behaviour §7.2 allows: up to [`GROUP_SIZE`] consecutive
 //! members of a page share one transaction. The group first takes every lock its
 //! members need in the lock order of ARCHITECTURE.md (rows, group owners, `users`
 //! rows, authorizations; each step ascending, for the group as a whole): the rows of its
@@ -19,7 +19,7 @@
 //! deadlock against `prune-deletions`, `delete-user` or a phase 1 (only a bot's own
 //! authorization lock is left to its nested phase 1). Then one statement deletes every
 //! member that is still expired and needs no per-member rule (no project bot, no owner
-//! candidate of §2.5 — an active owner row of a non-bot user in any state: a blocked or
+//! candidate of behaviour §2.5 — an active owner row of a non-bot user in any state: a blocked or
 //! deactivated sole owner is protected too) together with its notification setting, and
 //! one set-based refresh follows (`authz::refresh_removed`); the members it left (owner
 //! candidates, bots, or rows no longer expired) then run the per-member steps in page
@@ -28,7 +28,7 @@
 //!
 //! **A failed send, or any failure of the group** (an error in the set-based part, a
 //! failed COMMIT): the group is rolled back and its members run again one transaction
-//! each, exactly as §5 describes, so a member's failure never affects another and every
+//! each, exactly as behaviour §B38.5 describes, so a member's failure never affects another and every
 //! outcome (counts, log lines, effects) is the per-member one. The record never ends as
 //! a retryable failure because of a group.
 //!
@@ -68,12 +68,12 @@ pub const BATCH_SIZE: usize = 1000;
 pub const BATCH_DELAY_S: u32 = 10;
 /// Reason passed to phase 1 for bots.
 pub const REMOVAL_REASON: &str = "Membership expired";
-/// Members per grouped transaction (common.md §7.2 allows up to 100).
+/// Members per grouped transaction (behaviour §7.2 allows up to 100).
 pub const GROUP_SIZE: usize = 100;
 
 const FUNCTION: Function = Function::RemoveExpiredMembers;
 
-/// One page read (§4): `(expires_at, id)` in page order, and whether more rows follow.
+/// One page read (behaviour §B38.4): `(expires_at, id)` in page order, and whether more rows follow.
 pub async fn read_page<C: GenericClient>(
     c: &C,
     today: NaiveDate,
@@ -149,7 +149,7 @@ impl PageResult {
         }
     }
 
-    /// Count and log one member's outcome (§5 step E, §8).
+    /// Count and log one member's outcome (behaviour §B38.5 step E, §B38.8).
     fn record(&mut self, id: i64, outcome: Result<MemberOutcome>) {
         match outcome {
             Ok(MemberOutcome::Deleted) => self.updated += 1,
@@ -276,7 +276,7 @@ where
         return Ok(Report::skipped());
     }
     let result = run_page(inv, env, client, payload.cursor).await;
-    // Released before any continuation is sent, on error paths too (§9.10).
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = locks::session_unlock(&*client, &lock).await;
     let page = result?;
     unlocked?;

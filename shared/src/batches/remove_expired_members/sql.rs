@@ -3,11 +3,11 @@
 use crate::gitlab::membership::sql::member_columns;
 
 crate::catalogue::statements! {
-    /// The first page (§4): `$1` today, `$2` the limit.
+    /// The first page (behaviour §B38.4): `$1` today, `$2` the limit.
     PAGE = "SELECT expires_at, id::bigint FROM members
      WHERE expires_at IS NOT NULL AND expires_at <= $1::date
      ORDER BY expires_at DESC, id DESC LIMIT $2";
-    /// A page after a cursor (§4): `$1` today, `$2`/`$3` the cursor, `$4` the limit.
+    /// A page after a cursor (behaviour §B38.4): `$1` today, `$2`/`$3` the cursor, `$4` the limit.
     PAGE_AFTER = "SELECT expires_at, id::bigint FROM members
      WHERE expires_at IS NOT NULL AND expires_at <= $1::date
        AND (expires_at, id) < ($2::date, $3::bigint)
@@ -53,11 +53,11 @@ crate::catalogue::statements! {
         AND n.source_id = del.source_id
     )
     SELECT id, user_id, source_type, source_id FROM del";
-    /// Step 1 of a group's lock order (common.md §7.2 (d), §7.3): the row locks of every
+    /// Step 1 of a group's lock order (behaviour §7.2 (d), §7.3): the row locks of every
     /// member of `$1::bigint[]` still expired on `$2::date`, and of every membership of a
     /// project bot among them (phase 1 deletes those too), in ascending id order. Each row
     /// says whether it is one of the group's expired members, whether its user is a project
-    /// bot, and whether it is an owner candidate of §2.5 (an active owner membership of a
+    /// bot, and whether it is an owner candidate of behaviour §2.5 (an active owner membership of a
     /// group whose user exists and is not a bot, in any state).
     LOCK_ROWS = "
     SELECT m.id::bigint, m.user_id::bigint,

@@ -1,7 +1,7 @@
 //! The statements of [`crate::gitlab::authz`]: `desired(u, P)` and the two forms of
 //! the refresh (one user, and many removed memberships at once).
 
-/// `desired(u, p) = project_access(u, p)` (common.md §2.2) for user `$1` and every
+/// `desired(u, p) = project_access(u, p)` (behaviour §2.2) for user `$1` and every
 /// project in `$2::bigint[]`: columns `project_id`, `access_level` (0 = no access).
 /// Memberships count when active (`state = 0`, no request) and at least GUEST;
 /// MINIMAL_ACCESS never grants project access. A subquery for `concat!`

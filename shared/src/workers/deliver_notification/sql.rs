@@ -1,7 +1,7 @@
-//! The statements of B28 `deliver-notification` (b28-pat-expiring.md §10).
+//! The statements of B28 `deliver-notification` (behaviour §B28.10).
 //!
 //! Owns: every SQL text the worker runs: the recipient and the hook row as read at
-//! delivery time, and the hook row's outcome (§10.4) under its row lock.
+//! delivery time, and the hook row's outcome (behaviour §B28.10.4) under its row lock.
 
 crate::catalogue::statements! {
     /// The recipient (`$1`) as read at delivery time: display name,

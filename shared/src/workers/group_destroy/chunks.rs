@@ -1,4 +1,4 @@
-//! The chunk steps of `group-destroy` (b51 §4.2–§4.4): each chunk is one
+//! The chunk steps of `group-destroy` (behaviour §B51.4.2–§B51.4.4): each chunk is one
 //! transaction that first re-checks, under the locks a restore or a transfer also
 //! takes, that the group is still scheduled as the message says and that its project
 //! or subgroup still lies under the group; then it deletes one slice of the subtree
@@ -157,7 +157,7 @@ where
 }
 
 /// Phase 1 for every project bot with a membership of the source, ascending ids
-/// (§4.3 row 2, §4.4 row 2). The `delete-user` messages go into `outbox`.
+/// (behaviour §B51.4.3 row 2, §B51.4.4 row 2). The `delete-user` messages go into `outbox`.
 async fn remove_bots<C: GenericClient>(
     c: &C,
     inv: &Invocation<'_>,
@@ -201,7 +201,7 @@ async fn delete_source_rows<C: GenericClient>(
     Ok(())
 }
 
-/// Chunk "project p" (§4.3), after the same re-checks as a contributions chunk.
+/// Chunk "project p" (behaviour §B51.4.3), after the same re-checks as a contributions chunk.
 pub(super) async fn project_chunk<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -242,13 +242,13 @@ where
     if let Some(ns) = project_namespace {
         tx.execute(sql::DELETE_PROJECT_NAMESPACE, &[&ns]).await?;
     }
-    // Send-then-commit (common.md §9.5).
+    // Send-then-commit (behaviour §9.5).
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(Chunk::Deleted(1))
 }
 
-/// Chunk "group g" (§4.4): g locked and still under the group being destroyed (the
+/// Chunk "group g" (behaviour §B51.4.4): g locked and still under the group being destroyed (the
 /// root itself always is), its orphan project namespaces deleted with it, and nothing
 /// else left below it (what a transfer brought in after the listing waits for the next
 /// pass).
@@ -314,7 +314,7 @@ where
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
-    // FK effects: see `sql::DELETE_GROUP` (schema.md §4).
+    // FK effects: see `sql::DELETE_GROUP` (behaviour §S4).
     tx.execute(sql::DELETE_GROUP, &[&g]).await?;
     inv.queue.send(&outbox).await?;
     tx.commit().await?;

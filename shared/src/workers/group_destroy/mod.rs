@@ -1,4 +1,4 @@
-//! B51 `group-destroy` (b51-adjourned-group-deletion.md §4, ⚑ D14–D16).
+//! B51 `group-destroy` (behaviour §B51.4, §D14–§D16).
 //!
 //! Owns: the per-group try-lock, the re-verification of every precondition at
 //! execution time (group, schedule, same user, still due under the current period,
@@ -9,7 +9,7 @@
 //! settings, authorizations, hooks, routes and project namespace; then each group,
 //! deepest first. Under its budget it re-sends the same message (same key, `hop + 1`).
 //! Idempotent: rows already gone are simply not found again. It touches no storage
-//! (⚑ D15).
+//! (behaviour §D15).
 //!
 //! It never deletes what has left the group: every chunk, contributions included, runs
 //! in its own transaction that first takes the root's schedule row `FOR SHARE` (a
@@ -47,12 +47,12 @@ use chunks::{Chunk, Contribution};
 pub use chunks::{CONTRIBUTION_BATCH, REMOVAL_REASON};
 pub use report::{Deleted, GroupDestroyDone, GroupDestroyLocked, Outcome};
 
-/// The try-lock key of one group (common.md §7.3).
+/// The try-lock key of one group (behaviour §7.3).
 pub fn lock_key_string(group_id: i64) -> String {
     format!("group-destroy:{group_id}")
 }
 
-/// What the re-verification of §4.1 decided.
+/// What the re-verification of behaviour §B51.4.1 decided.
 enum Verified {
     /// Every precondition holds: destroy.
     Proceed,
@@ -75,7 +75,7 @@ where
     Ok(r)
 }
 
-/// §4.1 steps 2–8.
+/// behaviour §B51.4.1 steps 2–8.
 async fn verify<C>(inv: &Invocation<'_>, client: &mut C, p: &GroupDestroyRun) -> Result<Verified>
 where
     C: GenericClient + Send + Sync,
@@ -169,7 +169,7 @@ where
     ))
 }
 
-/// §4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
+/// behaviour §B51.4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
 /// listed at the start of a pass; every chunk then re-checks under its locks that the
 /// group is still scheduled as the message says (otherwise the invocation stops) and
 /// that its project or subgroup still lies under the group (otherwise it is skipped with

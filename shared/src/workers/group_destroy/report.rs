@@ -25,19 +25,19 @@ pub struct Deleted {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// Stale (§4.1 step 2): the group is gone.
+    /// Stale (behaviour §B51.4.1 step 2): the group is gone.
     GroupNotFound,
-    /// Stale (§4.1 step 3, or the restore found no schedule): not scheduled.
+    /// Stale (behaviour §B51.4.1 step 3, or the restore found no schedule): not scheduled.
     NotScheduled,
-    /// Stale (§4.1 step 4): another user scheduled the deletion.
+    /// Stale (behaviour §B51.4.1 step 4): another user scheduled the deletion.
     UserChanged,
-    /// Stale (§4.1 step 5): not yet due under the current period.
+    /// Stale (behaviour §B51.4.1 step 5): not yet due under the current period.
     NotDue,
-    /// Stale (§4.1 step 6): the scheduling user is gone.
+    /// Stale (behaviour §B51.4.1 step 6): the scheduling user is gone.
     UserNotFound,
-    /// Failed, retryable (§4.1 step 7): the user is not active.
+    /// Failed, retryable (behaviour §B51.4.1 step 7): the user is not active.
     UserNotActive,
-    /// Permission lost (§4.1 step 8): the group was restored.
+    /// Permission lost (behaviour §B51.4.1 step 8): the group was restored.
     Restored,
     /// The budget or the deadline ran out: the message was re-sent.
     Continuing,

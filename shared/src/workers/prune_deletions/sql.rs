@@ -2,7 +2,7 @@
 
 use crate::gitlab::membership::sql::member_columns;
 
-/// `FROM` and `WHERE` of `hierarchy_members(s)` (§4.2) with `$1` = the user, `$2` = the hierarchy's groups
+/// `FROM` and `WHERE` of `hierarchy_members(s)` (behaviour §B43.4.2) with `$1` = the user, `$2` = the hierarchy's groups
 /// (`self_and_descendant_groups(root)`) and `$3` = `projects_under(root)`. Every
 /// membership state, access requests and any access level match; invites never do.
 macro_rules! hierarchy_members {
@@ -15,15 +15,15 @@ macro_rules! hierarchy_members {
 }
 
 crate::catalogue::statements! {
-    /// §4.1 step 2: the page of schedules by id, `$1` the limit.
+    /// behaviour §B43.4.1 step 2: the page of schedules by id, `$1` the limit.
     SCHEDULES = "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
              FROM members_deletion_schedules ORDER BY id LIMIT $1";
-    /// §4.2 a: lock schedule `$1`.
+    /// behaviour §B43.4.2 a: lock schedule `$1`.
     LOCK_SCHEDULE = "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
              FROM members_deletion_schedules WHERE id = $1::bigint FOR UPDATE";
     /// `root($1)`: the first id of `traversal_ids` (the namespace itself when empty).
     ROOT_OF = "SELECT COALESCE(traversal_ids[1], id)::bigint FROM namespaces WHERE id = $1::bigint";
-    /// §4.2 c: the batch, by id: up to `$4` of [`hierarchy_members!`], locked.
+    /// behaviour §B43.4.2 c: the batch, by id: up to `$4` of [`hierarchy_members!`], locked.
     BATCH = concat!(
         "SELECT m.id::bigint FROM ",
         hierarchy_members!(),
