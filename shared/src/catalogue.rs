@@ -1,41 +1,21 @@
 //! The statement catalogue: every SQL statement the functions can run against a
 //! GitLab database, by module and name.
 //!
-//! Owns: the [`statements!`] macro that each module's `sql` submodule uses to declare
-//! its statements (one `pub const NAME: &str` each, plus that module's `ALL` list, so
-//! a statement cannot be declared without being listed), and [`all`], the single list
-//! of those lists. The catalogue test PREPAREs every entry against the migrated
+//! Owns: [`all`], the single list of every module's statements (each `sql`
+//! submodule declares its own with [`crate::statements::statements!`]; an
+//! architecture test checks that every `sql` module is listed here). The catalogue test PREPAREs every entry against the migrated
 //! schema; `hk check` does the same against an operator's database. No SQL text lives
 //! anywhere else in this crate (an architecture test greps for it).
 
-/// One SQL statement of the bundle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Statement {
-    /// The module that runs it, for example `batches::remove_expired_members`.
-    pub module: &'static str,
-    /// Its constant's name in that module's `sql` submodule.
-    pub name: &'static str,
-    /// The SQL text, exactly as sent.
-    pub text: &'static str,
-}
-
-/// Declares a module's statements: `NAME = "SQL";` (or any constant expression such
-/// as `concat!(…)`), each becoming `pub const NAME: &str`, and `ALL`, the list of
-/// `(name, text)` the catalogue reads.
-#[allow(unused_macros)]
-macro_rules! statements {
-    ($($(#[$meta:meta])* $name:ident = $text:expr;)*) => {
-        $($(#[$meta])* pub const $name: &str = $text;)*
-        /// Every statement of this module, by constant name.
-        pub const ALL: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use statements;
+pub use crate::statements::Statement;
 
 /// Every module's statement list, by module path.
 const MODULES: &[(&str, &[(&str, &str)])] = &[
-    // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL),
+    // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL).
+    (
+        "batches::schedule_prune_deletions",
+        crate::batches::schedule_prune_deletions::sql::ALL,
+    ),
     (
         "batches::pat_expiring",
         crate::batches::pat_expiring::sql::ALL,

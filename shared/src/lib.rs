@@ -23,6 +23,7 @@ pub mod notify;
 pub mod queue;
 pub mod random;
 pub mod runtime;
+pub mod statements;
 pub mod telemetry;
 pub mod workers;
 

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
+mod architecture;
 mod b28;
 mod b38;
 mod b43;

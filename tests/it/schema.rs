@@ -112,3 +112,65 @@ async fn b38_works_with_int4_ids_and_integer_traversal_ids() {
     assert!(!db.exists("users WHERE id = 20").await);
     assert_eq!(r.exit_code(false), 0);
 }
+
+/// The statement catalogue against the migrated schema: every statement the functions
+/// can run PREPAREs (a renamed column, a changed type or a missing table fails here,
+/// naming the statement).
+#[tokio::test]
+async fn every_statement_of_the_catalogue_prepares_on_the_schema() {
+    let db = TestDb::new().await;
+    let all = shared::catalogue::all();
+    assert!(!all.is_empty());
+    let mut failed = Vec::new();
+    for s in &all {
+        if let Err(e) = db.client.prepare(s.text).await {
+            failed.push(format!(
+                "{}::{}: {}",
+                s.module,
+                s.name,
+                shared::Error::from(e)
+            ));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} statements do not prepare:\n{}",
+        failed.len(),
+        all.len(),
+        failed.join("\n")
+    );
+}
+
+/// The catalogue test catches a schema change: with `members.expires_at` renamed, the
+/// B38 page statements fail to prepare, and a statement that does not mention the
+/// column still prepares.
+#[tokio::test]
+async fn a_renamed_column_fails_the_statements_that_use_it() {
+    let db = TestDb::new().await;
+    db.client
+        .batch_execute("ALTER TABLE members RENAME COLUMN expires_at TO expires_on")
+        .await
+        .unwrap();
+    let all = shared::catalogue::all();
+    let b38: Vec<_> = all
+        .iter()
+        .filter(|s| s.module == "batches::remove_expired_members" && s.name.starts_with("PAGE"))
+        .collect();
+    assert!(
+        !b38.is_empty(),
+        "the B38 page statements are in the catalogue"
+    );
+    for s in b38 {
+        let err = db.client.prepare(s.text).await.expect_err(s.name);
+        assert!(
+            err.to_string().contains("expires_at") || format!("{err:?}").contains("expires_at"),
+            "{}: {err:?}",
+            s.name
+        );
+    }
+    let untouched = all
+        .iter()
+        .find(|s| !s.text.contains("expires_at") && s.text.contains("members"))
+        .expect("a statement on members without expires_at");
+    db.client.prepare(untouched.text).await.unwrap();
+}

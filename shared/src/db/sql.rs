@@ -1,6 +1,6 @@
 //! The statements of [`crate::db`]: session settings, the liveness ping and the reset.
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The session settings of behaviour §7.1 (each `set_config(…, false)` is a session-level
     /// `SET`): `$1` statement_timeout, `$2` lock_timeout and
     /// `$3` idle_in_transaction_session_timeout, in milliseconds, as text.

@@ -1,6 +1,6 @@
 //! The statements of [`crate::locks`]: the advisory-lock calls.
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// Try the session-level lock `$1` (an overlap or group-destroy key).
     TRY_SESSION_LOCK = "SELECT pg_try_advisory_lock($1)";
     /// Release the session-level lock `$1`.

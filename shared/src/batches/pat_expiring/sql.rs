@@ -128,7 +128,7 @@ macro_rules! claim_bots {
     };
 }
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The human page of the 7-day interval.
     HUMAN_PAGE_SEVEN_DAYS = page!(seven_days, "0");
     /// The human page of the 30-day interval.

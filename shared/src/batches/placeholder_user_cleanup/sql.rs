@@ -1,7 +1,7 @@
 //! The SQL of [`crate::batches::placeholder_user_cleanup`]: the keyset page of
 //! eligible details and the guarded claim of one attempt.
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// One keyset page of eligible details: `$1` max attempts, `$2` retry before,
     /// `$3` after id, `$4` limit.
     READ_PAGE = "SELECT id::bigint, placeholder_user_id::bigint

@@ -2,7 +2,7 @@
 
 use crate::gitlab::membership::sql::member_columns;
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The first page (behaviour §B38.4): `$1` today, `$2` the limit.
     PAGE = "SELECT expires_at, id::bigint FROM members
      WHERE expires_at IS NOT NULL AND expires_at <= $1::date

@@ -1,6 +1,6 @@
 //! The statements of [`crate::batches::schedule_prune_deletions`].
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The backlog: how many schedules exist, and the oldest `created_at`.
     BACKLOG = "SELECT count(*)::bigint, min(created_at) FROM members_deletion_schedules";
 }

@@ -129,7 +129,7 @@ pub const REMOVED_GROUPS_PARAM: &str = removed_groups_param!();
 /// See [`REMOVED_PROJECTS_PARAM`].
 pub const REMOVED_USERS_PARAM: &str = removed_users_param!();
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// `refresh(u, P)` for user `$1` and projects `$2::bigint[]` (after the user's
     /// authorization lock): delete what `desired` does not have, upsert what it has.
     /// Returns one row: rows deleted, rows written.

@@ -1,7 +1,7 @@
 //! The SQL of [`crate::gitlab::group_deletion`]: the deletion period, the schedule
 //! rows, and the statements of `restore_group` (locks, free-name checks, renames).
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// `deletion_adjourned_period` of the highest-id settings row.
     DELETION_ADJOURNED_PERIOD = "SELECT deletion_adjourned_period::int4 FROM application_settings
              ORDER BY id DESC LIMIT 1";

@@ -15,7 +15,7 @@ macro_rules! descendants_of {
     };
 }
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// `self_and_descendant_groups($1)`, ascending ids.
     DESCENDANT_GROUPS = concat!(descendants_of!(), " ORDER BY n.id");
     /// `self_and_descendant_groups($1)`, deepest first, then by id.

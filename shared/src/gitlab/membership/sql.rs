@@ -15,7 +15,7 @@ pub(crate) use member_columns;
 /// queries from it).
 pub const MEMBER_COLUMNS: &str = member_columns!();
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// `remove_membership`: the row `$1`.
     DELETE_MEMBER = "DELETE FROM members WHERE id = $1::bigint";
     /// `remove_membership`: user `$1`'s notification setting for source `$2`/`$3`.

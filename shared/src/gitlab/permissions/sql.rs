@@ -1,6 +1,6 @@
 //! The statements of [`crate::gitlab::permissions`].
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// A user's permission facts: id, active, admin, user_type of user `$1`.
     LOAD_ACTOR = "SELECT id::bigint, state IS NOT DISTINCT FROM 'active', admin, user_type::int2
              FROM users WHERE id = $1::bigint";

@@ -1,6 +1,6 @@
 //! The statements of [`crate::gitlab::user_removal`]: phase 1 and the ghost user.
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// Whether user `$1` exists.
     USER_EXISTS = "SELECT 1 FROM users WHERE id = $1::bigint";
     /// Lock every membership row of user `$1`, ascending ids (step 5 deletes them).

@@ -17,7 +17,7 @@ macro_rules! reassign {
     };
 }
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// Steps 1 and 7: user `$1`'s type, waiting for any phase-1 transaction on it.
     SHARE_USER = "SELECT user_type::int2 FROM users WHERE id = $1::bigint FOR SHARE";
     /// Steps 2 and 7: whether user `$1` has a pending ghost user migration.

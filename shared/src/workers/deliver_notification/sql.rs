@@ -3,7 +3,7 @@
 //! Owns: every SQL text the worker runs: the recipient and the hook row as read at
 //! delivery time, and the hook row's outcome (behaviour §B28.10.4) under its row lock.
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The recipient (`$1`) as read at delivery time: display name,
     /// `notification_address(u)` and `can_receive_notifications(u)`.
     RECIPIENT = concat!(

@@ -14,7 +14,7 @@ macro_rules! orphans_below {
     };
 }
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// The projects directly in namespace `$1`, ascending.
     PROJECTS_IN = "SELECT id::bigint FROM projects WHERE namespace_id = $1::bigint ORDER BY id";
     /// The root's schedule row `FOR SHARE` (every chunk's first re-check).

@@ -14,7 +14,7 @@ macro_rules! hierarchy_members {
     };
 }
 
-crate::catalogue::statements! {
+crate::statements::statements! {
     /// behaviour §B43.4.1 step 2: the page of schedules by id, `$1` the limit.
     SCHEDULES = "SELECT id::bigint, namespace_id::bigint, user_id::bigint, scheduled_by_id::bigint
              FROM members_deletion_schedules ORDER BY id LIMIT $1";

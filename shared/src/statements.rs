@@ -1,0 +1,29 @@
+//! How a module declares its SQL statements: the [`statements!`] macro and the
+//! [`Statement`] the catalogue lists.
+//!
+//! Owns: the declaration form only (one `pub const NAME: &str` per statement plus the
+//! module's `ALL` list, so a statement cannot be declared without being listed). It
+//! imports nothing: every `sql` module uses it, and [`crate::catalogue`] collects them.
+
+/// One SQL statement of the bundle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statement {
+    /// The module that runs it, for example `batches::remove_expired_members`.
+    pub module: &'static str,
+    /// Its constant's name in that module's `sql` submodule.
+    pub name: &'static str,
+    /// The SQL text, exactly as sent.
+    pub text: &'static str,
+}
+
+/// Declares a module's statements: `NAME = "SQL";` (or any constant expression such
+/// as `concat!(…)`), each becoming `pub const NAME: &str`, and `ALL`, the list of
+/// `(name, text)` the catalogue reads.
+macro_rules! statements {
+    ($($(#[$meta:meta])* $name:ident = $text:expr;)*) => {
+        $($(#[$meta])* pub const $name: &str = $text;)*
+        /// Every statement of this module, by constant name.
+        pub const ALL: &[(&str, &str)] = &[$((stringify!($name), $name)),*];
+    };
+}
+pub(crate) use statements;
