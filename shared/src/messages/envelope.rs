@@ -1,0 +1,461 @@
+//! The message envelope (behaviour §9.1, §9.4, §9.7, §9.8).
+//!
+//! Owns: [`Envelope`] and [`VERSION`]; parsing a body strictly ([`Strict`]: a duplicate
+//! object key anywhere is malformed), the validation of every envelope field
+//! ([`Malformed`] names the first violation, never the body), and the envelopes built
+//! from others: first messages, cron messages, continuations (hop + 1) and re-sends.
+//! The payload itself is checked by [`crate::messages::payloads`].
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::keys::{valid_key, valid_run_id};
+use super::payloads::{payload_cursor, validate_payload, Payload};
+use crate::clock::{key_time, rfc3339};
+use crate::error::{Error, Result};
+use crate::function::Function;
+
+/// The only envelope version.
+pub const VERSION: u64 = 1;
+
+/// A message as it travels through a queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Always 1.
+    pub version: u64,
+    /// The message type, e.g. `remove-expired-members.run`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Stable idempotency key (behaviour §9.3).
+    pub message_key: String,
+    /// The run this message belongs to; inherited by children and continuations.
+    pub run_id: String,
+    /// Continuation counter; 0 for a first message.
+    pub hop: u64,
+    /// The sender's `now`, diagnostics only.
+    pub issued_at: String,
+    /// Type-specific payload (an object).
+    pub payload: Value,
+}
+
+/// Why a body is malformed, with the key if one could be read (for the log line).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Malformed {
+    /// What is wrong, without the body.
+    pub error: String,
+    /// The `message_key`, when it was readable.
+    pub message_key: Option<String>,
+}
+
+/// What [`Strict`] reports for a repeated key (no key name: it is body text).
+const DUPLICATE_KEY: &str = "an object has a duplicate key";
+
+/// A JSON value parsed like `serde_json::Value`, except that an object with the same
+/// key twice is an error (`Value` silently keeps the last one).
+pub(super) struct Strict(pub(super) Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Strict, D::Error> {
+        use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Strict;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, v: bool) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::from(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::String(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::String(v)))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::Null))
+            }
+            fn visit_none<E>(self) -> std::result::Result<Strict, E> {
+                Ok(Strict(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Strict, A::Error> {
+                let mut v = Vec::new();
+                while let Some(Strict(e)) = a.next_element()? {
+                    v.push(e);
+                }
+                Ok(Strict(Value::Array(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Strict, A::Error> {
+                let mut m = Map::new();
+                while let Some(k) = a.next_key::<String>()? {
+                    let Strict(v) = a.next_value()?;
+                    if m.insert(k, v).is_some() {
+                        return Err(A::Error::custom(DUPLICATE_KEY));
+                    }
+                }
+                Ok(Strict(Value::Object(m)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Envelope {
+    /// Parse and validate a body for `receiver`. Every rule of behaviour §9.1 and §9.4 is checked;
+    /// the error names the first violation and never quotes the body.
+    pub fn parse(body: &str, receiver: Function) -> std::result::Result<Envelope, Malformed> {
+        let value: Value = match serde_json::from_str::<Strict>(body) {
+            Ok(Strict(v)) => v,
+            Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
+                return Err(Malformed {
+                    error: format!("body is not valid JSON ({DUPLICATE_KEY})"),
+                    message_key: None,
+                })
+            }
+            Err(e) => {
+                return Err(Malformed {
+                    error: format!(
+                        "body is not valid JSON ({})",
+                        crate::error::json_error_kind(&e)
+                    ),
+                    message_key: None,
+                })
+            }
+        };
+        let obj = value.as_object().ok_or_else(|| Malformed {
+            error: "body is not a JSON object".into(),
+            message_key: None,
+        })?;
+        let message_key = obj
+            .get("message_key")
+            .and_then(Value::as_str)
+            .filter(|k| valid_key(k))
+            .map(str::to_string);
+        let fail = |error: String| Malformed {
+            error,
+            message_key: message_key.clone(),
+        };
+        match obj.get("version") {
+            Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
+            Some(_) => return Err(fail("unsupported version (must be 1)".into())),
+            None => return Err(fail("missing field `version`".into())),
+        }
+        let kind = match obj.get("type") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(fail("field `type` is not a string".into())),
+            None => return Err(fail("missing field `type`".into())),
+        };
+        if !receiver.accepts().contains(&kind.as_str()) {
+            let shown: String = kind.chars().take(64).collect();
+            return Err(fail(format!(
+                "message type `{shown}` is not accepted by {receiver}"
+            )));
+        }
+        let key = match obj.get("message_key") {
+            Some(Value::String(s)) if valid_key(s) => s.clone(),
+            Some(_) => {
+                return Err(fail(
+                    "field `message_key` must be 1-256 characters of [A-Za-z0-9:._-]".into(),
+                ))
+            }
+            None => return Err(fail("missing field `message_key`".into())),
+        };
+        let run_id = match obj.get("run_id") {
+            Some(Value::String(s)) if valid_run_id(s) => s.clone(),
+            Some(_) => {
+                return Err(fail(
+                    "field `run_id` must be 1-128 characters of [A-Za-z0-9:._-]".into(),
+                ))
+            }
+            None => return Err(fail("missing field `run_id`".into())),
+        };
+        let hop = match obj.get("hop") {
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .ok_or_else(|| fail("field `hop` must be an integer >= 0".into()))?,
+            Some(_) => return Err(fail("field `hop` must be an integer >= 0".into())),
+            None => return Err(fail("missing field `hop`".into())),
+        };
+        let issued_at = match obj.get("issued_at") {
+            Some(Value::String(s))
+                if s.ends_with('Z') && DateTime::parse_from_rfc3339(s).is_ok() =>
+            {
+                s.clone()
+            }
+            Some(_) => {
+                return Err(fail(
+                    "field `issued_at` is not an RFC 3339 UTC time ending in `Z`".into(),
+                ))
+            }
+            None => return Err(fail("missing field `issued_at`".into())),
+        };
+        let payload = match obj.get("payload") {
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => return Err(fail("field `payload` is not an object".into())),
+            None => return Err(fail("missing field `payload`".into())),
+        };
+        validate_payload(&kind, &payload).map_err(|e| fail(e.to_string()))?;
+        Ok(Envelope {
+            version: VERSION,
+            kind,
+            message_key: key,
+            run_id,
+            hop,
+            issued_at,
+            payload,
+        })
+    }
+
+    /// Decode and validate the payload as `T` ([`Payload::from_payload`]). An error
+    /// makes the message malformed (behaviour §9.4) and names the field, never its value.
+    pub fn payload<T: Payload>(&self) -> Result<T> {
+        T::from_value(&self.payload).map_err(|e| Error::Malformed(e.to_string()))
+    }
+
+    /// The payload's cursor, validated and re-serialized from its type (so bounded:
+    /// only the cursor's own fields), for the `start` line; `None` without one.
+    pub fn validated_cursor(&self) -> Option<Value> {
+        payload_cursor(&self.kind, &self.payload).ok().flatten()
+    }
+
+    /// Serialize to the wire body.
+    pub fn to_body(&self) -> String {
+        serde_json::to_string(self).expect("an envelope always serializes")
+    }
+
+    /// A first message (hop 0) of a new logical message.
+    pub fn new(
+        kind: &str,
+        message_key: String,
+        run_id: &str,
+        now: DateTime<Utc>,
+        payload: impl Serialize,
+    ) -> Envelope {
+        Envelope {
+            version: VERSION,
+            kind: kind.to_string(),
+            message_key,
+            run_id: run_id.to_string(),
+            hop: 0,
+            issued_at: rfc3339(now),
+            payload: serde_json::to_value(payload).expect("payloads always serialize"),
+        }
+    }
+
+    /// The cron message of behaviour §9.7 for `function` at `scheduled` (what `hk run` builds
+    /// when no message is given).
+    pub fn cron(function: Function, run_id: &str, scheduled: DateTime<Utc>) -> Envelope {
+        Envelope {
+            version: VERSION,
+            kind: function.run_type().to_string(),
+            message_key: format!("{}:cron:{}", function.name(), key_time(scheduled)),
+            run_id: run_id.to_string(),
+            hop: 0,
+            issued_at: key_time(scheduled),
+            payload: Value::Object(Default::default()),
+        }
+    }
+
+    /// The continuation of this message: same run, `hop + 1` (saturating, so a hop at
+    /// the top stays above every limit and is never sent), key
+    /// `<function>:<run_id>:<hop+1>` (behaviour §9.8).
+    pub fn continuation(
+        &self,
+        function: Function,
+        now: DateTime<Utc>,
+        payload: impl Serialize,
+    ) -> Envelope {
+        let hop = self.hop.saturating_add(1);
+        Envelope {
+            version: VERSION,
+            kind: self.kind.clone(),
+            message_key: format!("{}:{}:{}", function.name(), self.run_id, hop),
+            run_id: self.run_id.clone(),
+            hop,
+            issued_at: rfc3339(now),
+            payload: serde_json::to_value(payload).expect("payloads always serialize"),
+        }
+    }
+
+    /// A re-send of this message: same key and payload, `hop + 1` (delete-user,
+    /// group-destroy).
+    pub fn resend(&self, now: DateTime<Utc>) -> Envelope {
+        Envelope {
+            hop: self.hop.saturating_add(1),
+            issued_at: rfc3339(now),
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{delete_user_key, DeleteUserRun, RemoveExpiredMembersRun};
+
+    fn body(v: Value) -> String {
+        v.to_string()
+    }
+
+    fn good() -> Value {
+        serde_json::json!({"version":1,"type":"remove-expired-members.run",
+            "message_key":"remove-expired-members:cron:2025-03-10T00:10:00Z",
+            "run_id":"r1","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{}})
+    }
+
+    #[test]
+    fn a_valid_cron_message_parses() {
+        let e = Envelope::parse(&body(good()), Function::RemoveExpiredMembers).unwrap();
+        assert_eq!(e.hop, 0);
+        let p: RemoveExpiredMembersRun = e.payload().unwrap();
+        assert_eq!(p.cursor, None);
+    }
+
+    #[test]
+    fn every_envelope_rule_is_enforced() {
+        let cases: Vec<(&str, Value)> = vec![
+            ("version", serde_json::json!(2)),
+            ("type", serde_json::json!("delete-user.run")),
+            ("message_key", serde_json::json!("has space")),
+            ("message_key", serde_json::json!("")),
+            ("run_id", serde_json::json!("")),
+            ("hop", serde_json::json!(-1)),
+            ("hop", serde_json::json!(1.5)),
+            ("issued_at", serde_json::json!("yesterday")),
+            ("payload", serde_json::json!([])),
+        ];
+        for (field, value) in cases {
+            let mut v = good();
+            v[field] = value;
+            let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+            assert!(err.error.contains(field), "{field}: {}", err.error);
+        }
+        for field in [
+            "version",
+            "type",
+            "message_key",
+            "run_id",
+            "hop",
+            "issued_at",
+            "payload",
+        ] {
+            let mut v = good();
+            v.as_object_mut().unwrap().remove(field);
+            let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+            assert!(err.error.contains(field), "{field}: {}", err.error);
+        }
+    }
+
+    #[test]
+    fn malformed_keeps_a_readable_key_and_never_the_body() {
+        let mut v = good();
+        v["version"] = serde_json::json!(7);
+        v["payload"] = serde_json::json!({"secret":"hunter2"});
+        let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+        assert_eq!(
+            err.message_key.as_deref(),
+            Some("remove-expired-members:cron:2025-03-10T00:10:00Z")
+        );
+        assert!(!err.error.contains("hunter2"));
+        let err = Envelope::parse("{not json", Function::DeleteUser).unwrap_err();
+        assert!(err.error.contains("not valid JSON"));
+    }
+
+    #[test]
+    fn continuation_and_resend_follow_the_key_rules() {
+        let e = Envelope::parse(&body(good()), Function::RemoveExpiredMembers).unwrap();
+        let now = Utc::now();
+        let c = e.continuation(
+            Function::RemoveExpiredMembers,
+            now,
+            RemoveExpiredMembersRun::default(),
+        );
+        assert_eq!(c.hop, 1);
+        assert_eq!(c.message_key, "remove-expired-members:r1:1");
+        let d = Envelope::new(
+            "delete-user.run",
+            delete_user_key(20),
+            "r1",
+            now,
+            DeleteUserRun {
+                user_id: 20,
+                initiator_user_id: None,
+                reason: None,
+            },
+        );
+        let r = d.resend(now);
+        assert_eq!((r.hop, r.message_key.as_str()), (1, "delete-user:20"));
+    }
+
+    #[test]
+    fn ill_typed_payload_is_malformed_on_receipt_naming_the_field_not_the_value() {
+        let mut v = good();
+        v["payload"] = serde_json::json!({"cursor": {"expires_at": "SECRET-hunter2", "id": 1}});
+        let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+        assert_eq!(
+            err.error,
+            "invalid payload: field `cursor.expires_at` must be a date written YYYY-MM-DD"
+        );
+        let mut v = good();
+        v["type"] = serde_json::json!("delete-user.run");
+        v["payload"] = serde_json::json!({"user_id": "SECRET-hunter2"});
+        let err = Envelope::parse(&body(v), Function::DeleteUser).unwrap_err();
+        assert!(err.error.contains("`user_id`"), "{}", err.error);
+        assert!(!err.error.contains("hunter2"), "{}", err.error);
+    }
+
+    #[test]
+    fn duplicate_keys_run_ids_keys_cannot_carry_and_offset_times_are_malformed() {
+        let dup = r#"{"version":1,"type":"remove-expired-members.run","message_key":"k:1",
+            "run_id":"r1","hop":0,"issued_at":"2025-03-10T00:10:00Z",
+            "payload":{"cursor":{"expires_at":"2025-03-01","id":1,"id":2}}}"#;
+        let err = Envelope::parse(dup, Function::RemoveExpiredMembers).unwrap_err();
+        assert!(err.error.contains("duplicate key"), "{}", err.error);
+        let dup_top = r#"{"version":1,"version":1,"type":"remove-expired-members.run"}"#;
+        assert!(Envelope::parse(dup_top, Function::RemoveExpiredMembers)
+            .unwrap_err()
+            .error
+            .contains("duplicate key"));
+        for run_id in ["run id/é", "r\u{0}", "a:b c", &"r".repeat(129)] {
+            let mut v = good();
+            v["run_id"] = Value::from(run_id);
+            let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+            assert!(err.error.contains("`run_id`"), "{run_id}: {}", err.error);
+        }
+        for at in ["2025-03-10T05:10:00+05:00", "2025-03-10T00:10:00+00:00"] {
+            let mut v = good();
+            v["issued_at"] = Value::from(at);
+            let err = Envelope::parse(&body(v), Function::RemoveExpiredMembers).unwrap_err();
+            assert!(err.error.contains("`issued_at`"), "{at}: {}", err.error);
+        }
+    }
+
+    #[test]
+    fn continuations_of_the_top_hop_saturate_above_every_limit() {
+        let mut e = Envelope::parse(&body(good()), Function::RemoveExpiredMembers).unwrap();
+        e.hop = u64::MAX;
+        let c = e.continuation(
+            Function::RemoveExpiredMembers,
+            Utc::now(),
+            serde_json::json!({}),
+        );
+        assert_eq!(c.hop, u64::MAX);
+        assert_eq!(e.resend(Utc::now()).hop, u64::MAX);
+    }
+}

@@ -1,0 +1,172 @@
+//! The rules a payload field is read by (behaviour §9.2).
+//!
+//! Owns: [`Fields`] (typed, range-checked reads of one payload object or a nested
+//! one), [`PayloadError`] (names the field and the rule, never the value), the
+//! [`Payload`] trait every payload type implements, the string bounds, and the rule
+//! that a cursor's `index` stays within the ids visited.
+
+use chrono::NaiveDate;
+use serde_json::{Map, Value};
+
+/// A payload field that breaks its rule: the field's path and the rule, never the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadError {
+    /// The field, dotted for nested ones (`cursor.index`).
+    pub field: String,
+    /// The rule it breaks.
+    pub rule: String,
+}
+
+impl std::fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid payload: field `{}` {}", self.field, self.rule)
+    }
+}
+
+pub(super) type Checked<T> = std::result::Result<T, PayloadError>;
+
+/// The fields of one payload object (or a nested one), read by rule.
+pub struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+    prefix: String,
+}
+
+/// Longest free-text payload string (a reason, a resource path).
+pub const TEXT_MAX_CHARS: usize = 1024;
+/// Longest name in a payload (GitLab's limit for token and resource names).
+pub const NAME_MAX_CHARS: usize = 255;
+
+impl<'a> Fields<'a> {
+    fn top(v: &'a Value) -> Checked<Fields<'a>> {
+        match v {
+            Value::Object(obj) => Ok(Fields {
+                obj,
+                prefix: String::new(),
+            }),
+            _ => Err(PayloadError {
+                field: "payload".into(),
+                rule: "must be an object".into(),
+            }),
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    /// An error for `name` breaking `rule`.
+    pub fn err(&self, name: &str, rule: &str) -> PayloadError {
+        PayloadError {
+            field: self.path(name),
+            rule: rule.to_string(),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.obj.get(name).filter(|v| !v.is_null())
+    }
+
+    pub(super) fn required(&self, name: &str) -> Checked<&'a Value> {
+        self.get(name).ok_or_else(|| self.err(name, "is required"))
+    }
+
+    /// An integer in `lo..=hi`.
+    pub fn int(&self, name: &str, lo: i64, hi: i64) -> Checked<i64> {
+        let rule = || format!("must be an integer in {lo}..={hi}");
+        self.required(name)?
+            .as_i64()
+            .filter(|n| (lo..=hi).contains(n))
+            .ok_or_else(|| self.err(name, &rule()))
+    }
+
+    /// A database id: an integer ≥ 1.
+    pub fn id(&self, name: &str) -> Checked<i64> {
+        self.int(name, 1, i64::MAX)
+    }
+
+    /// An optional id (absent or `null` is `None`).
+    pub fn opt_id(&self, name: &str) -> Checked<Option<i64>> {
+        self.get(name).map(|_| self.id(name)).transpose()
+    }
+
+    /// A string of at most `max` characters.
+    pub fn text(&self, name: &str, max: usize) -> Checked<String> {
+        match self.required(name)? {
+            Value::String(s) if s.chars().count() <= max => Ok(s.clone()),
+            _ => Err(self.err(
+                name,
+                &format!("must be a string of at most {max} characters"),
+            )),
+        }
+    }
+
+    /// An optional string of at most `max` characters.
+    pub fn opt_text(&self, name: &str, max: usize) -> Checked<Option<String>> {
+        self.get(name).map(|_| self.text(name, max)).transpose()
+    }
+
+    /// A date written exactly `YYYY-MM-DD`.
+    pub fn date(&self, name: &str) -> Checked<NaiveDate> {
+        let rule = "must be a date written YYYY-MM-DD";
+        match self.required(name)? {
+            Value::String(s)
+                if s.len() == 10
+                    && s.bytes().enumerate().all(|(i, b)| {
+                        if i == 4 || i == 7 {
+                            b == b'-'
+                        } else {
+                            b.is_ascii_digit()
+                        }
+                    }) =>
+            {
+                NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| self.err(name, rule))
+            }
+            _ => Err(self.err(name, rule)),
+        }
+    }
+
+    /// A nested object.
+    pub fn object(&self, name: &str) -> Checked<Fields<'a>> {
+        match self.required(name)? {
+            Value::Object(obj) => Ok(Fields {
+                obj,
+                prefix: self.path(name),
+            }),
+            _ => Err(self.err(name, "must be an object")),
+        }
+    }
+
+    /// An optional nested object.
+    pub fn opt_object(&self, name: &str) -> Checked<Option<Fields<'a>>> {
+        self.get(name).map(|_| self.object(name)).transpose()
+    }
+}
+
+/// A payload type: its one validating decoder (every field's type and range, behaviour §9.2).
+pub trait Payload: Sized {
+    /// Decode and validate the payload's fields. Unknown fields are ignored.
+    fn from_payload(f: &Fields<'_>) -> Checked<Self>;
+
+    /// Decode and validate a payload value (it must be an object).
+    fn from_value(v: &Value) -> Checked<Self> {
+        Self::from_payload(&Fields::top(v)?)
+    }
+}
+
+/// A cursor's run-wide `index` counts children of rows with ids up to the cursor's
+/// id (≥ 0; 0 reads from the start), each at most once, and row ids are ≥ 1: so
+/// `index <= id`. Anything larger is not a cursor this bundle wrote.
+pub(super) fn index_within(c: &Fields<'_>, index: u64, id: i64) -> Checked<()> {
+    if i64::try_from(index).is_ok_and(|i| i <= id) {
+        Ok(())
+    } else {
+        Err(c.err(
+            "index",
+            "must not exceed the cursor's id (one index per visited row)",
+        ))
+    }
+}

@@ -1,0 +1,253 @@
+//! Payloads of pat-expiring and its notifications (B28).
+//!
+//! Owns: [`PatExpiringRun`], the notification payloads [`EmailNotification`] (with
+//! [`ResourceType`]) and [`WebhookNotification`], their bounds ([`DAYS_TO_EXPIRE`],
+//! [`TOKEN_NAMES_MAX`]) and their validating decoders. Their keys are in
+//! [`crate::messages::keys`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::fields::{Checked, Fields, Payload, NAME_MAX_CHARS, TEXT_MAX_CHARS};
+use crate::messages::keys::valid_key;
+
+/// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
+/// (behaviour §B28.4), because claimed tokens no longer match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PatExpiringRun {}
+
+/// The resource of a project or group bot (behaviour §B28.10.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceType {
+    /// A project access token's project.
+    Project,
+    /// A group access token's group.
+    Group,
+}
+
+impl ResourceType {
+    /// `project` or `group`, as in payloads and emails.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceType::Project => "project",
+            ResourceType::Group => "group",
+        }
+    }
+}
+
+/// `deliver-notification.email` payload (behaviour §B28.10.2). Addresses never travel: the
+/// deliverer reads the recipient's address at delivery time (behaviour §9.11).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "template")]
+pub enum EmailNotification {
+    /// A human's own tokens.
+    #[serde(rename = "access_token_about_to_expire")]
+    AccessTokenAboutToExpire {
+        /// The token owner.
+        recipient_user_id: i64,
+        /// 7, 30 or 60.
+        days_to_expire: u32,
+        /// At most 100 names, by `(expires_at, id)`.
+        token_names: Vec<String>,
+    },
+    /// A project or group bot's token, sent to an owner or maintainer.
+    #[serde(rename = "bot_resource_access_token_about_to_expire")]
+    BotResourceAccessTokenAboutToExpire {
+        /// The owner or maintainer.
+        recipient_user_id: i64,
+        /// 7, 30 or 60.
+        days_to_expire: u32,
+        /// The bot.
+        bot_user_id: i64,
+        /// The reported token's name.
+        token_name: String,
+        /// `project` or `group`.
+        resource_type: ResourceType,
+        /// The project or group id.
+        resource_id: i64,
+        /// Its full path.
+        resource_full_path: String,
+        /// Its name.
+        resource_name: String,
+    },
+}
+
+impl EmailNotification {
+    /// The template name (`template` field).
+    pub fn template(&self) -> &'static str {
+        match self {
+            EmailNotification::AccessTokenAboutToExpire { .. } => "access_token_about_to_expire",
+            EmailNotification::BotResourceAccessTokenAboutToExpire { .. } => {
+                "bot_resource_access_token_about_to_expire"
+            }
+        }
+    }
+
+    /// The recipient.
+    pub fn recipient_user_id(&self) -> i64 {
+        match self {
+            EmailNotification::AccessTokenAboutToExpire {
+                recipient_user_id, ..
+            }
+            | EmailNotification::BotResourceAccessTokenAboutToExpire {
+                recipient_user_id, ..
+            } => *recipient_user_id,
+        }
+    }
+}
+
+/// `deliver-notification.webhook` payload (behaviour §B28.10.3). The hook's URL and token are
+/// read and decrypted at delivery time; `body` is sent unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WebhookNotification {
+    /// `web_hooks.id`.
+    pub hook_id: i64,
+    /// The message key without `:hook:<hook_id>` (for `X-Gitlab-Event-UUID`).
+    pub event_key: String,
+    /// GitLab's resource-access-token hook body.
+    pub body: Value,
+}
+
+/// `days_to_expire` of behaviour §B28.10.2.
+pub const DAYS_TO_EXPIRE: [u32; 3] = [7, 30, 60];
+/// At most this many `token_names` (behaviour §B28.10.2).
+pub const TOKEN_NAMES_MAX: usize = 100;
+
+impl Payload for PatExpiringRun {
+    fn from_payload(_: &Fields<'_>) -> Checked<Self> {
+        Ok(PatExpiringRun {})
+    }
+}
+
+fn days_to_expire(f: &Fields<'_>) -> Checked<u32> {
+    let d = f.required("days_to_expire")?.as_u64();
+    d.and_then(|d| u32::try_from(d).ok())
+        .filter(|d| DAYS_TO_EXPIRE.contains(d))
+        .ok_or_else(|| f.err("days_to_expire", "must be 7, 30 or 60"))
+}
+
+impl Payload for EmailNotification {
+    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
+        let template = match f.required("template")? {
+            Value::String(t) => t.as_str(),
+            _ => "",
+        };
+        match template {
+            "access_token_about_to_expire" => {
+                let rule = format!(
+                    "must be an array of at most {TOKEN_NAMES_MAX} strings of at most {NAME_MAX_CHARS} characters"
+                );
+                let names = match f.required("token_names")? {
+                    Value::Array(a) if a.len() <= TOKEN_NAMES_MAX => a
+                        .iter()
+                        .map(|n| match n {
+                            Value::String(s) if s.chars().count() <= NAME_MAX_CHARS => {
+                                Ok(s.clone())
+                            }
+                            _ => Err(f.err("token_names", &rule)),
+                        })
+                        .collect::<Checked<Vec<String>>>()?,
+                    _ => return Err(f.err("token_names", &rule)),
+                };
+                Ok(EmailNotification::AccessTokenAboutToExpire {
+                    recipient_user_id: f.id("recipient_user_id")?,
+                    days_to_expire: days_to_expire(f)?,
+                    token_names: names,
+                })
+            }
+            "bot_resource_access_token_about_to_expire" => {
+                let resource_type = match f.required("resource_type")? {
+                    Value::String(t) if t == "project" => ResourceType::Project,
+                    Value::String(t) if t == "group" => ResourceType::Group,
+                    _ => return Err(f.err("resource_type", "must be `project` or `group`")),
+                };
+                Ok(EmailNotification::BotResourceAccessTokenAboutToExpire {
+                    recipient_user_id: f.id("recipient_user_id")?,
+                    days_to_expire: days_to_expire(f)?,
+                    bot_user_id: f.id("bot_user_id")?,
+                    token_name: f.text("token_name", NAME_MAX_CHARS)?,
+                    resource_type,
+                    resource_id: f.id("resource_id")?,
+                    resource_full_path: f.text("resource_full_path", TEXT_MAX_CHARS)?,
+                    resource_name: f.text("resource_name", NAME_MAX_CHARS)?,
+                })
+            }
+            _ => Err(f.err(
+                "template",
+                "must be `access_token_about_to_expire` or `bot_resource_access_token_about_to_expire`",
+            )),
+        }
+    }
+}
+
+impl Payload for WebhookNotification {
+    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
+        let event_key = match f.required("event_key")? {
+            Value::String(k) if valid_key(k) => k.clone(),
+            _ => return Err(f.err("event_key", "must be 1-256 characters of [A-Za-z0-9:._-]")),
+        };
+        let body = match f.required("body")? {
+            b @ Value::Object(_) => b.clone(),
+            _ => return Err(f.err("body", "must be an object")),
+        };
+        Ok(WebhookNotification {
+            hook_id: f.id("hook_id")?,
+            event_key,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::{bot_email_key, user_email_key, webhook_event_key, webhook_key};
+    use chrono::NaiveDate;
+
+    #[test]
+    fn b28_payloads_and_keys_have_the_wire_shape_of_the_spec() {
+        let today: NaiveDate = "2025-03-10".parse().unwrap();
+        assert_eq!(
+            user_email_key("seven_days", 10, today),
+            "pat-expiring:seven_days:user:10:2025-03-10"
+        );
+        assert_eq!(
+            bot_email_key("thirty_days", 20, 11, today),
+            "pat-expiring:thirty_days:bot:20:recipient:11:2025-03-10"
+        );
+        let ev = webhook_event_key(20, 7);
+        assert_eq!(ev, "pat-expiring:seven_days:bot:20:token:7");
+        assert_eq!(webhook_key(&ev, 3), format!("{ev}:hook:3"));
+        let human = EmailNotification::AccessTokenAboutToExpire {
+            recipient_user_id: 10,
+            days_to_expire: 7,
+            token_names: vec!["deploy".into(), "ci".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(&human).unwrap(),
+            serde_json::json!({"template":"access_token_about_to_expire","recipient_user_id":10,
+                "days_to_expire":7,"token_names":["deploy","ci"]})
+        );
+        let bot: EmailNotification = serde_json::from_value(serde_json::json!({
+            "template":"bot_resource_access_token_about_to_expire","recipient_user_id":11,
+            "days_to_expire":30,"bot_user_id":20,"token_name":"T20","resource_type":"group",
+            "resource_id":101,"resource_full_path":"acme/web","resource_name":"web"}))
+        .unwrap();
+        assert_eq!(bot.template(), "bot_resource_access_token_about_to_expire");
+        assert_eq!(bot.recipient_user_id(), 11);
+        assert_eq!(human.template(), "access_token_about_to_expire");
+        // A bot email without its bot fields, or an unknown template, is malformed.
+        assert!(
+            serde_json::from_value::<EmailNotification>(serde_json::json!({
+            "template":"bot_resource_access_token_about_to_expire","recipient_user_id":11,
+            "days_to_expire":30}))
+            .is_err()
+        );
+        assert!(
+            serde_json::from_value::<EmailNotification>(serde_json::json!({
+            "template":"welcome","recipient_user_id":11}))
+            .is_err()
+        );
+    }
+}
