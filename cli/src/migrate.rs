@@ -1,6 +1,6 @@
 //! Schema migrations for LOCAL AND TEST databases only (behaviour §S).
 //!
-//! Owns: the embedded SQL of `shared/migrations/` (refinery) that creates GitLab's
+//! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates GitLab's
 //! table subset. The runtime code never issues DDL, and `hk migrate` must never be
 //! pointed at a real GitLab database. refinery's history table lives in the separate
 //! schema `hk_meta`, so `public` holds only GitLab's tables (behaviour §S1.1).
