@@ -295,6 +295,7 @@ fn the_modules_of_shared_import_each_other_without_a_cycle() {
     let modules: BTreeSet<String> = shared_modules().into_iter().collect();
     let path_re = Regex::new(r"crate::([a-z_]+)(?:::([a-z_]+))?").unwrap();
     let group_re = Regex::new(r"crate::\{([^}]*)\}").unwrap();
+    let rel_re = Regex::new(r"\b((?:super::)+|self::)(\{[^}]*\}|[a-z_]+)").unwrap();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in rust_files(&src) {
         let relp = f.strip_prefix(&src).unwrap();
@@ -334,6 +335,31 @@ fn the_modules_of_shared_import_each_other_without_a_cycle() {
                     targets.push(parts);
                 }
             }
+        }
+        // `super::x` and `self::x`, relative to the file's own module path.
+        let own: Vec<String> = segs.iter().map(|s| s.to_string()).collect();
+        for c in rel_re.captures_iter(&code) {
+            let (prefix, rest) = (&c[1], c[2].to_string());
+            let ups = prefix.matches("super::").count();
+            if ups > own.len() {
+                continue;
+            }
+            let mut t: Vec<String> = own[..own.len() - ups].to_vec();
+            let names: Vec<String> = if rest.starts_with('{') {
+                rest.trim_matches(|ch| ch == '{' || ch == '}')
+                    .split(',')
+                    .filter_map(|i| i.trim().split("::").next().map(str::to_string))
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            } else {
+                vec![rest]
+            };
+            for n in names {
+                let mut tt = t.clone();
+                tt.push(n);
+                targets.push(tt);
+            }
+            t.clear();
         }
         for t in targets {
             let t: Vec<&str> = t.iter().map(String::as_str).collect();

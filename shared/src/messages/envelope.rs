@@ -7,11 +7,12 @@
 //! The payload itself is checked by [`crate::messages::payloads`].
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::keys::{valid_key, valid_run_id};
 use super::payloads::{payload_cursor, validate_payload, Payload};
+use super::strict::{Strict, DUPLICATE_KEY};
 use crate::clock::{key_time, rfc3339};
 use crate::error::{Error, Result};
 use crate::function::Function;
@@ -46,74 +47,6 @@ pub struct Malformed {
     pub error: String,
     /// The `message_key`, when it was readable.
     pub message_key: Option<String>,
-}
-
-/// What [`Strict`] reports for a repeated key (no key name: it is body text).
-const DUPLICATE_KEY: &str = "an object has a duplicate key";
-
-/// A JSON value parsed like `serde_json::Value`, except that an object with the same
-/// key twice is an error (`Value` silently keeps the last one).
-pub(super) struct Strict(pub(super) Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Strict, D::Error> {
-        use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Strict;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_bool<E>(self, v: bool) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::Bool(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::from(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::from(v)))
-            }
-            fn visit_f64<E>(self, v: f64) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::from(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::String(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::String(v)))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::Null))
-            }
-            fn visit_none<E>(self) -> std::result::Result<Strict, E> {
-                Ok(Strict(Value::Null))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> std::result::Result<Strict, A::Error> {
-                let mut v = Vec::new();
-                while let Some(Strict(e)) = a.next_element()? {
-                    v.push(e);
-                }
-                Ok(Strict(Value::Array(v)))
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> std::result::Result<Strict, A::Error> {
-                let mut m = Map::new();
-                while let Some(k) = a.next_key::<String>()? {
-                    let Strict(v) = a.next_value()?;
-                    if m.insert(k, v).is_some() {
-                        return Err(A::Error::custom(DUPLICATE_KEY));
-                    }
-                }
-                Ok(Strict(Value::Object(m)))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 impl Envelope {

@@ -24,6 +24,7 @@
 mod envelope;
 mod keys;
 mod payloads;
+mod strict;
 
 pub use envelope::{Envelope, Malformed, VERSION};
 pub use keys::{

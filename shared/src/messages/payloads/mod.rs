@@ -9,7 +9,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::envelope::Strict;
+use super::strict::Strict;
 
 mod fields;
 mod groups;
