@@ -101,11 +101,40 @@ pub fn scheduler_client(
 }
 
 /// Read a Secrets Manager secret's string (`AWS_ENDPOINT_URL_SECRETS_MANAGER`
-/// applied). `var` names the variable that holds the ARN, for the error line.
+/// applied), its `AWSCURRENT` version. `var` names the variable that holds the ARN,
+/// for the error line.
 pub async fn read_secret(
     aws: Option<&aws_config::SdkConfig>,
     var: &str,
     arn: &str,
+) -> Result<String> {
+    read_secret_stage(aws, var, arn, Stage::Current).await
+}
+
+/// A Secrets Manager version stage a function reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `AWSCURRENT`: the value every reader should use.
+    Current,
+    /// `AWSPENDING`: the value a rotation is installing (see [`SecretSource::reread`]).
+    Pending,
+}
+
+impl Stage {
+    fn label(self) -> &'static str {
+        match self {
+            Stage::Current => "AWSCURRENT",
+            Stage::Pending => "AWSPENDING",
+        }
+    }
+}
+
+/// Read one version stage of a secret (see [`read_secret`]).
+pub async fn read_secret_stage(
+    aws: Option<&aws_config::SdkConfig>,
+    var: &str,
+    arn: &str,
+    stage: Stage,
 ) -> Result<String> {
     let aws = aws.ok_or_else(|| Error::Config(format!("{var} needs AWS configuration")))?;
     let mut conf = aws_sdk_secretsmanager::config::Builder::from(aws);
@@ -115,12 +144,107 @@ pub async fn read_secret(
     let out = aws_sdk_secretsmanager::Client::from_conf(conf.build())
         .get_secret_value()
         .secret_id(arn)
+        .version_stage(stage.label())
         .send()
         .await
-        .map_err(|e| Error::Config(format!("reading {var} failed: {e}")))?;
+        .map_err(|e| Error::Config(format!("reading {var} ({}) failed: {e}", stage.label())))?;
     out.secret_string()
         .map(str::to_string)
         .ok_or_else(|| Error::Config(format!("{var} has no SecretString")))
+}
+
+/// The least time between two re-reads of one secret after an authentication failure,
+/// per execution environment. A rotation needs one re-read; a secret that is simply
+/// wrong must not cost a Secrets Manager call (billed, and throttled per account) for
+/// every record of every warm container, so a second failure within this interval is
+/// an ordinary retryable error. A minute keeps a rotation's visible failures to about
+/// one minute in the worst case (the re-read raced the rotation's last step).
+pub const SECRET_REREAD_MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A secret behind an ARN that can be read again, at most once per interval, after
+/// the credentials it gave were refused (issue 20, secret rotation). Shared by the
+/// clones of whatever holds it (an `Arc`), so the bound is per execution environment.
+pub struct SecretSource {
+    aws: aws_config::SdkConfig,
+    var: &'static str,
+    arn: String,
+    min_interval: std::time::Duration,
+    last_reread: std::sync::Mutex<Option<std::time::Instant>>,
+    rereads: std::sync::atomic::AtomicU64,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretSource")
+            .field("var", &self.var)
+            .field("min_interval", &self.min_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecretSource {
+    /// The secret `arn`, named by its variable `var` in errors and logs, re-read at
+    /// most once per [`SECRET_REREAD_MIN_INTERVAL`].
+    pub fn new(aws: aws_config::SdkConfig, var: &'static str, arn: &str) -> SecretSource {
+        SecretSource {
+            aws,
+            var,
+            arn: arn.to_string(),
+            min_interval: SECRET_REREAD_MIN_INTERVAL,
+            last_reread: std::sync::Mutex::new(None),
+            rereads: Default::default(),
+            reads: Default::default(),
+        }
+    }
+
+    /// Another bound between re-reads (tests).
+    pub fn with_min_interval(mut self, d: std::time::Duration) -> SecretSource {
+        self.min_interval = d;
+        self
+    }
+
+    /// The variable that names the secret.
+    pub fn var(&self) -> &'static str {
+        self.var
+    }
+
+    /// The first read (cold start): `AWSCURRENT`, not counted as a re-read.
+    pub async fn read(&self) -> Result<String> {
+        self.read_stage(Stage::Current).await
+    }
+
+    /// Read one stage, counted in [`SecretSource::reads`].
+    pub async fn read_stage(&self, stage: Stage) -> Result<String> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        read_secret_stage(Some(&self.aws), self.var, &self.arn, stage).await
+    }
+
+    /// Claim the right to re-read after an authentication failure: `true` at most once
+    /// per interval (then counted in [`SecretSource::rereads`]). The caller then reads
+    /// `AWSCURRENT`, and `AWSPENDING` when `AWSCURRENT` still holds the refused value.
+    pub fn may_reread(&self) -> bool {
+        let mut last = self.last_reread.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < self.min_interval) {
+            return false;
+        }
+        *last = Some(now);
+        self.rereads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
+    /// How many re-reads were claimed (each reads one or two stages).
+    pub fn rereads(&self) -> u64 {
+        self.rereads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many `GetSecretValue` calls this source made, the first read included.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// The database connection configuration of a [`DatabaseSource`]: the URL parsed, or

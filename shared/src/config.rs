@@ -97,7 +97,7 @@ pub struct Config {
     /// Budgets and the deadline margin.
     pub settings: Settings,
     /// B28 notification settings (instance, email, web hooks).
-    pub notify: crate::notify::NotifyConfig,
+    pub notify: crate::notify::config::NotifyConfig,
 }
 
 impl Config {
@@ -181,7 +181,7 @@ impl Config {
             queues,
             scheduler,
             settings,
-            notify: crate::notify::NotifyConfig::from_lookup(&get)?,
+            notify: crate::notify::config::NotifyConfig::from_lookup(&get)?,
         })
     }
 

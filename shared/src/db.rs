@@ -4,9 +4,12 @@
 //! and host name verified), connecting with the session settings of behaviour §7.1, spawning the
 //! connection task, the [`Session`] holder that keeps one connection across warm
 //! invocations and checks it before use, and the reset after a failed record. It
-//! holds no SQL of the batches; its own statements are in [`sql`].
+//! holds no SQL of the batches; its own statements are in [`sql`]. With a secret
+//! source (`DATABASE_SECRET_ARN`), an authentication failure re-reads the secret,
+//! bounded, and reconnects with the new credentials (issue 20, rotation).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use native_tls::{Certificate, TlsConnector};
@@ -15,6 +18,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Client;
 
+use crate::aws::{SecretSource, Stage};
 use crate::config::DatabaseConfig;
 use crate::error::{Error, Result};
 
@@ -30,6 +34,45 @@ pub struct Connector {
     tls: MakeTlsConnector,
     statement_timeout_ms: u64,
     lock_timeout_ms: u64,
+    rotation: Option<Arc<Rotation>>,
+}
+
+/// The credentials of a secret the connector re-read after an authentication failure;
+/// they replace the user and password of the connector's config for every later
+/// session, in every clone of the connector.
+struct Rotation {
+    source: Arc<SecretSource>,
+    current: std::sync::Mutex<Option<Credentials>>,
+}
+
+/// A user and password from the database secret.
+#[derive(Clone, PartialEq, Eq)]
+struct Credentials {
+    user: String,
+    password: Vec<u8>,
+}
+
+impl Credentials {
+    fn of(pg: &tokio_postgres::Config) -> Credentials {
+        Credentials {
+            user: pg.get_user().unwrap_or_default().to_string(),
+            password: pg.get_password().unwrap_or_default().to_vec(),
+        }
+    }
+
+    fn apply(&self, pg: &mut tokio_postgres::Config) {
+        pg.user(&self.user);
+        pg.password(self.password.clone());
+    }
+}
+
+/// Whether a connection error is the server refusing the credentials:
+/// `invalid_password` (28P01) or `invalid_authorization_specification` (28000).
+fn is_auth_failure(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == tokio_postgres::error::SqlState::INVALID_PASSWORD
+            || *c == tokio_postgres::error::SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    })
 }
 
 impl std::fmt::Debug for Connector {
@@ -106,7 +149,122 @@ impl Connector {
             tls: tls_connector(pem.as_deref())?,
             statement_timeout_ms: cfg.statement_timeout_ms,
             lock_timeout_ms: cfg.lock_timeout_ms,
+            rotation: None,
         })
+    }
+
+    /// Re-read `source` (the database secret) when the server refuses the credentials,
+    /// at most once per its interval, and use what it holds from then on (user and
+    /// password; a rotation changes nothing else).
+    pub fn with_secret(mut self, source: Arc<SecretSource>) -> Self {
+        self.rotation = Some(Arc::new(Rotation {
+            source,
+            current: std::sync::Mutex::new(None),
+        }));
+        self
+    }
+
+    /// The secret source given to [`Connector::with_secret`], if any (its counters).
+    pub fn secret(&self) -> Option<&SecretSource> {
+        self.rotation.as_ref().map(|r| r.source.as_ref())
+    }
+
+    /// The connection config of a new session: the credentials of the last re-read
+    /// secret, if any.
+    fn session_config(&self, application_name: &str) -> tokio_postgres::Config {
+        let mut pg = self.pg.clone();
+        if let Some(r) = &self.rotation {
+            if let Some(c) = r.current.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                c.apply(&mut pg);
+            }
+        }
+        pg.application_name(application_name);
+        pg
+    }
+
+    /// Open a connection with `pg` and spawn its task.
+    async fn open(
+        &self,
+        pg: &tokio_postgres::Config,
+    ) -> std::result::Result<Client, tokio_postgres::Error> {
+        let (client, conn) = pg.connect(self.tls.clone()).await?;
+        // The connection must run on its own task, or every query hangs.
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "database connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// After the server refused `pg`'s credentials: re-read the secret (bounded) and
+    /// connect with what it holds.
+    ///
+    /// Which version: `AWSCURRENT` first. RDS's single-user rotation sets the new
+    /// password on the database (`setSecret`) while the new value is still only
+    /// `AWSPENDING`, and moves `AWSCURRENT` to it a moment later (`finishSecret`): a
+    /// reconnect inside that window is refused with `AWSCURRENT`'s value, so when
+    /// `AWSCURRENT` still holds the refused credentials, `AWSPENDING` (if any) is tried
+    /// too. Both reads are one re-read of the bound.
+    async fn reconnect_rotated(
+        &self,
+        r: &Rotation,
+        pg: &tokio_postgres::Config,
+        refused: tokio_postgres::Error,
+    ) -> Result<Client> {
+        let var = r.source.var();
+        if !r.source.may_reread() {
+            tracing::warn!(
+                variable = var,
+                sqlstate = refused.code().map(|c| c.code()),
+                error_class = "db_auth",
+                "database authentication failed; {var} was re-read less than the bound ago, not again"
+            );
+            return Err(refused.into());
+        }
+        let old = Credentials::of(pg);
+        let mut candidates = Vec::new();
+        let current = Credentials::of(&crate::config::pg_config_from_secret(
+            &r.source.read_stage(Stage::Current).await?,
+        )?);
+        if current != old {
+            candidates.push(current);
+        } else {
+            match r.source.read_stage(Stage::Pending).await {
+                Ok(text) => candidates.push(Credentials::of(
+                    &crate::config::pg_config_from_secret(&text)?,
+                )),
+                Err(e) => tracing::debug!(variable = var, error = %e, "no AWSPENDING version"),
+            }
+        }
+        let mut last = refused;
+        for c in candidates {
+            let mut next = pg.clone();
+            c.apply(&mut next);
+            match self.open(&next).await {
+                Ok(client) => {
+                    tracing::info!(
+                        variable = var,
+                        "database credentials refused; re-read {var} and reconnected"
+                    );
+                    *r.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+                    return Ok(client);
+                }
+                Err(e) if is_auth_failure(&e) => last = e,
+                Err(e) => {
+                    // Not the credentials: keep them for the next attempt.
+                    *r.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+                    return Err(e.into());
+                }
+            }
+        }
+        tracing::warn!(
+            variable = var,
+            sqlstate = last.code().map(|c| c.code()),
+            error_class = "db_auth",
+            "database authentication failed with the re-read {var} too"
+        );
+        Err(last.into())
     }
 
     /// A connector for a URL with default settings and no TLS requirement (tests, `hk`).
@@ -139,16 +297,17 @@ impl Connector {
     }
 
     /// Open a session for `application_name`, with the settings of behaviour §7.1.
+    /// A refused login with a secret source re-reads it (see [`Connector::with_secret`]).
     pub async fn connect(&self, application_name: &str) -> Result<Client> {
-        let mut pg = self.pg.clone();
-        pg.application_name(application_name);
-        let (client, conn) = pg.connect(self.tls.clone()).await?;
-        // The connection must run on its own task, or every query hangs.
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "database connection ended");
+        let pg = self.session_config(application_name);
+        let client = match (self.open(&pg).await, &self.rotation) {
+            (Ok(c), _) => c,
+            (Err(e), Some(r)) if is_auth_failure(&e) => {
+                // Boxed: keeps `connect`'s future small and its type shallow for callers.
+                Box::pin(self.reconnect_rotated(r, &pg, e)).await?
             }
-        });
+            (Err(e), _) => return Err(e.into()),
+        };
         self.configure(&client).await?;
         Ok(client)
     }
@@ -181,8 +340,7 @@ impl Connector {
             .await
             .map_err(|e| Error::Retryable(format!("cannot connect to {host}:{port}: {e}")))?;
         let _ = tcp.set_nodelay(true);
-        let mut pg = self.pg.clone();
-        pg.application_name(application_name);
+        let mut pg = self.session_config(application_name);
         pg.ssl_mode(SslMode::Disable);
         let (client, conn) = pg.connect_raw(wrap(tcp), tokio_postgres::NoTls).await?;
         tokio::spawn(async move {
@@ -224,6 +382,11 @@ impl Session {
             application_name: application_name.to_string(),
             client: Mutex::new(None),
         }
+    }
+
+    /// The connector new sessions are opened with.
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     /// Borrow a live client: the kept one if it answers a ping, otherwise a new one.

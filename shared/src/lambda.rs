@@ -79,8 +79,19 @@ impl Deps {
         config.require_queues(function.sends_to())?;
         let env = |k: &str| std::env::var(k).ok();
         let aws = aws::from_env(env);
-        let pg = aws::database_config(&config.database.source, Some(&aws)).await?;
-        let connector = Connector::new(pg, &config.database)?;
+        let connector = match &config.database.source {
+            // The secret is re-read (bounded) when the database refuses its credentials:
+            // a rotation must not break warm containers (issue 20).
+            crate::config::DatabaseSource::SecretArn(arn) => {
+                let source = aws::SecretSource::new(aws.clone(), "DATABASE_SECRET_ARN", arn);
+                let pg = crate::config::pg_config_from_secret(&source.read().await?)?;
+                Connector::new(pg, &config.database)?.with_secret(Arc::new(source))
+            }
+            source => Connector::new(
+                aws::database_config(source, Some(&aws)).await?,
+                &config.database,
+            )?,
+        };
         let queue = SqsQueue::new(
             aws::sqs_client(&aws, env),
             aws::scheduler_client(&aws, env),

@@ -18,6 +18,7 @@ mod hostile;
 mod lock_order;
 mod perf;
 mod queue_sqs;
+mod rotation;
 mod schema;
 mod secrets;
 mod ssrf;

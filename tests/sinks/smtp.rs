@@ -1,7 +1,8 @@
 //! The SMTP sink of the delivery tests: aiosmtpd (a real SMTP server nobody here
 //! wrote) run as a child process on 127.0.0.1 by `smtp_sink.py` next to this file. It
 //! speaks ESMTP with STARTTLS (or implicit TLS) using a throwaway certificate of the
-//! test CA, accepts `AUTH PLAIN`/`AUTH LOGIN`, and records every accepted message.
+//! test CA, accepts `AUTH PLAIN`/`AUTH LOGIN` (any credentials, or only those given to
+//! [`SmtpSink::require_auth`]: 535 otherwise), and records every accepted message.
 //! Rules can reject a recipient with a 4xx or 5xx reply. Nothing leaves the machine.
 //!
 //! The child runs with the Python of the test tools' venv: `HK_TEST_PYTHON`
@@ -199,6 +200,22 @@ impl SmtpSink {
         std::fs::rename(&tmp, self.dir.join("rules.json")).unwrap();
     }
 
+    /// From now on accept only `username`/`password` at `AUTH` (535 otherwise), e.g.
+    /// a password rotation between two sends.
+    pub fn require_auth(&self, username: &str, password: &str) {
+        let tmp = self.dir.join("auth.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&[username, password]).unwrap()).unwrap();
+        std::fs::rename(&tmp, self.dir.join("auth.json")).unwrap();
+    }
+
+    /// Refused `AUTH` attempts so far.
+    pub fn auth_failures(&self) -> u64 {
+        self.events()
+            .iter()
+            .filter(|e| e.get("auth_failed").is_some())
+            .count() as u64
+    }
+
     /// What the sink recorded so far, one JSON object per event (complete lines only).
     fn events(&self) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(self.dir.join("events.jsonl")).unwrap_or_default();
@@ -213,7 +230,7 @@ impl SmtpSink {
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
         self.events()
             .iter()
-            .filter(|e| e.get("connect").is_none())
+            .filter(|e| e.get("connect").is_none() && e.get("auth_failed").is_none())
             .map(|e| Received {
                 mail_from: s(&e["mail_from"]),
                 rcpt_to: e["rcpt_to"]

@@ -6,13 +6,17 @@ DIR holds what the Rust side gives it and reads back:
   cert.pem, key.pem  the leaf certificate (of the test CA) and its key (given);
   rules.json         [[needle, code], ...]: a RCPT TO path containing needle gets the
                      reply code (given; replaced atomically, read at every RCPT);
+  auth.json          ["username", "password"]: when present, AUTH succeeds only with
+                     these (535 otherwise; given, replaced atomically, read at every AUTH);
   events.jsonl       one JSON object a line, appended and flushed before the reply:
-                     {"connect": true} per TCP connection, and per accepted message
+                     {"connect": true} per TCP connection, {"auth_failed": true} per
+                     refused AUTH, and per accepted message
                      {"mail_from", "rcpt_to", "data", "tls", "auth"};
   port               the port it listens on, written (atomically) once it listens.
 
 STARTTLS mode: plain greeting, STARTTLS advertised, AUTH only after it. Implicit mode:
-TLS from the first byte, AUTH at once. Any credentials are accepted and recorded.
+TLS from the first byte, AUTH at once. Any credentials are accepted and recorded,
+unless auth.json names the only ones accepted.
 """
 
 import asyncio
@@ -73,8 +77,27 @@ class Handler:
         return "250 2.0.0 queued"
 
 
-def accept_any(server, session, envelope, mechanism, auth_data):
-    return AuthResult(success=True, auth_data=auth_data)
+class Authenticator:
+    def __init__(self, directory, events):
+        self.path = os.path.join(directory, "auth.json")
+        self.events = events
+
+    def __call__(self, server, session, envelope, mechanism, auth_data):
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                user, password = json.load(f)
+        except FileNotFoundError:
+            return AuthResult(success=True, auth_data=auth_data)
+        ok = (
+            isinstance(auth_data, LoginPassword)
+            and auth_data.login.decode("utf-8", "replace") == user
+            and auth_data.password.decode("utf-8", "replace") == password
+        )
+        if not ok:
+            self.events.write({"auth_failed": True})
+            # aiosmtpd replies 535 5.7.8 to a failed AUTH.
+            return AuthResult(success=False, handled=False)
+        return AuthResult(success=True, auth_data=auth_data)
 
 
 class CountingSMTP(SMTP):
@@ -106,7 +129,7 @@ async def main(directory, mode):
             # aiosmtpd only counts STARTTLS as TLS for AUTH; implicit TLS is TLS from
             # the first byte, so AUTH is safe there without it.
             auth_require_tls=not implicit,
-            authenticator=accept_any,
+            authenticator=Authenticator(directory, events),
         )
 
     loop = asyncio.get_running_loop()

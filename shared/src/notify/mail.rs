@@ -16,18 +16,21 @@
 //! exceeds RFC 5322's 998 characters and any name delivers.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use lettre::message::{header::ContentType, Mailbox};
-use lettre::transport::smtp::authentication::Credentials;
-use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use lettre::Message;
 use sha2::{Digest, Sha256};
 
-use super::config::{EmailTransportKind, NotifyConfig, Secret, SmtpTls};
+use super::config::{EmailTransportKind, NotifyConfig, Secret};
 use super::Instance;
+use crate::aws::SecretSource;
 use crate::error::{Error, Result};
 use crate::messages::{EmailNotification, ResourceType};
+
+mod smtp;
+use smtp::smtp_transport;
+pub use smtp::SmtpMailer;
 
 /// A rendered email, before addressing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +162,7 @@ pub enum SendOutcome {
 #[derive(Clone)]
 pub enum Mailer {
     /// SMTP with TLS.
-    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    Smtp(SmtpMailer),
     /// `<dir>/<message-id>.eml`.
     File(PathBuf),
     /// Logs `Email (log transport)` with the subject only.
@@ -174,28 +177,6 @@ impl std::fmt::Debug for Mailer {
             Mailer::Log => f.write_str("Mailer::Log"),
         }
     }
-}
-
-/// Every certificate of a PEM bundle (native-tls reads one per call).
-fn pem_certificates(pem: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut inside = false;
-    for line in pem.lines() {
-        if line.starts_with("-----BEGIN CERTIFICATE-----") {
-            inside = true;
-            cur.clear();
-        }
-        if inside {
-            cur.push_str(line);
-            cur.push('\n');
-        }
-        if line.starts_with("-----END CERTIFICATE-----") && inside {
-            inside = false;
-            out.push(std::mem::take(&mut cur));
-        }
-    }
-    out
 }
 
 impl Mailer {
@@ -223,48 +204,35 @@ impl Mailer {
                 })?;
                 Ok(Mailer::File(dir))
             }
-            EmailTransportKind::Smtp => {
-                let host = cfg.smtp.host.clone().ok_or_else(|| {
-                    Error::Config("SMTP_HOST is required with EMAIL_TRANSPORT=smtp".into())
-                })?;
-                let mut params = TlsParameters::builder(host.clone());
-                if let Some(path) = &cfg.smtp.ca_bundle {
-                    let pem = std::fs::read_to_string(path).map_err(|e| {
-                        Error::Config(format!(
-                            "cannot read SMTP_CA_BUNDLE `{}`: {e}",
-                            path.display()
-                        ))
-                    })?;
-                    let certs = pem_certificates(&pem);
-                    if certs.is_empty() {
-                        return Err(Error::Config(format!(
-                            "SMTP_CA_BUNDLE `{}` holds no PEM certificate",
-                            path.display()
-                        )));
-                    }
-                    for c in certs {
-                        let cert = Certificate::from_pem(c.as_bytes()).map_err(|e| {
-                            Error::Config(format!("SMTP_CA_BUNDLE has an invalid certificate: {e}"))
-                        })?;
-                        params = params.add_root_certificate(cert);
-                    }
-                }
-                let params = params
-                    .build_native()
-                    .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))?;
-                let tls = match cfg.smtp.tls {
-                    SmtpTls::StartTls => Tls::Required(params),
-                    SmtpTls::Implicit => Tls::Wrapper(params),
-                };
-                let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-                    .port(cfg.smtp.port())
-                    .tls(tls)
-                    .timeout(Some(Duration::from_secs(30)));
-                if let (Some(user), Some(pw)) = (username, password) {
-                    b = b.credentials(Credentials::new(user, pw.expose().to_string()));
-                }
-                Ok(Mailer::Smtp(b.build()))
-            }
+            EmailTransportKind::Smtp => Ok(Mailer::Smtp(SmtpMailer {
+                transport: Arc::new(Mutex::new(smtp_transport(cfg, username, password)?)),
+                rotation: None,
+            })),
+        }
+    }
+
+    /// Re-read `source` (`SMTP_SECRET_ARN`) when the server refuses the credentials
+    /// (see [`SmtpMailer`]); `username` is `SMTP_USERNAME`, which wins over the secret's.
+    pub fn with_secret(
+        self,
+        source: SecretSource,
+        cfg: &NotifyConfig,
+        username: Option<String>,
+    ) -> Self {
+        match self {
+            Mailer::Smtp(m) => Mailer::Smtp(SmtpMailer {
+                rotation: Some(Arc::new((source, cfg.clone(), username))),
+                ..m
+            }),
+            other => other,
+        }
+    }
+
+    /// The secret source given to [`Mailer::with_secret`], if any (its counters).
+    pub fn secret(&self) -> Option<&SecretSource> {
+        match self {
+            Mailer::Smtp(m) => m.rotation.as_deref().map(|r| &r.0),
+            _ => None,
         }
     }
 
@@ -319,32 +287,9 @@ impl Mailer {
             },
         };
         match self {
-            Mailer::Smtp(t) => match t.send(message).await {
-                Ok(_) => Ok(SendOutcome::Accepted),
-                Err(e) => {
-                    let code = e.status().map(u16::from);
-                    if e.is_permanent() {
-                        return Ok(SendOutcome::Rejected { smtp_code: code });
-                    }
-                    // Only the kind and the code: the server's text may echo addresses.
-                    let kind = if e.is_transient() {
-                        "temporary rejection"
-                    } else if e.is_tls() {
-                        "TLS failure"
-                    } else if e.is_timeout() {
-                        "timeout"
-                    } else {
-                        "connection failure"
-                    };
-                    Err(Error::Delivery {
-                        class: "smtp",
-                        message: match code {
-                            Some(c) => format!("SMTP {kind} ({c})"),
-                            None => format!("SMTP {kind}"),
-                        },
-                    })
-                }
-            },
+            // Boxed: the retry after a re-read would otherwise deepen the future of
+            // every caller past the compiler's layout limit.
+            Mailer::Smtp(m) => Box::pin(m.send(message)).await,
             Mailer::File(dir) => {
                 let file_err = |e: std::io::Error| Error::Delivery {
                     class: "file",
@@ -452,8 +397,8 @@ mod tests {
     #[test]
     fn every_certificate_of_a_bundle_is_found() {
         let pem = include_str!("../../testdata/two-certs.pem");
-        assert_eq!(pem_certificates(pem).len(), 2);
-        assert!(pem_certificates("nothing here").is_empty());
+        assert_eq!(smtp::pem_certificates(pem).len(), 2);
+        assert!(smtp::pem_certificates("nothing here").is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! Owns: [`Instance`] (base URL, its host, the SSH prefix, the version), and
 //! [`Notifier`], built once at cold start (`lambda::Deps`) or by `hk`: the instance
 //! for `pat-expiring`, plus for `deliver-notification` the [`Delivery`] means (mailer,
-//! web-hook client, `db_key_base` keys). Secrets behind ARNs are read here, once. The
+//! web-hook client, `db_key_base` keys). Secrets behind ARNs are read here, once (the
+//! SMTP secret again, bounded, when the server refuses its credentials). The
 //! handlers receive it through `Invocation::notifier`; nothing here reads the database.
 
 pub mod config;
@@ -141,16 +142,27 @@ impl Notifier {
         if keys.is_empty() {
             return Err(Error::Config("GITLAB_DB_KEY_BASE holds no key".into()));
         }
+        let mut source = None;
         let (username, password) = match (&cfg.smtp.password, &cfg.smtp.secret_arn) {
             (Some(p), _) => (cfg.smtp.username.clone(), Some(p.clone())),
             (None, Some(arn)) => {
-                let (user, pw) = smtp_secret(&read_secret(aws, "SMTP_SECRET_ARN", arn).await?);
+                let aws = aws.ok_or_else(|| {
+                    Error::Config("SMTP_SECRET_ARN needs AWS configuration".into())
+                })?;
+                // Kept, so refused credentials re-read it (issue 20, rotation).
+                let s = crate::aws::SecretSource::new(aws.clone(), "SMTP_SECRET_ARN", arn);
+                let (user, pw) = smtp_secret(&s.read().await?);
+                source = Some(s);
                 (cfg.smtp.username.clone().or(user), Some(pw))
             }
             (None, None) => (cfg.smtp.username.clone(), None),
         };
+        let mut mailer = mail::Mailer::from_config(cfg, username, password)?;
+        if let Some(s) = source {
+            mailer = mailer.with_secret(s, cfg, cfg.smtp.username.clone());
+        }
         n.delivery = Some(Delivery {
-            mailer: mail::Mailer::from_config(cfg, username, password)?,
+            mailer,
             mail_from: cfg.mail_from.clone().unwrap_or_default(),
             webhooks: webhook::WebhookClient::new(
                 cfg.webhook_timeout,
