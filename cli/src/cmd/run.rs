@@ -70,7 +70,9 @@ async fn notifier_for(function: Function, demo_defaults: bool) -> Result<Arc<Not
     let missing: Vec<&str> = NOTICE_VARS
         .into_iter()
         .filter(|k| {
-            !env_set(k) && !(*k == "GITLAB_DB_KEY_BASE" && env_set("GITLAB_DB_KEY_BASE_SECRET_ARN"))
+            let given = env_set(k)
+                || (*k == "GITLAB_DB_KEY_BASE" && env_set("GITLAB_DB_KEY_BASE_SECRET_ARN"));
+            !given
         })
         .collect();
     if !missing.is_empty() {
