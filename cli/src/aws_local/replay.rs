@@ -138,14 +138,21 @@ pub async fn replay_dlq(
     };
     let window = std::time::Duration::from_secs(window);
     while counted < max {
+        // Within the window, wait no longer than what is left of it; past it, the
+        // full long poll (a consumer elsewhere may still hold messages).
         let left = window.saturating_sub(started.elapsed()).as_secs() as i32;
+        let wait = if left > 0 {
+            poll.wait_s.min(left)
+        } else {
+            poll.wait_s
+        };
         let msgs = aws
             .sqs
             .receive_message()
             .queue_url(dlq_url)
             .max_number_of_messages(((max - counted).min(10)) as i32)
             .visibility_timeout(30)
-            .wait_time_seconds(poll.wait_s.min(left.max(1)).clamp(1, 20))
+            .wait_time_seconds(wait.clamp(1, 20))
             .send()
             .await?
             .messages
