@@ -7,7 +7,9 @@ use tokio_postgres::Client;
 
 use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
 
-const TEMPLATE: &str = "hk_template";
+/// Versioned: a template left by an older harness (without the throwaway marker)
+/// is not reused.
+const TEMPLATE: &str = "hk_template_m1";
 
 /// A connector for the harness's own sessions: administration (create, clone, rename
 /// databases; the template locks), template builds, fixtures and assertions. Their
@@ -72,6 +74,10 @@ async fn ensure_template(admin: &Client, base: &str) {
         {
             let mut c = harness_session(&with_db(base, &format!("{TEMPLATE}_build"))).await;
             hk::migrate::run(&mut c).await.expect("migrate template");
+            // Every test database is cloned from here: all of them are throwaway.
+            hk::migrate::mark_throwaway(&c, "test harness")
+                .await
+                .expect("mark template");
         }
         admin
             .batch_execute(&format!(

@@ -5,7 +5,8 @@
 //! handler run, virtual time (`now` = `--now` + virtual time elapsed), the 30 s
 //! virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
-//! rolled back, nothing delivered). Tests drive batches "until idle" through it.
+//! rolled back, nothing delivered; with `--until-idle` the whole run, in [`plan`]).
+//! Tests drive batches "until idle" through it.
 //!
 //! With `--chaos` (or a planned crash in tests) every delivery runs behind a
 //! [`crate::chaos::CrashGate`]: its session is tapped, its transport gated, and when
@@ -37,6 +38,9 @@ use shared::runtime::{
     process_record_with, Deadline, DoneReport, Invocation, RecordMeta, RecordOutcome, Report,
 };
 use tokio_postgres::GenericClient;
+
+mod plan;
+pub use plan::{Plan, TableChange};
 
 /// Virtual visibility timeout of a failed message.
 pub const VISIBILITY_S: i64 = 30;
@@ -487,42 +491,45 @@ impl Runner {
     /// is, else 0. A failure is "left" when its message was dead-lettered, or when the
     /// last run of a single invocation failed.
     pub fn exit_code(&self, single: bool) -> i32 {
-        let failed: Vec<&Run> = if single {
-            self.runs.last().into_iter().collect()
-        } else {
-            let dead: Vec<String> = self
-                .queue
-                .dead()
+        let dead: Vec<String> = self
+            .queue
+            .dead()
+            .iter()
+            .map(|p| p.message.envelope.message_key.clone())
+            .collect();
+        exit_code_of(&self.runs, &dead, single)
+    }
+}
+
+/// The exit code of behaviour §11 for `runs` whose dead-lettered keys are `dead`.
+fn exit_code_of(runs: &[Run], dead: &[String], single: bool) -> i32 {
+    let failed: Vec<&Run> = if single {
+        runs.last().into_iter().collect()
+    } else {
+        // The last run of each dead-lettered key tells how it failed.
+        let mut v = Vec::new();
+        for k in dead {
+            if let Some(r) = runs
                 .iter()
-                .map(|p| p.message.envelope.message_key.clone())
-                .collect();
-            // The last run of each dead-lettered key tells how it failed.
-            let mut v = Vec::new();
-            for k in &dead {
-                if let Some(r) = self
-                    .runs
-                    .iter()
-                    .rev()
-                    .find(|r| r.message_key.as_deref() == Some(k))
-                {
-                    v.push(r);
-                }
+                .rev()
+                .find(|r| r.message_key.as_deref() == Some(k))
+            {
+                v.push(r);
             }
-            // A malformed initial message never enters the queue.
-            v.extend(
-                self.runs
-                    .iter()
-                    .filter(|r| r.outcome == "permanent" && r.message_key.is_none()),
-            );
-            v
-        };
-        if failed.iter().any(|r| r.outcome == "permanent") {
-            2
-        } else if failed.iter().any(|r| r.outcome == "retryable") {
-            1
-        } else {
-            0
         }
+        // A malformed initial message never enters the queue.
+        v.extend(
+            runs.iter()
+                .filter(|r| r.outcome == "permanent" && r.message_key.is_none()),
+        );
+        v
+    };
+    if failed.iter().any(|r| r.outcome == "permanent") {
+        2
+    } else if failed.iter().any(|r| r.outcome == "retryable") {
+        1
+    } else {
+        0
     }
 }
 

@@ -167,16 +167,6 @@ async fn dry_run_reports_what_would_change_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn dry_run_cannot_be_combined_with_until_idle() {
-    let db = fixture().await;
-    let o = hk(
-        &db,
-        &["run", "remove-expired-members", "--dry-run", "--until-idle"],
-    );
-    assert_eq!(o.status.code(), Some(2));
-}
-
-#[tokio::test]
 async fn the_outbox_records_every_sent_message() {
     let db = fixture().await;
     let dir = std::env::temp_dir().join(format!("hk-outbox-{}", uuid::Uuid::new_v4().simple()));

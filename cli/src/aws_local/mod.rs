@@ -12,15 +12,19 @@
 //!   SendMessageBatch, delete), a JSON-lines file → a queue, or a file → the local
 //!   runner.
 //!
-//! The parts: `clients` (the AWS clients and the local queue names), `setup`, `pump`
-//! and `replay`.
+//! * `hk status` reads queue depths and schedule states of a deployed stack.
+//!
+//! The parts: `clients` (the AWS clients and the queue names), `setup`, `pump`,
+//! `replay` and `status`.
 
 mod clients;
 mod pump;
 mod replay;
 mod setup;
+mod status;
 
 pub use clients::{batch_size, dlq_name, queue_name, Aws};
 pub use pump::{fire_due_schedules, pump, PumpStats};
-pub use replay::{read_lines, replay_dlq, replay_file_to_queues, ReplayReport};
+pub use replay::{read_lines, replay_dlq, replay_file_to_queues, Poll, ReplayReport};
 pub use setup::setup;
+pub use status::{depth, status, Depth, FunctionStatus};

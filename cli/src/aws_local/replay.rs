@@ -71,9 +71,54 @@ async fn send_bodies(aws: &Aws, url: &str, bodies: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// How `hk replay dlq` polls: long polling of `wait_s` seconds per receive, and the
+/// window after which an empty DLQ counts as empty (default: the DLQ's
+/// `VisibilityTimeout`, so a message another consumer held when the replay started
+/// has become visible again by then).
+#[derive(Debug, Clone, Copy)]
+pub struct Poll {
+    /// `WaitTimeSeconds` of each receive (1–20).
+    pub wait_s: i32,
+    /// The window in seconds; `None`: the DLQ's visibility timeout.
+    pub window_s: Option<u64>,
+}
+
+impl Default for Poll {
+    fn default() -> Poll {
+        Poll {
+            wait_s: 20,
+            window_s: None,
+        }
+    }
+}
+
+async fn dlq_attrs(aws: &Aws, url: &str) -> Result<(i64, i64, u64)> {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let attrs = aws
+        .sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(A::VisibilityTimeout)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    let n = |k: A| attrs.get(&k).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok((
+        n(A::ApproximateNumberOfMessages) as i64,
+        n(A::ApproximateNumberOfMessagesNotVisible) as i64,
+        n(A::VisibilityTimeout),
+    ))
+}
+
 /// `hk replay dlq`: move messages from `dlq_url` back to `queue_url` (at most `max`,
-/// only type `kind` if given). A dry run receives and counts, then makes everything
-/// visible again. Messages are deleted from the DLQ only after the send succeeded.
+/// only type `kind` if given), with long polling. A real replay stops only when a
+/// receive came back empty, the DLQ reports no message (visible or in flight), and a
+/// full visibility window has passed since the replay started; a dry run receives
+/// and counts, makes everything visible again, and stops once it sees nothing new.
+/// Messages are deleted from the DLQ only after the send succeeded.
 pub async fn replay_dlq(
     aws: &Aws,
     dlq_url: &str,
@@ -81,24 +126,45 @@ pub async fn replay_dlq(
     max: usize,
     kind: Option<&str>,
     dry_run: bool,
+    poll: Poll,
 ) -> Result<ReplayReport> {
     let mut report = ReplayReport::default();
     let mut seen = std::collections::HashSet::new();
     let mut counted = 0usize;
-    let mut empty_rounds = 0;
-    while counted < max && empty_rounds < 2 {
+    let started = std::time::Instant::now();
+    let window = match poll.window_s {
+        Some(w) => w,
+        None => dlq_attrs(aws, dlq_url).await?.2,
+    };
+    let window = std::time::Duration::from_secs(window);
+    while counted < max {
+        // Within the window, wait no longer than what is left of it; past it, the
+        // full long poll (a consumer elsewhere may still hold messages).
+        let left = window.saturating_sub(started.elapsed()).as_secs() as i32;
+        let wait = if left > 0 {
+            poll.wait_s.min(left)
+        } else {
+            poll.wait_s
+        };
         let msgs = aws
             .sqs
             .receive_message()
             .queue_url(dlq_url)
             .max_number_of_messages(((max - counted).min(10)) as i32)
             .visibility_timeout(30)
+            .wait_time_seconds(wait.clamp(1, 20))
             .send()
             .await?
             .messages
             .unwrap_or_default();
         if msgs.is_empty() {
-            empty_rounds += 1;
+            if dry_run {
+                break; // what this run released is visible: nothing else is there
+            }
+            let (visible, in_flight, _) = dlq_attrs(aws, dlq_url).await?;
+            if visible == 0 && in_flight == 0 && started.elapsed() >= window {
+                break;
+            }
             continue;
         }
         let mut take = Vec::new();

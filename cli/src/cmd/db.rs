@@ -11,11 +11,12 @@ pub(crate) enum DbAction {
     Down,
 }
 
-pub(crate) fn cmd_db(action: DbAction) -> Result<ExitCode> {
+pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     let c = hk::pg::Cluster::default_location();
     match action {
         DbAction::Up => {
             c.up()?;
+            mark_throwaway(&c.url(), "hk db up").await?;
             println!("DATABASE_URL={}", c.url());
         }
         DbAction::Down => c.down()?,

@@ -24,6 +24,7 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitC
             );
             c.up()?;
             let url = c.url();
+            mark_throwaway(&url, "hk demo").await?;
             cluster = Some(c);
             url
         }

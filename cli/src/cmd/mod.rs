@@ -8,6 +8,7 @@ mod demo;
 mod local;
 mod replay;
 mod run;
+mod status;
 
 pub(crate) use bench::BenchArgs;
 pub(crate) use db::DbAction;
@@ -20,6 +21,7 @@ use demo::cmd_demo;
 use local::cmd_local;
 use replay::cmd_replay;
 use run::cmd_run;
+use status::{cmd_status, StatusArgs};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -76,6 +78,9 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         action: ReplayAction,
     },
+    /// Per function: queue depth, in flight, DLQ depth and cron schedule state of a
+    /// deployed stack (`--stack`/`HK_STACK`).
+    Status(StatusArgs),
     /// Benchmarks: ratios measured side by side in one run, written to docs/benchmarks.md.
     Bench(BenchArgs),
     /// Throwaway database, demo data, every batch until idle, and a summary.
@@ -103,6 +108,40 @@ pub(crate) struct AwsArgs {
     /// the schedule group name.
     #[arg(long, default_value = "hk")]
     pub(crate) prefix: String,
+}
+
+/// Which queues and schedules: a deployed stack (the names infra/template.yaml
+/// creates: `<stack>-<function>`, `<stack>-<function>-dlq`, schedule group
+/// `<stack>-hk`) or the local convention of `hk local setup --prefix`.
+#[derive(clap::Args, Clone)]
+pub(crate) struct StackArgs {
+    /// SQS/Scheduler endpoint (moto); default: the AWS environment.
+    #[arg(long)]
+    pub(crate) endpoint: Option<String>,
+    /// The CloudFormation stack name of the deployment.
+    #[arg(long, env = "HK_STACK")]
+    pub(crate) stack: Option<String>,
+    /// Instead of --stack: the local convention's prefix (`hk local setup`).
+    #[arg(long)]
+    pub(crate) prefix: Option<String>,
+}
+
+impl StackArgs {
+    /// The queue-name prefix: `--prefix` if given, else the stack name.
+    pub(crate) fn names(&self) -> Result<&str> {
+        self.prefix.as_deref().or(self.stack.as_deref()).ok_or_else(|| {
+            anyhow!("no stack: give --stack <name> (or set HK_STACK) for a deployed stack, or --prefix for `hk local setup` queues")
+        })
+    }
+
+    /// The schedule group: `<stack>-hk`, or the local convention's `<prefix>`.
+    pub(crate) fn group(&self) -> Result<String> {
+        match (&self.prefix, &self.stack) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some(s)) => Ok(format!("{s}-hk")),
+            (None, None) => self.names().map(String::from),
+        }
+    }
 }
 
 pub(crate) fn function_arg(name: &str) -> Result<Function> {
@@ -163,6 +202,12 @@ pub(crate) async fn connector(config: &Config) -> Result<Connector> {
     Ok(Connector::new(pg, &config.database)?)
 }
 
+/// Mark the database at `url`, which `hk` has just created, as throwaway.
+pub(crate) async fn mark_throwaway(url: &str, by: &str) -> Result<()> {
+    let c = Connector::from_url(url)?.connect("hk").await?;
+    Ok(hk::migrate::mark_throwaway(&c, by).await?)
+}
+
 pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
     Ok(hk::migrate::run(&mut c).await?)
@@ -170,12 +215,13 @@ pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
 
 pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Cmd::Db { action } => db::cmd_db(action),
+        Cmd::Db { action } => db::cmd_db(action).await,
         Cmd::Migrate => db::cmd_migrate().await,
         Cmd::Seed { set, now } => db::cmd_seed(&set, now.as_deref()).await,
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
+        Cmd::Status(a) => cmd_status(a).await,
         Cmd::Bench(a) => cmd_bench(a).await,
         Cmd::Demo { now, keep_db, .. } => cmd_demo(now, keep_db).await,
     }

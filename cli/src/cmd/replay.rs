@@ -1,4 +1,5 @@
-//! `hk replay dlq|file`: recovery, moving messages back from a DLQ or a file.
+//! `hk replay dlq|file`: recovery, moving messages back from a DLQ (of a deployed
+//! stack, `--stack`/`HK_STACK`, or the local convention, `--prefix`) or a file.
 
 use super::run::print_run;
 use super::*;
@@ -11,7 +12,14 @@ pub(crate) enum ReplayAction {
         /// The function whose DLQ is replayed.
         function: String,
         #[command(flatten)]
-        aws: AwsArgs,
+        stack: StackArgs,
+        /// Long polling: seconds each receive waits for a message (1-20).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(i32).range(1..=20))]
+        wait_s: i32,
+        /// Stop only after this many seconds with the DLQ empty (default: the DLQ's
+        /// visibility timeout, so messages in flight elsewhere are seen again).
+        #[arg(long)]
+        window_s: Option<u64>,
         /// Move at most this many messages.
         #[arg(long, default_value_t = 1000)]
         max: usize,
@@ -61,23 +69,33 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
     match action {
         ReplayAction::Dlq {
             function,
-            aws,
+            stack,
+            wait_s,
+            window_s,
             max,
             kind,
             dry_run,
         } => {
             let f = function_arg(&function)?;
-            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
-            let dlq = clients
-                .url(&hk::aws_local::dlq_name(&aws.prefix, f))
-                .await?;
-            let queue = clients
-                .url(&hk::aws_local::queue_name(&aws.prefix, f))
-                .await?;
-            let r =
-                hk::aws_local::replay_dlq(&clients, &dlq, &queue, max, kind.as_deref(), dry_run)
-                    .await?;
+            let names = stack.names()?;
+            let clients = hk::aws_local::Aws::new(stack.endpoint.as_deref()).await;
+            let dlq = clients.url(&hk::aws_local::dlq_name(names, f)).await?;
+            let queue = clients.url(&hk::aws_local::queue_name(names, f)).await?;
+            let poll = hk::aws_local::Poll { wait_s, window_s };
+            let r = hk::aws_local::replay_dlq(
+                &clients,
+                &dlq,
+                &queue,
+                max,
+                kind.as_deref(),
+                dry_run,
+                poll,
+            )
+            .await?;
             print_replay(&r, if dry_run { "would move" } else { "moved" });
+            for k in &r.keys {
+                println!("  key {k}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         ReplayAction::File {

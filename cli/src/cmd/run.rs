@@ -1,9 +1,11 @@
 //! `hk run`: one function as its trigger would run it (or its whole run with
-//! `--until-idle`, or a rolled-back `--dry-run`), and the run table and summary.
+//! `--until-idle`, or a rolled-back `--dry-run`, or with both the plan of the whole
+//! run), and the run table and summary. Against a database `hk` did not create it
+//! uses none of its demo defaults for the notifying functions.
 
 use super::*;
 use hk::chaos::ChaosSpec;
-use hk::local::{Run, Runner};
+use hk::local::{Plan, Run, Runner};
 use shared::runtime::DoneReport;
 use shared::Function;
 use std::collections::BTreeMap;
@@ -22,9 +24,12 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) message_file: Option<PathBuf>,
     /// Keep delivering continuations and children until no message is left.
-    #[arg(long, conflicts_with = "dry_run")]
+    #[arg(long)]
     pub(crate) until_idle: bool,
-    /// One invocation in a rolled-back transaction; report what would change.
+    /// One invocation in a rolled-back transaction; report what would change. With
+    /// --until-idle: the whole run in ONE transaction, rolled back, and its plan (per
+    /// table changes, removed users, groups and projects). It holds every row lock it
+    /// takes until it ends: prefer a restored snapshot or staging to a primary.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// One JSON object per function run on stdout.
@@ -37,8 +42,98 @@ pub(crate) struct RunArgs {
     /// sent messages, delivers out of order within S seconds (60) and aborts
     /// handlers at random points (before/after a transaction, at a statement, after
     /// an enqueue, before the ack); what was not acknowledged comes back after 30 s.
-    #[arg(long, requires = "until_idle", value_parser = parse_chaos)]
+    #[arg(long, requires = "until_idle", conflicts_with = "dry_run", value_parser = parse_chaos)]
     pub(crate) chaos: Option<ChaosSpec>,
+}
+
+/// What a notifying function needs that `hk` would otherwise take from its demo
+/// defaults (`GITLAB_DB_KEY_BASE` may come as `GITLAB_DB_KEY_BASE_SECRET_ARN`).
+const NOTICE_VARS: [&str; 4] = [
+    "EMAIL_TRANSPORT",
+    "GITLAB_BASE_URL",
+    "GITLAB_DB_KEY_BASE",
+    "MAIL_FROM",
+];
+
+fn env_set(k: &str) -> bool {
+    std::env::var(k).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// The instance and delivery means of a notifying function. `hk`'s demo defaults
+/// (file mailer, demo key base, placeholder URL) apply only with `demo_defaults`: a
+/// database `hk` created, or a dry run, which sends nothing. Anywhere else a missing
+/// variable is refused by name, so notices are never marked sent into a temp folder.
+async fn notifier_for(function: Function, demo_defaults: bool) -> Result<Arc<Notifier>> {
+    if demo_defaults {
+        return local_notifier().await;
+    }
+    let missing: Vec<&str> = NOTICE_VARS
+        .into_iter()
+        .filter(|k| {
+            let given = env_set(k)
+                || (*k == "GITLAB_DB_KEY_BASE" && env_set("GITLAB_DB_KEY_BASE_SECRET_ARN"));
+            !given
+        })
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{function} sends notices and this database was not created by hk (no {} marker), \
+             so hk uses none of its demo defaults: set {} (or use --dry-run)",
+            hk::migrate::THROWAWAY_TABLE,
+            missing.join(", ")
+        );
+    }
+    let lookup = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let cfg = shared::notify::NotifyConfig::from_lookup(&lookup)?;
+    cfg.require_for(function)?;
+    Ok(Arc::new(Notifier::full(&cfg, None).await?))
+}
+
+/// The plan of `--dry-run --until-idle`: every run, then per table what would
+/// change and the removed users, groups and projects.
+fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
+    if json {
+        for r in runs {
+            println!("{}", r.to_json());
+        }
+        println!("{}", plan.to_json());
+        return;
+    }
+    println!("dry run of the whole run (one transaction, rolled back; nothing sent or kept):");
+    for r in runs {
+        print_run(r);
+    }
+    println!("\nPlan (what the run would change)");
+    println!(
+        "{:<40} {:>9} {:>9} {:>9}",
+        "table", "inserted", "updated", "deleted"
+    );
+    for t in &plan.tables {
+        println!(
+            "{:<40} {:>9} {:>9} {:>9}",
+            t.table, t.inserted, t.updated, t.deleted
+        );
+    }
+    if plan.tables.is_empty() {
+        println!("(no table would change)");
+    }
+    let ids = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
+    println!(
+        "removed users ({}): {}",
+        plan.removed_users.len(),
+        ids(&plan.removed_users)
+    );
+    println!(
+        "removed groups ({}): {}",
+        plan.removed_groups.len(),
+        ids(&plan.removed_groups)
+    );
+    println!(
+        "removed projects ({}): {}",
+        plan.removed_projects.len(),
+        ids(&plan.removed_projects)
+    );
+    println!("dead-lettered messages: {}", plan.dead_letters);
 }
 
 pub(crate) fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
@@ -144,12 +239,14 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     })?;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
-    let mut runner = Runner::new(connector(&config).await?, config.settings.clone(), now);
+    let connector = connector(&config).await?;
+    let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
+    let mut runner = Runner::new(connector, config.settings.clone(), now);
     if matches!(
         function,
         Function::PatExpiring | Function::DeliverNotification
     ) {
-        runner = runner.with_notifier(local_notifier().await?);
+        runner = runner.with_notifier(notifier_for(function, throwaway || a.dry_run).await?);
     }
     if let Some(dir) = a.outbox.clone() {
         runner = runner.with_outbox(dir)?;
@@ -171,6 +268,11 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             runner.cron_message(function).to_body()
         }
     };
+    if a.dry_run && a.until_idle {
+        let plan = runner.plan_until_idle(function, &body).await?;
+        print_plan(&runner.runs, &plan, a.json);
+        return Ok(ExitCode::from(plan.exit_code as u8));
+    }
     if a.dry_run {
         let r = runner.dry_run(function, &body).await?;
         if a.json {

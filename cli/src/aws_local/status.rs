@@ -1,0 +1,182 @@
+//! `hk status`: per function, what SQS and EventBridge Scheduler say about a deployed
+//! stack (or the local convention): queue depth, messages in flight and delayed, DLQ
+//! depth, and the state of the function's cron schedule.
+//!
+//! Names are those infra/template.yaml creates: queues `<stack>-<function>` and
+//! `<stack>-<function>-dlq`, schedules in the group `<stack>-hk`. The template does
+//! not name its cron schedules (CloudFormation generates the names), so a function's
+//! cron schedule is found by its target (the function's queue ARN) and its
+//! `cron(…)`/`rate(…)` expression; `at(…)` schedules in the group are the pending
+//! one-time delays (behaviour §9.5). The age of the oldest message is not a queue
+//! attribute (it is the CloudWatch metric `ApproximateAgeOfOldestMessage`); `hk
+//! status` reads nothing but SQS and Scheduler, and receives no message, so it says
+//! so instead of guessing.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, Result};
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::{json, Value};
+
+use super::{dlq_name, queue_name, Aws};
+use shared::Function;
+
+/// The approximate counts SQS reports for one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    /// `ApproximateNumberOfMessages`: visible, waiting.
+    pub visible: i64,
+    /// `ApproximateNumberOfMessagesNotVisible`: received, not yet deleted.
+    pub in_flight: i64,
+    /// `ApproximateNumberOfMessagesDelayed`.
+    pub delayed: i64,
+}
+
+impl Depth {
+    /// Every message the queue holds.
+    pub fn total(&self) -> i64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
+/// One function's line of `hk status`.
+#[derive(Debug, Clone)]
+pub struct FunctionStatus {
+    /// The function.
+    pub function: Function,
+    /// Its queue's counts (or why they are missing).
+    pub queue: std::result::Result<Depth, String>,
+    /// Its DLQ's counts (or why they are missing).
+    pub dlq: std::result::Result<Depth, String>,
+    /// `ENABLED`/`DISABLED` for a cron function's schedule, `missing` when none
+    /// targets its queue, `None` for a child function (no schedule).
+    pub schedule: Option<String>,
+    /// One-time (`at(…)`) schedules waiting to send to its queue.
+    pub one_time_schedules: usize,
+}
+
+impl FunctionStatus {
+    /// The line as JSON (`hk status --json`).
+    pub fn to_json(&self) -> Value {
+        let depth = |d: &std::result::Result<Depth, String>| match d {
+            Ok(d) => json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed}),
+            Err(e) => json!({"error": e}),
+        };
+        json!({
+            "function": self.function.name(),
+            "queue": depth(&self.queue),
+            "dlq": depth(&self.dlq),
+            "oldest_message_age": Value::Null,
+            "schedule": self.schedule,
+            "one_time_schedules": self.one_time_schedules,
+        })
+    }
+}
+
+/// The counts and the ARN of the queue `name`.
+pub async fn depth(aws: &Aws, name: &str) -> Result<(Depth, String)> {
+    let url = aws.url(name).await?;
+    let attrs = aws
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::All)
+        .send()
+        .await?
+        .attributes
+        .unwrap_or_default();
+    let n = |k: QueueAttributeName| -> i64 {
+        attrs
+            .get(&k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    };
+    let arn = attrs
+        .get(&QueueAttributeName::QueueArn)
+        .cloned()
+        .ok_or_else(|| anyhow!("queue {name} has no ARN"))?;
+    Ok((
+        Depth {
+            visible: n(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: n(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        },
+        arn,
+    ))
+}
+
+/// Every schedule of `group`: `(expression, state, target ARN)`.
+async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(String, String, String)>> {
+    let mut names = Vec::new();
+    let mut token = None;
+    loop {
+        let out = aws
+            .scheduler
+            .list_schedules()
+            .group_name(group)
+            .set_next_token(token)
+            .send()
+            .await
+            .map_err(|e| anyhow!("cannot list the schedules of group {group}: {e}"))?;
+        names.extend(
+            out.schedules()
+                .iter()
+                .filter_map(|s| s.name().map(String::from)),
+        );
+        token = out.next_token().map(String::from);
+        if token.is_none() {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    for name in names {
+        let s = aws
+            .scheduler
+            .get_schedule()
+            .group_name(group)
+            .name(&name)
+            .send()
+            .await
+            .map_err(|e| anyhow!("cannot read schedule {group}/{name}: {e}"))?;
+        out.push((
+            s.schedule_expression().unwrap_or_default().to_string(),
+            s.state()
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default(),
+            s.target().map(|t| t.arn().to_string()).unwrap_or_default(),
+        ));
+    }
+    Ok(out)
+}
+
+/// The status of every function: queues named `<names>-<function>` (and `…-dlq`),
+/// schedules in `group`.
+pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionStatus>> {
+    let mut arns: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, f) in Function::ALL.iter().enumerate() {
+        let queue = depth(aws, &queue_name(names, *f)).await.map(|(d, arn)| {
+            arns.insert(arn, i);
+            d
+        });
+        let dlq = depth(aws, &dlq_name(names, *f)).await.map(|(d, _)| d);
+        out.push(FunctionStatus {
+            function: *f,
+            queue: queue.map_err(|e| format!("{e:#}")),
+            dlq: dlq.map_err(|e| format!("{e:#}")),
+            schedule: f.cron().map(|_| "missing".to_string()),
+            one_time_schedules: 0,
+        });
+    }
+    for (expr, state, target) in schedules(aws, group).await? {
+        let Some(&i) = arns.get(&target) else {
+            continue;
+        };
+        if expr.starts_with("at(") {
+            out[i].one_time_schedules += 1;
+        } else if out[i].schedule.is_some() {
+            out[i].schedule = Some(state);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,67 @@
+//! `hk status`: per function, the queue depth, messages in flight and delayed, the
+//! DLQ depth and the cron schedule's state of a deployed stack, from SQS and
+//! EventBridge Scheduler (read only: no message is received).
+
+use super::*;
+
+#[derive(clap::Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    stack: StackArgs,
+    /// One JSON object per function.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
+    let names = a.stack.names()?.to_string();
+    let group = a.stack.group()?;
+    let clients = hk::aws_local::Aws::new(a.stack.endpoint.as_deref()).await;
+    let lines = hk::aws_local::status(&clients, &names, &group).await?;
+    if a.json {
+        for l in &lines {
+            println!("{}", l.to_json());
+        }
+    } else {
+        println!(
+            "{:<28} {:>7} {:>9} {:>7} {:>7}  {:<9} {:>8}",
+            "function", "queue", "in_flight", "delayed", "dlq", "schedule", "one-time"
+        );
+        let n = |d: &std::result::Result<hk::aws_local::Depth, String>,
+                 f: fn(&hk::aws_local::Depth) -> i64| {
+            d.as_ref().map(|d| f(d).to_string()).unwrap_or("?".into())
+        };
+        for l in &lines {
+            println!(
+                "{:<28} {:>7} {:>9} {:>7} {:>7}  {:<9} {:>8}",
+                l.function.name(),
+                n(&l.queue, |d| d.visible),
+                n(&l.queue, |d| d.in_flight),
+                n(&l.queue, |d| d.delayed),
+                n(&l.dlq, hk::aws_local::Depth::total),
+                l.schedule.as_deref().unwrap_or("-"),
+                l.one_time_schedules
+            );
+        }
+        for l in &lines {
+            for e in [&l.queue, &l.dlq]
+                .into_iter()
+                .filter_map(|d| d.as_ref().err())
+            {
+                println!("{}: {e}", l.function.name());
+            }
+        }
+        println!(
+            "age of the oldest message: not a queue attribute; see the CloudWatch metric \
+             ApproximateAgeOfOldestMessage of each queue (hk status receives no message)"
+        );
+    }
+    let missing = lines
+        .iter()
+        .any(|l| l.queue.is_err() || l.dlq.is_err() || l.schedule.as_deref() == Some("missing"));
+    Ok(if missing {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
