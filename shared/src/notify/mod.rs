@@ -75,20 +75,6 @@ pub struct Notifier {
     pub delivery: Option<Delivery>,
 }
 
-/// Read a Secrets Manager secret's string.
-async fn read_secret(aws: Option<&aws_config::SdkConfig>, var: &str, arn: &str) -> Result<String> {
-    let aws = aws.ok_or_else(|| Error::Config(format!("{var} needs AWS configuration")))?;
-    let out = aws_sdk_secretsmanager::Client::new(aws)
-        .get_secret_value()
-        .secret_id(arn)
-        .send()
-        .await
-        .map_err(|e| Error::Config(format!("reading {var} failed: {e}")))?;
-    out.secret_string()
-        .map(str::to_string)
-        .ok_or_else(|| Error::Config(format!("{var} has no SecretString")))
-}
-
 /// The SMTP credentials from a secret: a plain password, or JSON with `password`
 /// (and optionally `username`).
 fn smtp_secret(text: &str) -> (Option<String>, Secret) {
@@ -135,7 +121,9 @@ impl Notifier {
         let mut n = Notifier::instance_only(cfg)?;
         let key_list = match (&cfg.db_key_base, &cfg.db_key_base_secret_arn) {
             (Some(k), _) => k.expose().to_string(),
-            (None, Some(arn)) => read_secret(aws, "GITLAB_DB_KEY_BASE_SECRET_ARN", arn).await?,
+            (None, Some(arn)) => {
+                crate::aws::read_secret(aws, "GITLAB_DB_KEY_BASE_SECRET_ARN", arn).await?
+            }
             (None, None) => String::new(),
         };
         let keys = crypto::KeyRing::from_list(&key_list);
