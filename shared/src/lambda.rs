@@ -169,9 +169,8 @@ impl SchemaGate {
             function = deps.function.name(),
             failed = failed.len(),
             statements = statements.as_str(),
-            "schema incompatible: {} catalogue statement(s) do not prepare on this database; \
-             processing nothing, the messages stay on the queue (run `hk check`)",
-            failed.len()
+            "schema incompatible: catalogue statements do not prepare on this database; \
+             processing nothing, the messages stay on the queue (run `hk check`)"
         );
         metrics::emit(deps.function, &[("schema_incompatible", 1.0)]);
         Err(InvokeError::SchemaIncompatible(statements))

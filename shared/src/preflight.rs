@@ -60,6 +60,21 @@ pub fn object_of(message: &str) -> String {
     message.to_string()
 }
 
+/// The statement text around the error position (1-based, in characters): the
+/// operand and operator a type error points at, whitespace collapsed.
+fn near(text: &str, at: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let at = at.saturating_sub(1).min(chars.len());
+    let from = at.saturating_sub(24);
+    let to = (at + 24).min(chars.len());
+    chars[from..to]
+        .iter()
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// PREPARE every catalogue statement on `client`; the ones that fail, in catalogue
 /// order. An error that is not the server's (the connection broke) is returned as
 /// such: it says nothing about the schema.
@@ -69,12 +84,22 @@ pub async fn prepare_catalogue(client: &Client) -> Result<Vec<Incompatible>, Err
         match client.prepare(s.text).await {
             Ok(_) => {}
             Err(e) => match e.as_db_error() {
-                Some(db) => failed.push(Incompatible {
-                    module: s.module,
-                    name: s.name,
-                    object: object_of(db.message()),
-                    message: db.message().to_string(),
-                }),
+                Some(db) => {
+                    let mut object = object_of(db.message());
+                    if object == db.message() {
+                        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) =
+                            db.position()
+                        {
+                            object = format!("{object} near `{}`", near(s.text, *at as usize));
+                        }
+                    }
+                    failed.push(Incompatible {
+                        module: s.module,
+                        name: s.name,
+                        object,
+                        message: db.message().to_string(),
+                    })
+                }
                 None => return Err(Error::from(e)),
             },
         }
