@@ -3,7 +3,10 @@
 #
 #   build-essential pkg-config libssl-dev  compile the workspace (native-tls links OpenSSL)
 #   perl make                              the vendored OpenSSL of the Lambda build
-#   postgresql-15                          server binaries for the throwaway clusters
+#   postgresql-15                          psql and the Debian `postgres` user (the 16/17
+#                                          servers come from scripts/pg-versions.sh)
+#   pgbouncer                              the PgBouncer in front of the cluster (hk check tests)
+#   nodejs npm                             scripts/pg-versions.sh installs PostgreSQL 16/17
 #   python3-venv                           .venv for moto, cargo-lambda, SAM CLI, checkov
 #   openssl                                certificates for the database TLS test
 #   git ca-certificates                    clones; TLS roots
@@ -11,7 +14,7 @@
 # As root it runs apt-get for the missing ones (CI machines are root); otherwise it
 # prints the apt-get line and fails. Usage: bash scripts/system-packages.sh [--check]
 set -euo pipefail
-PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 python3-venv openssl git ca-certificates)
+PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer nodejs npm python3-venv openssl git ca-certificates)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -30,3 +33,8 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Debian package enables a pgbouncer service on 127.0.0.1:6432; the tests start
+# their own on a free port and need none running.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet pgbouncer 2>/dev/null; then
+  systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+fi

@@ -4,7 +4,7 @@
 //! Owns: the local runner ([`local`]) and its in-process queue with virtual time
 //! ([`local_queue`]), fault injection ([`chaos`]), the demo data ([`demo`]), the schema
 //! subset migrations for local and test databases ([`migrate`]), the benchmarks
-//! ([`bench`]), the throwaway PostgreSQL cluster ([`pg`]), the local AWS stand-ins
+//! ([`bench`]), `hk check`'s preflight ([`check`]), the throwaway PostgreSQL cluster ([`pg`]), the local AWS stand-ins
 //! around `cargo lambda watch` ([`aws_local`]) and one module per command ([`cmd`]).
 //! The Lambda functions never link this crate (an architecture test checks it); the
 //! integration tests use it for the runner, chaos and the migrations.
@@ -13,6 +13,7 @@
 pub mod aws_local;
 pub mod bench;
 pub mod chaos;
+pub mod check;
 pub mod demo;
 pub mod local;
 pub mod local_queue;

@@ -27,11 +27,22 @@ pub struct Cluster {
     pub port: u16,
 }
 
-/// The directory of the PostgreSQL server binaries: `PG_BIN`, or the newest
-/// `/usr/lib/postgresql/<version>/bin` that has `initdb`.
+/// The directory of the PostgreSQL server binaries: `HK_PG_BIN` (`PG_BIN` is kept as
+/// an alias; `scripts/pg-versions.sh` installs the pinned 16 and 17 and prints their
+/// directories), or the newest `/usr/lib/postgresql/<version>/bin` that has `initdb`.
+/// A set variable naming a directory without `initdb` is refused, naming the variable.
 pub fn pg_bin() -> Result<PathBuf> {
-    if let Ok(p) = std::env::var("PG_BIN") {
-        return Ok(PathBuf::from(p));
+    for var in ["HK_PG_BIN", "PG_BIN"] {
+        if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+            let p = PathBuf::from(p);
+            if !p.join("initdb").exists() {
+                bail!(
+                    "{var}={} has no `initdb` (run scripts/pg-versions.sh for PostgreSQL 16/17, or point {var} at a bin directory)",
+                    p.display()
+                );
+            }
+            return Ok(p);
+        }
     }
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -47,7 +58,7 @@ pub fn pg_bin() -> Result<PathBuf> {
     match found.pop() {
         Some((_, bin)) => Ok(bin),
         None => bail!(
-            "no PostgreSQL server binaries found under /usr/lib/postgresql (install postgresql-15, or set PG_BIN)"
+            "no PostgreSQL server binaries found under /usr/lib/postgresql (run scripts/pg-versions.sh and set HK_PG_BIN, or install postgresql-15)"
         ),
     }
 }

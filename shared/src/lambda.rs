@@ -9,10 +9,16 @@
 //! treat the whole batch as failed anyway. After a failed record the session is reset
 //! before the next one (behaviour §7.1).
 //!
+//! Before the first event of an execution environment, [`SchemaGate`] PREPAREs the
+//! statement catalogue ([`crate::preflight`]); against an incompatible schema the
+//! whole invocation fails (one log line, the `schema_incompatible` metric) and no
+//! record is touched, until a later invocation finds the schema fixed.
+//!
 //! [`run`] is generic over the function's [`FunctionHandler`], so a function binary
 //! links its own handler only; tests hand [`handle_event_with`] the
 //! every-function handler (`handlers::Dispatch`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,6 +32,8 @@ use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
 use crate::handlers::FunctionHandler;
+use crate::metrics;
+use crate::preflight;
 use crate::queue::sqs::SqsQueue;
 use crate::queue::Queue;
 use crate::runtime::{
@@ -56,12 +64,18 @@ pub enum InvokeError {
     /// A record without `messageId` cannot be reported as an item failure.
     #[error("SQS record without messageId")]
     MissingMessageId,
+    /// The database schema does not match the statement catalogue: nothing is processed.
+    #[error("schema incompatible: {0}")]
+    SchemaIncompatible(String),
 }
 
 impl From<InvokeError> for Diagnostic {
     fn from(e: InvokeError) -> Diagnostic {
         Diagnostic {
-            error_type: "InvokeError".into(),
+            error_type: match e {
+                InvokeError::MissingMessageId => "InvokeError".into(),
+                InvokeError::SchemaIncompatible(_) => "SchemaIncompatible".into(),
+            },
             error_message: e.to_string(),
         }
     }
@@ -109,6 +123,81 @@ impl Deps {
             clock: Arc::new(SystemClock),
         })
     }
+}
+
+/// The cold-start schema check of one execution environment.
+///
+/// Why a failed invocation and not per-record failures: reporting every record as a
+/// batch item failure looks to Lambda like a healthy poller with bad messages, so it
+/// keeps polling at full concurrency and each message walks to the DLQ after
+/// `maxReceiveCount` receives, one by one, mixed with genuinely bad ones. A failed
+/// invocation returns the whole batch untouched (same order, no partial effects), and
+/// Lambda's SQS poller backs off on function errors, so the messages stay on the queue
+/// far longer while the alarm on `schema_incompatible` (and the error rate) calls an
+/// operator. Receives still count: a schema left broken past `maxReceiveCount`
+/// visibility windows does move messages to the DLQ, where `hk replay dlq` returns them.
+///
+/// A compatible result is kept for the life of the environment (the check runs once);
+/// an incompatible one is not, so a fixed schema is picked up without a redeploy.
+#[derive(Debug, Default)]
+pub struct SchemaGate {
+    compatible: AtomicBool,
+}
+
+impl SchemaGate {
+    /// A gate that has not checked yet.
+    pub fn new() -> SchemaGate {
+        SchemaGate::default()
+    }
+
+    /// Check the schema unless a previous check passed. A database that cannot be
+    /// reached says nothing about the schema: the records then report the outage as
+    /// they always do, and the check runs again on the next invocation.
+    pub async fn check(&self, deps: &Deps) -> Result<(), InvokeError> {
+        if self.compatible.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let failed = {
+            let client = match deps.session.client().await {
+                Ok(c) => c,
+                Err(_) => return Ok(()),
+            };
+            match preflight::prepare_catalogue(&client).await {
+                Ok(f) => f,
+                Err(_) => return Ok(()),
+            }
+        };
+        if failed.is_empty() {
+            self.compatible.store(true, Ordering::Release);
+            return Ok(());
+        }
+        let statements = failed
+            .iter()
+            .map(|f| format!("{}::{} ({})", f.module, f.name, f.object))
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::error!(
+            function = deps.function.name(),
+            failed = failed.len(),
+            statements = statements.as_str(),
+            "schema incompatible: catalogue statements do not prepare on this database; \
+             processing nothing, the messages stay on the queue (run `hk check`)"
+        );
+        metrics::emit(deps.function, &[("schema_incompatible", 1.0)]);
+        Err(InvokeError::SchemaIncompatible(statements))
+    }
+}
+
+/// [`handle_event_with`] behind the schema check: the whole invocation fails, and no
+/// record is processed, while the schema is incompatible.
+pub async fn handle_event_checked<H: Handler>(
+    handler: &H,
+    deps: &Deps,
+    gate: &SchemaGate,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, InvokeError> {
+    gate.check(deps).await?;
+    handle_event_with(handler, deps, event).await
 }
 
 /// Time left before Lambda's deadline. A deadline more than a day in the past is not
@@ -232,9 +321,10 @@ pub async fn serve<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime:
             return Err(e.into());
         }
     };
-    let (deps, handler) = (&deps, &handler);
+    let gate = SchemaGate::new();
+    let (deps, handler, gate) = (&deps, &handler, &gate);
     lambda_runtime::run(service_fn(move |event| {
-        handle_event_with(handler, deps, event)
+        handle_event_checked(handler, deps, gate, event)
     }))
     .await
 }

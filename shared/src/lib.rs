@@ -20,6 +20,7 @@ pub mod locks;
 pub mod messages;
 pub mod metrics;
 pub mod notify;
+pub mod preflight;
 pub mod queue;
 pub mod random;
 pub mod runtime;

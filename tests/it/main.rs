@@ -8,6 +8,7 @@ mod b51;
 mod b51_large;
 mod b70;
 mod chaos;
+mod cold_start;
 mod common;
 mod delete_user;
 mod deliver_notification;

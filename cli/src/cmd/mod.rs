@@ -3,6 +3,7 @@
 //! configuration with `hk`'s embedded defaults, the database connection).
 
 mod bench;
+mod check;
 mod db;
 mod demo;
 mod local;
@@ -11,12 +12,14 @@ mod run;
 mod status;
 
 pub(crate) use bench::BenchArgs;
+pub(crate) use check::CheckArgs;
 pub(crate) use db::DbAction;
 pub(crate) use local::LocalAction;
 pub(crate) use replay::ReplayAction;
 pub(crate) use run::RunArgs;
 
 use bench::cmd_bench;
+use check::cmd_check;
 use demo::cmd_demo;
 use local::cmd_local;
 use replay::cmd_replay;
@@ -66,6 +69,9 @@ pub(crate) enum Cmd {
         #[arg(long)]
         now: Option<String>,
     },
+    /// Read-only preflight of the target database: version, statement catalogue, GitLab
+    /// facts, session locks, TLS and the work waiting (exit 0 only when all pass).
+    Check(CheckArgs),
     /// Run a function as its trigger would, with the in-process queue.
     Run(RunArgs),
     /// Local AWS emulation around `cargo lambda watch` (moto).
@@ -218,6 +224,7 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Db { action } => db::cmd_db(action).await,
         Cmd::Migrate => db::cmd_migrate().await,
         Cmd::Seed { set, now } => db::cmd_seed(&set, now.as_deref()).await,
+        Cmd::Check(a) => cmd_check(a).await,
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,

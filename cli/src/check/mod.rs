@@ -1,0 +1,530 @@
+//! `hk check`: the read-only preflight against a target database (issue 15).
+//!
+//! Owns: the checks and their one-line results ([`Check`]): server version, the
+//! statement catalogue ([`shared::preflight`], the same code every function runs at
+//! cold start), the GitLab facts the bundle assumes (insert columns, the foreign keys
+//! of behaviour §S4 with their `ON DELETE` action, settings rows, the ghost user), the
+//! session check (a session advisory lock survives to the next statement on the same
+//! backend, which PgBouncer transaction pooling breaks), TLS, and the work waiting per
+//! batch (counts only, with the clock bound as a parameter). Both sessions are set to
+//! `default_transaction_read_only` first, so every statement runs in a `READ ONLY`
+//! transaction of its own (a failing check does not abort the next, and the session
+//! check needs statements in separate transactions anyway). Its SQL is in [`sql`].
+
+pub mod sql;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use shared::batches::pat_expiring::Interval;
+use shared::batches::placeholder_user_cleanup as b70;
+use shared::db::Connector;
+use shared::gitlab::group_deletion;
+
+/// One check's result: one output line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked, e.g. `server version` or `catalogue batches::x::PAGE`.
+    pub name: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// Whether a failure makes `hk check` exit non-zero.
+    pub required: bool,
+    /// What was found.
+    pub detail: String,
+    /// What to do when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(name: impl Into<String>, detail: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            ok: true,
+            required: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            ok: false,
+            required: true,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
+    fn advisory(mut self) -> Check {
+        self.required = false;
+        self
+    }
+
+    /// The output line: `✓ name: detail` or `✗ name: detail — fix`.
+    pub fn line(&self) -> String {
+        match (&self.fix, self.ok) {
+            (Some(fix), false) => format!("✗ {}: {} — {}", self.name, self.detail, fix),
+            (_, false) => format!("✗ {}: {}", self.name, self.detail),
+            _ => format!("✓ {}: {}", self.name, self.detail),
+        }
+    }
+}
+
+/// Whether every required check passed.
+pub fn all_required_pass(checks: &[Check]) -> bool {
+    checks.iter().all(|c| c.ok || !c.required)
+}
+
+/// A foreign key the bundle relies on (behaviour §S4): `table.column → references`
+/// with its `ON DELETE` action.
+struct Fk {
+    table: &'static str,
+    column: &'static str,
+    references: &'static str,
+    /// Accepted `confdeltype` values (`c` cascade, `n` set null; `r`/`a` restrict or
+    /// no action, which block alike).
+    actions: &'static str,
+    /// A missing key fails the check (GitLab may have no FK on some author columns).
+    required: bool,
+}
+
+const fn fk(
+    table: &'static str,
+    column: &'static str,
+    references: &'static str,
+    actions: &'static str,
+) -> Fk {
+    Fk {
+        table,
+        column,
+        references,
+        actions,
+        required: true,
+    }
+}
+
+/// behaviour §S4, one entry per foreign key.
+const FKS: &[Fk] = &[
+    fk("members", "user_id", "users", "c"),
+    fk("personal_access_tokens", "user_id", "users", "c"),
+    fk("notification_settings", "user_id", "users", "c"),
+    fk("project_authorizations", "user_id", "users", "c"),
+    fk("group_deletion_schedules", "user_id", "users", "c"),
+    fk("members_deletion_schedules", "user_id", "users", "c"),
+    fk(
+        "members_deletion_schedules",
+        "scheduled_by_id",
+        "users",
+        "c",
+    ),
+    fk(
+        "import_placeholder_user_details",
+        "placeholder_user_id",
+        "users",
+        "c",
+    ),
+    fk("ghost_user_migrations", "user_id", "users", "c"),
+    fk("import_source_users", "placeholder_user_id", "users", "n"),
+    fk("import_source_users", "reassign_to_user_id", "users", "n"),
+    fk("ghost_user_migrations", "initiator_user_id", "users", "n"),
+    Fk {
+        required: false,
+        ..fk("issues", "author_id", "users", "n")
+    },
+    Fk {
+        required: false,
+        ..fk("merge_requests", "author_id", "users", "n")
+    },
+    Fk {
+        required: false,
+        ..fk("notes", "author_id", "users", "n")
+    },
+    fk("routes", "namespace_id", "namespaces", "c"),
+    fk("group_deletion_schedules", "group_id", "namespaces", "c"),
+    fk(
+        "members_deletion_schedules",
+        "namespace_id",
+        "namespaces",
+        "c",
+    ),
+    fk("import_source_users", "namespace_id", "namespaces", "c"),
+    fk("web_hooks", "group_id", "namespaces", "c"),
+    fk("projects", "project_namespace_id", "namespaces", "c"),
+    fk("members", "member_namespace_id", "namespaces", "n"),
+    fk(
+        "import_placeholder_user_details",
+        "namespace_id",
+        "namespaces",
+        "n",
+    ),
+    fk("namespaces", "parent_id", "namespaces", "ra"),
+    fk("projects", "namespace_id", "namespaces", "ra"),
+    fk("project_authorizations", "project_id", "projects", "c"),
+    fk("web_hooks", "project_id", "projects", "c"),
+    fk("issues", "project_id", "projects", "c"),
+    fk("merge_requests", "target_project_id", "projects", "c"),
+    fk("notes", "project_id", "projects", "c"),
+];
+
+fn action_name(a: &str) -> &'static str {
+    match a {
+        "a" => "NO ACTION",
+        "r" => "RESTRICT",
+        "c" => "CASCADE",
+        "n" => "SET NULL",
+        "d" => "SET DEFAULT",
+        _ => "unknown",
+    }
+}
+
+/// The supported server versions: GitLab 18 requires PostgreSQL 16.5 or later and
+/// supports 17.
+pub fn version_check(num: i32, text: &str) -> Check {
+    let name = "server version";
+    if (160_005..180_000).contains(&num) {
+        Check::pass(name, format!("PostgreSQL {text} (supported: 16.5+ and 17)"))
+    } else {
+        Check::fail(
+            name,
+            format!("PostgreSQL {text} is not supported (server_version_num {num})"),
+            "GitLab 18 and these functions need PostgreSQL 16 (16.5 or later) or 17",
+        )
+    }
+}
+
+/// The `(table, columns)` of every `INSERT INTO table (columns…)` of the catalogue.
+pub fn catalogue_inserts() -> Vec<(String, Vec<String>, String)> {
+    let mut out = Vec::new();
+    for s in shared::catalogue::all() {
+        let text = s.text;
+        let mut rest = text;
+        while let Some(i) = rest.find("INSERT INTO ") {
+            let after = &rest[i + "INSERT INTO ".len()..];
+            let table: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let tail = after[table.len()..].trim_start();
+            if let (Some(body), false) = (tail.strip_prefix('('), table.is_empty()) {
+                if let Some(end) = body.find(')') {
+                    let cols = body[..end]
+                        .split(',')
+                        .map(|c| c.trim().to_string())
+                        .collect();
+                    out.push((table.clone(), cols, format!("{}::{}", s.module, s.name)));
+                }
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
+/// The session check: a session advisory lock taken by one statement is still held by
+/// the same backend in the next, and a second connection neither shares that backend
+/// nor gets the lock. `a` and `b` are two connections opened like the functions'.
+pub async fn session_check(a: &Client, b: &Client) -> Result<Check> {
+    let first = row(a, sql::SESSION_LOCK).await?;
+    let other = row(b, sql::SESSION_LOCK).await?;
+    let next = row(a, sql::SESSION_HELD).await?;
+    let _ = a.simple_query(sql::SESSION_UNLOCK).await;
+    let _ = b.simple_query(sql::SESSION_UNLOCK).await;
+    let name = "session (advisory locks)";
+    let (pid1, got) = (&first[0], first[1] == "true");
+    let (pid_b, b_got) = (&other[0], other[1] == "true");
+    let (pid2, held) = (&next[0], next[1] == "true");
+    let fix = "connect directly or through PgBouncer in `pool_mode = session` (not transaction or statement pooling), no RDS Proxy without pinning, no read replica: the overlap guard and single-flight locks are session advisory locks";
+    Ok(if !got {
+        Check::fail(
+            name,
+            "the check's own advisory lock is held by another session",
+            "another `hk check` is running; retry when it ends",
+        )
+    } else if pid1 != pid2 || !held {
+        Check::fail(
+            name,
+            format!("the lock taken on backend {pid1} is not held by the next statement (backend {pid2}): transaction pooling (PgBouncer `pool_mode = transaction`?)"),
+            fix,
+        )
+    } else if pid_b == pid1 || b_got {
+        Check::fail(
+            name,
+            format!("a second connection ran on the same backend {pid1} (lock granted to it: {b_got}): the connection path pools per transaction (PgBouncer `pool_mode = transaction`?)"),
+            fix,
+        )
+    } else {
+        Check::pass(name, format!("a session advisory lock stays on backend {pid1} across statements; a second connection has its own backend"))
+    })
+}
+
+async fn row(c: &Client, q: &str) -> Result<Vec<String>> {
+    for m in c.simple_query(q).await.with_context(|| q.to_string())? {
+        if let SimpleQueryMessage::Row(r) = m {
+            return Ok((0..r.len())
+                .map(|i| r.get(i).unwrap_or("").to_string())
+                .collect());
+        }
+    }
+    anyhow::bail!("no row from `{q}`")
+}
+
+/// Every check, in output order. `a` and `b` are two sessions opened like the
+/// functions'; `loopback` whether the configured host is this machine; `now` the clock.
+pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> Result<Vec<Check>> {
+    let a = connector
+        .connect("hk-check")
+        .await
+        .context("cannot connect")?;
+    let b = connector
+        .connect("hk-check")
+        .await
+        .context("cannot open a second connection")?;
+    for c in [&a, &b] {
+        c.simple_query(sql::READ_ONLY).await?;
+        let ro = row(c, sql::IS_READ_ONLY).await?;
+        anyhow::ensure!(
+            ro[0] == "on",
+            "the session did not become read only ({})",
+            ro[0]
+        );
+    }
+    let session = session_check(&a, &b).await?;
+    drop(b);
+    let mut checks = in_read_only(&a, loopback, now).await?;
+    checks.push(session);
+    Ok(checks)
+}
+
+async fn in_read_only(c: &Client, loopback: bool, now: DateTime<Utc>) -> Result<Vec<Check>> {
+    let mut checks = Vec::new();
+    let v = c.query_one(sql::SERVER_VERSION, &[]).await?;
+    checks.push(version_check(v.get(0), v.get(1)));
+    checks.extend(catalogue(c).await?);
+    checks.extend(insert_columns(c).await?);
+    checks.extend(foreign_keys(c).await?);
+    checks.extend(settings_and_ghost(c).await);
+    checks.push(tls(c, loopback).await?);
+    checks.extend(waiting(c, now).await);
+    Ok(checks)
+}
+
+async fn catalogue(c: &Client) -> Result<Vec<Check>> {
+    let total = shared::catalogue::all().len();
+    let failed = shared::preflight::prepare_catalogue(c).await?;
+    if failed.is_empty() {
+        return Ok(vec![Check::pass(
+            "catalogue",
+            format!("all {total} statements prepare"),
+        )]);
+    }
+    Ok(failed
+        .into_iter()
+        .map(|f| {
+            Check::fail(
+                format!("catalogue {}::{}", f.module, f.name),
+                format!("{} ({})", f.object, f.message),
+                "the database lacks what this statement uses: compare its schema with GitLab 18's for that object (a missing migration?)",
+            )
+        })
+        .collect())
+}
+
+async fn insert_columns(c: &Client) -> Result<Vec<Check>> {
+    let mut out = Vec::new();
+    for (table, supplied, stmt) in catalogue_inserts() {
+        let rows = c.query(sql::REQUIRED_COLUMNS, &[&table]).await?;
+        let missing: Vec<String> = rows
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|col| !supplied.contains(col))
+            .collect();
+        let name = format!("insert into {table} ({stmt})");
+        out.push(if missing.is_empty() {
+            Check::pass(name, "every NOT NULL column without a default is supplied")
+        } else {
+            Check::fail(
+                name,
+                format!("NOT NULL without default and not supplied: {}", missing.iter().map(|m| format!("{table}.{m}")).collect::<Vec<_>>().join(", ")),
+                "these inserts would fail: the schema differs from GitLab 18's (a column added without a default?)",
+            )
+        });
+    }
+    Ok(out)
+}
+
+async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
+    let mut bad = Vec::new();
+    for k in FKS {
+        let rows = c
+            .query(sql::FK_ACTIONS, &[&k.table, &k.column, &k.references])
+            .await?;
+        let want = k
+            .actions
+            .chars()
+            .map(|a| action_name(&a.to_string()))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let obj = format!("{}.{} → {}", k.table, k.column, k.references);
+        if rows.is_empty() {
+            let mut f = Check::fail(
+                format!("foreign key {obj}"),
+                format!("missing (expected ON DELETE {want})"),
+                "deleting a row would leave orphans the batches do not remove: restore the foreign key",
+            );
+            if !k.required {
+                f = f.advisory();
+            }
+            bad.push(f);
+            continue;
+        }
+        for r in rows {
+            let (name, act): (String, String) = (r.get(0), r.get(1));
+            if !k.actions.contains(act.as_str()) {
+                bad.push(Check::fail(
+                    format!("foreign key {obj}"),
+                    format!("{name} is ON DELETE {}, expected {want}", action_name(&act)),
+                    "the batches rely on this action (behaviour S4): restore it as GitLab 18 defines it",
+                ));
+            }
+        }
+    }
+    if bad.iter().all(|b| !b.required) {
+        bad.insert(
+            0,
+            Check::pass(
+                "foreign keys",
+                format!(
+                    "the {} foreign keys the batches rely on have their ON DELETE action",
+                    FKS.iter().filter(|k| k.required).count()
+                ),
+            ),
+        );
+    }
+    Ok(bad)
+}
+
+async fn settings_and_ghost(c: &Client) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(match c.query_one(sql::SETTINGS_ROWS, &[]).await {
+        Ok(r) if r.get::<_, i64>(0) > 0 => Check::pass("settings", "application_settings has a row (its deletion_adjourned_period is used)"),
+        Ok(_) => Check::pass("settings", format!("application_settings is empty: the defaults apply (deletion_adjourned_period {} days)", group_deletion::DEFAULT_PERIOD_DAYS)),
+        Err(e) => Check::fail("settings", format!("cannot read application_settings: {}", shared::Error::from(e)), "the table must exist as in GitLab 18"),
+    });
+    let ghost = c.query_opt(sql::GHOST, &[]).await;
+    let orgs = c.query_one(sql::ORGANIZATIONS, &[]).await;
+    out.push(match (ghost, orgs) {
+        (Ok(Some(g)), _) => {
+            Check::pass("ghost user", format!("exists (id {})", g.get::<_, i64>(0)))
+        }
+        (Ok(None), Ok(o)) if o.get::<_, i64>(0) > 0 => Check::pass(
+            "ghost user",
+            "none yet; it can be created on the first user deletion (an organization exists)",
+        ),
+        (Ok(None), Ok(_)) => Check::fail(
+            "ghost user",
+            "none, and no organization for its namespace",
+            "create the ghost user in GitLab (it does at boot) before the first user deletion",
+        ),
+        (Err(e), _) | (_, Err(e)) => Check::fail(
+            "ghost user",
+            shared::Error::from(e).to_string(),
+            "the users and organizations tables must exist as in GitLab 18",
+        ),
+    });
+    out
+}
+
+async fn tls(c: &Client, loopback: bool) -> Result<Check> {
+    let r = c.query_opt(sql::TLS, &[]).await?;
+    let (ssl, version, cipher) = match &r {
+        Some(r) => (
+            r.get::<_, bool>(0),
+            r.get::<_, String>(1),
+            r.get::<_, String>(2),
+        ),
+        None => (false, String::new(), String::new()),
+    };
+    Ok(if ssl {
+        Check::pass("TLS", format!("{version} {cipher}; certificate chain and host name verified (system roots plus DATABASE_CA_BUNDLE)"))
+    } else if loopback {
+        Check::pass(
+            "TLS",
+            "not in use: a loopback connection (the functions require TLS to any other host)",
+        )
+        .advisory()
+    } else {
+        Check::fail("TLS", "not in use on this connection (behind PgBouncer this shows the PgBouncer-to-server leg)", "set sslmode=require (verify with DATABASE_CA_BUNDLE) or enable TLS on the server")
+    })
+}
+
+async fn count(
+    c: &Client,
+    q: &str,
+    p: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> std::result::Result<i64, String> {
+    c.query_one(q, p)
+        .await
+        .map(|r| r.get(0))
+        .map_err(|e| shared::Error::from(e).to_string())
+}
+
+async fn waiting(c: &Client, now: DateTime<Utc>) -> Vec<Check> {
+    let today = shared::clock::today(now);
+    let mut out = Vec::new();
+    let mut push = |f: &str, r: std::result::Result<i64, String>, what: &str| {
+        out.push(match r {
+            Ok(n) => Check::pass(format!("waiting {f}"), format!("{n} {what}")).advisory(),
+            Err(e) => {
+                Check::fail(format!("waiting {f}"), e, "see the catalogue lines above").advisory()
+            }
+        })
+    };
+    push(
+        "remove-expired-members",
+        count(c, sql::WAITING_EXPIRED_MEMBERS, &[&today]).await,
+        "memberships expired",
+    );
+    push(
+        "schedule-prune-deletions",
+        count(c, sql::WAITING_PRUNE_SCHEDULES, &[]).await,
+        "member deletion schedules",
+    );
+    let period = group_deletion::deletion_adjourned_period(c)
+        .await
+        .unwrap_or(group_deletion::DEFAULT_PERIOD_DAYS);
+    let cutoff = group_deletion::cutoff(today, period);
+    push(
+        "adjourned-group-deletion",
+        count(c, sql::WAITING_ADJOURNED_GROUPS, &[&cutoff]).await,
+        &format!("groups due (marked on or before {cutoff})"),
+    );
+    let retry_before = b70::retry_before(now);
+    push(
+        "placeholder-user-cleanup",
+        count(
+            c,
+            sql::WAITING_PLACEHOLDERS,
+            &[&b70::MAX_ATTEMPTS, &retry_before],
+        )
+        .await,
+        "placeholder users eligible",
+    );
+    let mut tokens = Ok(0);
+    for iv in Interval::ALL {
+        let (min, last) = iv.bounds(today);
+        tokens = match (
+            tokens,
+            count(c, sql::WAITING_TOKENS, &[&min, &last, &iv.name()]).await,
+        ) {
+            (Ok(a), Ok(b)) => Ok(a + b),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+    }
+    push("pat-expiring", tokens, "token notices (7/30/60 days)");
+    out
+}

@@ -1,0 +1,329 @@
+//! `hk check` (issue 15) against real databases: the migrated schema passes; a dropped
+//! column, a changed type and a changed `ON DELETE` each fail naming the object; a real
+//! PgBouncer (Debian's `pgbouncer`, started here on 127.0.0.1 as the `postgres` user)
+//! fails the session check in transaction pooling and passes it in session pooling.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use integration_tests::{wait, TestDb};
+use serde_json::Value;
+
+const NOW: &str = "2026-03-01T00:00:00Z";
+
+fn hk_check(url: &str, json: bool) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
+    c.args(["check", "--now", NOW]);
+    if json {
+        c.arg("--json");
+    }
+    c.env("DATABASE_URL", url)
+        .env("RUST_LOG", "warn")
+        .env_remove("TRANSPORT")
+        .env_remove("DATABASE_SECRET_ARN")
+        .env_remove("DATABASE_CA_BUNDLE")
+        .output()
+        .expect("hk runs")
+}
+
+fn out(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The failed lines of a text run.
+fn failures(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('✗'))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn server_version_num(db: &TestDb) -> i32 {
+    db.scalar::<String>("SELECT current_setting('server_version_num')")
+        .await
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_migrated_schema_passes_every_check() {
+    let db = TestDb::new().await;
+    let o = hk_check(&db.url, false);
+    let text = out(&o);
+    if server_version_num(&db).await < 160_005 {
+        // A cluster older than GitLab 18's minimum fails exactly the version line.
+        assert_eq!(o.status.code(), Some(1), "{text}");
+        let f = failures(&o);
+        assert!(
+            f.len() == 1 && f[0].starts_with("✗ server version"),
+            "{text}"
+        );
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(failures(&o).is_empty(), "{text}");
+    for line in [
+        "✓ server version: PostgreSQL 1",
+        "✓ catalogue: all ",
+        "✓ foreign keys:",
+        "✓ ghost user:",
+        "✓ session (advisory locks):",
+        "✓ waiting remove-expired-members:",
+        "✓ waiting pat-expiring:",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    // --json: the same checks, machine-readable, and nothing changed.
+    let before = db.snapshot().await;
+    let j: Value = serde_json::from_slice(&hk_check(&db.url, true).stdout).expect("JSON");
+    assert_eq!(j["ok"], true, "{j}");
+    assert!(j["checks"].as_array().unwrap().len() > 10, "{j}");
+    assert_eq!(db.snapshot().await, before, "hk check changes nothing");
+}
+
+#[tokio::test]
+async fn the_work_waiting_is_counted_at_the_given_time() {
+    let db = TestDb::new().await;
+    let fx = integration_tests::Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.users(&[integration_tests::fixtures::U::human(10)]).await;
+    fx.members(&[integration_tests::fixtures::M::gm(10, 100, 10, 30).expires("2026-02-27")])
+        .await;
+    let j: Value = serde_json::from_slice(&hk_check(&db.url, true).stdout).expect("JSON");
+    let waiting = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "waiting remove-expired-members")
+        .cloned()
+        .expect("the B38 count");
+    assert_eq!(waiting["detail"], "1 memberships expired", "{j}");
+}
+
+async fn assert_fails_naming(db: &TestDb, ddl: &str, names: &[&str]) {
+    db.exec(ddl).await;
+    let o = hk_check(&db.url, false);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(1), "{ddl}:\n{text}");
+    let f = failures(&o);
+    assert!(!f.is_empty(), "{ddl}:\n{text}");
+    for n in names {
+        assert!(
+            f.iter().any(|l| l.contains(n)),
+            "{ddl}: no ✗ line names `{n}`:\n{text}"
+        );
+    }
+    assert!(text.contains("required check(s) failed"), "{ddl}:\n{text}");
+}
+
+#[tokio::test]
+async fn a_dropped_column_fails_naming_the_column_and_the_statements() {
+    let db = TestDb::new().await;
+    assert_fails_naming(
+        &db,
+        "ALTER TABLE members DROP COLUMN expires_at",
+        &[
+            "catalogue batches::remove_expired_members::PAGE:",
+            "expires_at does not exist",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_changed_type_fails_naming_the_column() {
+    let db = TestDb::new().await;
+    assert_fails_naming(
+        &db,
+        "ALTER TABLE ghost_user_migrations ALTER COLUMN hard_delete DROP DEFAULT, \
+         ALTER COLUMN hard_delete TYPE int4 USING hard_delete::int4",
+        &[
+            "catalogue gitlab::user_removal::INSERT_MIGRATION:",
+            "column \"hard_delete\"",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_changed_on_delete_fails_naming_the_foreign_key() {
+    let db = TestDb::new().await;
+    let name: String = db
+        .scalar(
+            "SELECT c.conname::text FROM pg_constraint c
+             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+             WHERE c.contype = 'f' AND c.conrelid = 'members'::regclass AND a.attname = 'user_id'",
+        )
+        .await;
+    assert_fails_naming(
+        &db,
+        &format!(
+            "ALTER TABLE members DROP CONSTRAINT {name},
+               ADD CONSTRAINT {name} FOREIGN KEY (user_id) REFERENCES users (id) ON DELETE NO ACTION"
+        ),
+        &[
+            "foreign key members.user_id → users",
+            "ON DELETE NO ACTION, expected CASCADE",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_insert_default_fails_naming_the_column() {
+    let db = TestDb::new().await;
+    assert_fails_naming(
+        &db,
+        "ALTER TABLE users ADD COLUMN required_thing text NOT NULL DEFAULT 'x';
+         ALTER TABLE users ALTER COLUMN required_thing DROP DEFAULT",
+        &["insert into users", "users.required_thing"],
+    )
+    .await;
+}
+
+/// A PgBouncer on 127.0.0.1 in front of the test cluster, run as `postgres` when we
+/// are root (it refuses root), killed on drop.
+struct PgBouncer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl PgBouncer {
+    fn start(upstream_url: &str, pool_mode: &str) -> PgBouncer {
+        let (host, port) = host_port(upstream_url);
+        let dir = std::env::temp_dir().join(format!("hk-pgbouncer-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        std::fs::write(dir.join("users.txt"), "\"postgres\" \"\"\n").unwrap();
+        std::fs::write(
+            dir.join("pgbouncer.ini"),
+            format!(
+                "[databases]\n* = host={host} port={port}\n\n[pgbouncer]\n\
+                 listen_addr = 127.0.0.1\nlisten_port = {listen}\nunix_socket_dir =\n\
+                 auth_type = trust\nauth_file = {users}\npool_mode = {pool_mode}\n\
+                 default_pool_size = 10\nmax_client_conn = 50\n\
+                 ignore_startup_parameters = extra_float_digits,options\n\
+                 logfile = {log}\n",
+                users = dir.join("users.txt").display(),
+                log = dir.join("pgbouncer.log").display(),
+            ),
+        )
+        .unwrap();
+        let root = std::fs::metadata("/proc/self")
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+            .unwrap_or(false);
+        let ini = dir.join("pgbouncer.ini");
+        let mut cmd = if root {
+            Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&dir)
+                .status()
+                .unwrap();
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=postgres",
+                "--regid=postgres",
+                "--init-groups",
+                "pgbouncer",
+            ])
+            .arg(&ini);
+            c
+        } else {
+            let mut c = Command::new("pgbouncer");
+            c.arg(&ini);
+            c
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pgbouncer starts (scripts/system-packages.sh installs it)");
+        let mut b = PgBouncer {
+            child,
+            port: listen,
+            dir,
+        };
+        wait::until_blocking("pgbouncer listens", wait::SERVER_LISTEN, || {
+            if let Ok(Some(status)) = b.child.try_wait() {
+                panic!(
+                    "pgbouncer exited ({status}):\n{}",
+                    std::fs::read_to_string(b.dir.join("pgbouncer.log")).unwrap_or_default()
+                );
+            }
+            TcpStream::connect(("127.0.0.1", b.port)).ok()
+        });
+        b
+    }
+
+    /// `url` with its host and port replaced by this PgBouncer's.
+    fn url(&self, url: &str) -> String {
+        let (host, port) = host_port(url);
+        url.replacen(
+            &format!("@{host}:{port}/"),
+            &format!("@127.0.0.1:{}/", self.port),
+            1,
+        )
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The host and port of a `postgres://user@host:port/db` URL.
+fn host_port(url: &str) -> (String, u16) {
+    let after = url.split_once('@').expect("URL has user@").1;
+    let hp = after.split_once('/').expect("URL has /db").0;
+    let (h, p) = hp.rsplit_once(':').expect("URL has a port");
+    (h.to_string(), p.parse().expect("numeric port"))
+}
+
+fn session_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find(|l| l.contains("session (advisory locks)"))
+        .unwrap_or_else(|| panic!("no session line:\n{}", out(o)))
+        .to_string()
+}
+
+#[tokio::test]
+async fn pgbouncer_transaction_pooling_fails_the_session_check() {
+    let db = TestDb::new().await;
+    let bouncer = PgBouncer::start(&db.url, "transaction");
+    let o = hk_check(&bouncer.url(&db.url), false);
+    let line = session_line(&o);
+    assert!(line.starts_with('✗'), "{}", out(&o));
+    assert!(line.contains("transaction"), "{line}");
+    assert!(
+        line.contains("pool_mode = session"),
+        "says what to do: {line}"
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+}
+
+#[tokio::test]
+async fn pgbouncer_session_pooling_passes_the_session_check() {
+    let db = TestDb::new().await;
+    let bouncer = PgBouncer::start(&db.url, "session");
+    let o = hk_check(&bouncer.url(&db.url), false);
+    let line = session_line(&o);
+    assert!(line.starts_with('✓'), "{}", out(&o));
+    if server_version_num(&db).await >= 160_005 {
+        assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    }
+}

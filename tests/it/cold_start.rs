@@ -1,0 +1,123 @@
+//! The cold-start schema check (issue 15): a function started against a schema that
+//! lacks a column of the statement catalogue logs one clear line, emits
+//! `schema_incompatible`, fails the invocation as a whole (no per-record failure, so
+//! nothing walks to the DLQ one by one) and processes nothing; once the schema is
+//! fixed, the next invocation of the same environment processes the batch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use hk::local_queue::LocalQueue;
+use integration_tests::fixtures::{M, U};
+use integration_tests::{t, Fx, TestDb};
+use lambda_runtime::{Context, LambdaEvent};
+use shared::clock::FixedClock;
+use shared::config::Config;
+use shared::db::Session;
+use shared::handlers::Dispatch;
+use shared::lambda::{handle_event_checked, Deps, InvokeError, SchemaGate};
+use shared::telemetry::capture;
+use shared::Function;
+
+const NOW: &str = "2025-03-10T00:10:00Z";
+
+fn event() -> SqsEvent {
+    let p = format!(
+        "{}/../events/remove-expired-members.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+fn deps(db: &TestDb, queue: Arc<LocalQueue>) -> Deps {
+    let env: HashMap<&str, String> = HashMap::from([
+        ("DATABASE_URL", db.url.clone()),
+        ("TRANSPORT", "local".into()),
+    ]);
+    let function = Function::RemoveExpiredMembers;
+    Deps {
+        function,
+        session: Session::new(db.connector(), function.name()),
+        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
+        queue,
+        clock: Arc::new(FixedClock(t(NOW))),
+        notifier: None,
+    }
+}
+
+#[tokio::test]
+async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processed() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10)]).await;
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    // A column another function's statements use: this function's own statements
+    // would still run, but the bundle is not compatible with this database.
+    db.exec("ALTER TABLE personal_access_tokens DROP COLUMN sixty_days_notification_sent_at")
+        .await;
+    let q = Arc::new(LocalQueue::new(t(NOW)));
+    let deps = deps(&db, q.clone());
+    let gate = SchemaGate::new();
+    let (log, _g) = capture();
+    let r = handle_event_checked(
+        &Dispatch,
+        &deps,
+        &gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await;
+    let err = r.expect_err("the invocation fails as a whole");
+    assert!(
+        matches!(&err, InvokeError::SchemaIncompatible(s)
+            if s.contains("batches::pat_expiring::HUMAN_PAGE_SIXTY_DAYS")
+                && s.contains("sixty_days_notification_sent_at")),
+        "{err}"
+    );
+    let lines = log.with_message(
+        "schema incompatible: catalogue statements do not prepare on this database; \
+         processing nothing, the messages stay on the queue (run `hk check`)",
+    );
+    assert_eq!(lines.len(), 1, "{}", log.dump());
+    assert_eq!(lines[0]["level"], "error", "{}", log.dump());
+    assert!(
+        lines[0]["statements"]
+            .as_str()
+            .unwrap()
+            .contains("sixty_days_notification_sent_at"),
+        "{}",
+        log.dump()
+    );
+    assert!(
+        log.dump().contains("\"schema_incompatible\""),
+        "{}",
+        log.dump()
+    );
+    assert!(
+        db.exists("members WHERE id = 10").await,
+        "nothing processed"
+    );
+    assert_eq!(q.pending_len(), 0, "nothing sent");
+
+    // Fixed: the same environment processes the next invocation.
+    db.exec(
+        "ALTER TABLE personal_access_tokens ADD COLUMN sixty_days_notification_sent_at timestamptz",
+    )
+    .await;
+    let resp = handle_event_checked(
+        &Dispatch,
+        &deps,
+        &gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await
+    .expect("a compatible schema is served");
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "processed once fixed"
+    );
+}
