@@ -118,6 +118,7 @@ pub struct Runner {
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
     notifier: Option<Arc<Notifier>>,
+    observer: Option<Box<dyn FnMut(&Run) + Send>>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -134,8 +135,22 @@ impl Runner {
             chaos: None,
             planned: VecDeque::new(),
             notifier: None,
+            observer: None,
             runs: Vec::new(),
         }
+    }
+
+    /// Call `f` with every run as it ends (`hk`'s progress line on a terminal).
+    pub fn with_observer(mut self, f: impl FnMut(&Run) + Send + 'static) -> Runner {
+        self.observer = Some(Box::new(f));
+        self
+    }
+
+    fn record(&mut self, run: &Run) {
+        if let Some(f) = self.observer.as_mut() {
+            f(run);
+        }
+        self.runs.push(run.clone());
     }
 
     /// Arm chaos (`--chaos`): duplicates, reordering and crashes drawn from the seed.
@@ -250,7 +265,7 @@ impl Runner {
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, sent);
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok((run, outcome))
     }
 
@@ -391,7 +406,7 @@ impl Runner {
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, sent);
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok((run, outcome))
     }
 
@@ -462,7 +477,7 @@ impl Runner {
             .await?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, recorder.sent());
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok(run)
     }
 
