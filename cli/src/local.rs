@@ -108,6 +108,9 @@ pub fn sent_json(s: &SentRecord) -> Value {
     v
 }
 
+/// Called with every run as it ends ([`Runner::with_observer`]).
+type Observer = Box<dyn FnMut(&Run) + Send>;
+
 /// The in-process driver.
 pub struct Runner {
     connector: Connector,
@@ -118,7 +121,7 @@ pub struct Runner {
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
     notifier: Option<Arc<Notifier>>,
-    observer: Option<Box<dyn FnMut(&Run) + Send>>,
+    observer: Option<Observer>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }

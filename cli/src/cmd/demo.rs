@@ -2,7 +2,7 @@
 //! summary.
 
 use super::run::summarize;
-use super::ui::{num, observe, progress, table};
+use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
 use hk::local::{Run, Runner};
@@ -122,12 +122,12 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
             Cell::new(results.join(" ")),
         ]);
     }
-    println!("{t}");
+    println!("{}", render(&t));
     let mut t = table(&["table", "before", "after"], &[1, 2]);
     for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
         t.add_row(vec![Cell::new(name), num(b), num(a)]);
     }
-    println!("\n{t}");
+    println!("\n{}", render(&t));
     if let Some(d) = &notifier.delivery {
         println!(
             "\nemails: {}; web hooks to local or private addresses are refused",

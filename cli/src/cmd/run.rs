@@ -1,7 +1,7 @@
 //! `hk run`: one function as its trigger would run it (or its whole run with
 //! `--until-idle`, or a rolled-back `--dry-run`), and the run table and summary.
 
-use super::ui::{num, observe, progress, table};
+use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
 use hk::chaos::ChaosSpec;
@@ -130,7 +130,7 @@ pub(crate) fn print_summary(runs: &[Run], dead: usize) {
             Cell::new(cols.join("  ")),
         ]);
     }
-    println!("{t}");
+    println!("{}", render(&t));
     println!("dead-lettered messages: {dead}");
 }
 
