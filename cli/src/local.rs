@@ -112,6 +112,9 @@ pub fn sent_json(s: &SentRecord) -> Value {
     v
 }
 
+/// Called with every run as it ends ([`Runner::with_observer`]).
+type Observer = Box<dyn FnMut(&Run) + Send>;
+
 /// The in-process driver.
 pub struct Runner {
     connector: Connector,
@@ -122,6 +125,7 @@ pub struct Runner {
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
     notifier: Option<Arc<Notifier>>,
+    observer: Option<Observer>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -138,8 +142,22 @@ impl Runner {
             chaos: None,
             planned: VecDeque::new(),
             notifier: None,
+            observer: None,
             runs: Vec::new(),
         }
+    }
+
+    /// Call `f` with every run as it ends (`hk`'s progress line on a terminal).
+    pub fn with_observer(mut self, f: impl FnMut(&Run) + Send + 'static) -> Runner {
+        self.observer = Some(Box::new(f));
+        self
+    }
+
+    fn record(&mut self, run: &Run) {
+        if let Some(f) = self.observer.as_mut() {
+            f(run);
+        }
+        self.runs.push(run.clone());
     }
 
     /// Arm chaos (`--chaos`): duplicates, reordering and crashes drawn from the seed.
@@ -254,7 +272,7 @@ impl Runner {
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, sent);
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok((run, outcome))
     }
 
@@ -395,7 +413,7 @@ impl Runner {
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, sent);
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok((run, outcome))
     }
 
@@ -466,7 +484,7 @@ impl Runner {
             .await?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, recorder.sent());
-        self.runs.push(run.clone());
+        self.record(&run);
         Ok(run)
     }
 

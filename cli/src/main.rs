@@ -1,7 +1,7 @@
 //! `hk`: the operator CLI. It parses arguments and calls the same `shared` handlers
 //! as the Lambda functions, through the in-process queue with virtual time. Each
 //! command is a module under `cmd/`; this file only sets up logging and exits with
-//! the command's code. It holds no SQL of its own.
+//! the command's code (`cmd::exit`: 0, 1 retryable, 2 permanent or usage). It holds no SQL of its own.
 
 mod cmd;
 
@@ -28,8 +28,14 @@ async fn main() -> ExitCode {
     match real_main(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hk: {e:#}");
-            ExitCode::from(2)
+            let code = cmd::exit::code_for(&e);
+            let kind = if code == cmd::exit::RETRYABLE {
+                "retryable"
+            } else {
+                "permanent"
+            };
+            eprintln!("hk: {e:#} ({kind}: exit {code})");
+            ExitCode::from(code)
         }
     }
 }

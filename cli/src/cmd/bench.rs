@@ -1,5 +1,6 @@
 //! `hk bench`: the benchmarks, written to docs/benchmarks.md.
 
+use super::ui::progress;
 use super::*;
 
 #[derive(clap::Args)]
@@ -40,8 +41,15 @@ pub(crate) async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
         keep: a.keep,
         b28_on_moto: a.b28_on_moto,
     };
-    let context = hk::bench::context(&scale, &opts).await?;
-    let rows = hk::bench::run(&a.name, &scale, &opts).await?;
+    let pb = progress(a.json, format!("bench {} at scale {}", a.name, a.scale));
+    let measured = async {
+        let context = hk::bench::context(&scale, &opts).await?;
+        let rows = hk::bench::run(&a.name, &scale, &opts).await?;
+        anyhow::Ok((context, rows))
+    }
+    .await;
+    pb.finish_and_clear();
+    let (context, rows) = measured?;
     let command = format!(
         "hk {}",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")

@@ -6,7 +6,11 @@ use super::*;
 #[derive(Subcommand)]
 pub(crate) enum DbAction {
     /// initdb + start; prints DATABASE_URL.
-    Up,
+    Up {
+        /// Print `{"database_url", "base", "port"}` instead of `DATABASE_URL=…`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stop the cluster.
     Down,
 }
@@ -14,29 +18,51 @@ pub(crate) enum DbAction {
 pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     let c = hk::pg::Cluster::default_location();
     match action {
-        DbAction::Up => {
+        DbAction::Up { json } => {
             c.up()?;
             mark_throwaway(&c.url(), "hk db up").await?;
-            println!("DATABASE_URL={}", c.url());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "database_url": c.url(),
+                        "base": c.base.display().to_string(),
+                        "port": c.port,
+                    })
+                );
+            } else {
+                println!("DATABASE_URL={}", c.url());
+            }
         }
         DbAction::Down => c.down()?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn cmd_migrate() -> Result<ExitCode> {
+pub(crate) async fn cmd_migrate(json: bool) -> Result<ExitCode> {
     let applied = migrate(&database_url()?).await?;
-    println!("migrations applied: {applied:?}");
+    if json {
+        println!("{}", serde_json::json!({ "applied": applied }));
+    } else {
+        println!("migrations applied: {applied:?}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn cmd_seed(set: &str, now: Option<&str>) -> Result<ExitCode> {
+pub(crate) async fn cmd_seed(set: &str, now: Option<&str>, json: bool) -> Result<ExitCode> {
     if set != "demo" {
         bail!("unknown data set `{set}` (known: demo)");
     }
     let now = parse_now(now)?;
     let mut c = Connector::from_url(&database_url()?)?.connect("hk").await?;
     hk::demo::seed(&mut c, now.date_naive()).await?;
-    println!("demo data loaded (dates relative to {})", now.date_naive());
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"set": set, "relative_to": now.date_naive().to_string()})
+        );
+    } else {
+        println!("demo data loaded (dates relative to {})", now.date_naive());
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,12 +2,14 @@
 //! summary.
 
 use super::run::summarize;
+use super::ui::{num, observe, progress, render, table};
 use super::*;
+use comfy_table::Cell;
 use hk::local::{Run, Runner};
 use shared::db::Connector;
 use shared::Function;
 
-pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitCode> {
+pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool, json: bool) -> Result<ExitCode> {
     let now = parse_now(now.as_deref())?;
     let mut cluster = None;
     let url = match std::env::var("DATABASE_URL") {
@@ -22,16 +24,20 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitC
                 c.base.display(),
                 c.port
             );
+            let pb = progress(json, "starting a throwaway PostgreSQL");
             c.up()?;
+            pb.finish_and_clear();
             let url = c.url();
             mark_throwaway(&url, "hk demo").await?;
             cluster = Some(c);
             url
         }
     };
-    let result = demo(&url, now).await;
+    let result = demo(&url, now, json).await;
     if let Some(c) = cluster {
-        if keep_db {
+        if keep_db && json {
+            eprintln!("hk: the demo database is still running: DATABASE_URL={url}  (stop it with HK_PG_BASE={} hk db down)", c.base.display());
+        } else if keep_db {
             println!("\nthe demo database is still running: DATABASE_URL={url}  (stop it with HK_PG_BASE={} hk db down)", c.base.display());
         } else {
             c.down()?;
@@ -41,7 +47,8 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool) -> Result<ExitC
     result
 }
 
-pub(crate) async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
+pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<ExitCode> {
+    let pb = progress(json, "migrating and seeding the demo data");
     migrate(url).await?;
     let connector = Connector::from_url(url)?;
     {
@@ -52,22 +59,51 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
     let mut all: Vec<Run> = Vec::new();
     let mut code = 0;
     let notifier = local_notifier().await?;
+    let observer = std::sync::Arc::new(std::sync::Mutex::new(observe(&pb)));
     for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
-        let mut runner =
-            Runner::new(connector.clone(), Default::default(), now).with_notifier(notifier.clone());
+        let o = observer.clone();
+        let mut runner = Runner::new(connector.clone(), Default::default(), now)
+            .with_notifier(notifier.clone())
+            .with_observer(move |r| (o.lock().expect("the progress observer"))(r));
         let body = runner.cron_message(*f).to_body();
         runner.run_until_idle(*f, &body).await?;
         code = code.max(runner.exit_code(false));
         all.extend(runner.runs);
     }
     let after = hk::demo::table_counts(&connector.connect("hk").await?).await?;
+    pb.finish_and_clear();
+    if json {
+        let tables: Vec<Value> = before
+            .iter()
+            .zip(after.iter())
+            .map(|((t, b), (_, a))| serde_json::json!({"table": t, "before": b, "after": a}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "now": shared::clock::rfc3339(now),
+                "exit_code": code,
+                "functions": summarize(&all),
+                "tables": tables,
+                "emails": notifier.delivery.as_ref().map(|d| d.mailer.describe()),
+            })
+        );
+        return Ok(ExitCode::from(code as u8));
+    }
     println!(
         "hk demo at {} (virtual time; every batch run until idle)\n",
         shared::clock::rfc3339(now)
     );
-    println!(
-        "{:<26} {:>6} {:>9} {:>9} {:>9}  results",
-        "function", "runs", "success", "retryable", "permanent"
+    let mut t = table(
+        &[
+            "function",
+            "runs",
+            "success",
+            "retryable",
+            "permanent",
+            "results",
+        ],
+        &[1, 2, 3, 4],
     );
     for (f, m) in summarize(&all) {
         let g = |k: &str| m.get(k).copied().unwrap_or(0);
@@ -78,19 +114,21 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>) -> Result<ExitCode> {
             })
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        println!(
-            "{f:<26} {:>6} {:>9} {:>9} {:>9}  {}",
-            g("runs"),
-            g("success"),
-            g("retryable"),
-            g("permanent"),
-            results.join(" ")
-        );
+        t.add_row(vec![
+            Cell::new(&f),
+            num(g("runs")),
+            num(g("success")),
+            num(g("retryable")),
+            num(g("permanent")),
+            Cell::new(results.join(" ")),
+        ]);
     }
-    println!("\n{:<32} {:>8} {:>8}", "table", "before", "after");
-    for ((t, b), (_, a)) in before.iter().zip(after.iter()) {
-        println!("{t:<32} {b:>8} {a:>8}");
+    println!("{}", render(&t));
+    let mut t = table(&["table", "before", "after"], &[1, 2]);
+    for ((name, b), (_, a)) in before.iter().zip(after.iter()) {
+        t.add_row(vec![Cell::new(name), num(b), num(a)]);
     }
+    println!("\n{}", render(&t));
     if let Some(d) = &notifier.delivery {
         println!(
             "\nemails: {}; web hooks to local or private addresses are refused",

@@ -1,5 +1,6 @@
 //! `hk local setup|pump`: the local AWS stand-ins around `cargo lambda watch`.
 
+use super::ui::progress;
 use super::*;
 use shared::Function;
 
@@ -16,6 +17,9 @@ pub(crate) enum LocalAction {
         /// Where to write the env file.
         #[arg(long, default_value = ".dev/lambda.env")]
         env_file: PathBuf,
+        /// Print `{"queues", "schedule_group", "env_file"}` instead of the sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Poll the queues and deliver SQS events to `cargo lambda watch`; fire due
     /// one-time schedules.
@@ -31,6 +35,10 @@ pub(crate) enum LocalAction {
         /// Stop after this many seconds in any case.
         #[arg(long, default_value_t = 600)]
         max_seconds: u64,
+        /// Print one JSON object (`delivered`, `failed`, `schedules_fired`,
+        /// `work_left`) instead of the sentence.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -40,6 +48,7 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             aws,
             visibility_s,
             env_file,
+            json,
         } => {
             let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
             let env =
@@ -51,12 +60,23 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             let text: String = env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(&env_file, text)
                 .with_context(|| format!("cannot write {}", env_file.display()))?;
-            println!(
-                "{} queues with DLQs and schedule group `{}` ready; env file: {}",
-                Function::ALL.len(),
-                aws.prefix,
-                env_file.display()
-            );
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "queues": Function::ALL.len(),
+                        "schedule_group": aws.prefix,
+                        "env_file": env_file.display().to_string(),
+                    })
+                );
+            } else {
+                println!(
+                    "{} queues with DLQs and schedule group `{}` ready; env file: {}",
+                    Function::ALL.len(),
+                    aws.prefix,
+                    env_file.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         LocalAction::Pump {
@@ -64,8 +84,10 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             invoke,
             until_idle,
             max_seconds,
+            json,
         } => {
             let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let pb = progress(json, format!("pumping the `{}` queues", aws.prefix));
             let stats = hk::aws_local::pump(
                 &clients,
                 &aws.prefix,
@@ -73,16 +95,31 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
                 until_idle,
                 std::time::Duration::from_secs(max_seconds),
             )
-            .await?;
+            .await;
+            pb.finish_and_clear();
+            let stats = stats?;
             let failed: u64 = stats.failed.values().sum();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "delivered": stats.delivered,
+                        "failed": stats.failed,
+                        "schedules_fired": stats.schedules_fired,
+                        "work_left": stats.work_left,
+                    })
+                );
+            }
             if stats.work_left {
                 eprintln!("hk: stopped after --max-seconds {max_seconds} with messages or schedules still pending");
                 return Ok(ExitCode::from(1));
             }
-            println!(
-                "pump done: delivered {:?}, failed {:?}, schedules fired {}",
-                stats.delivered, stats.failed, stats.schedules_fired
-            );
+            if !json {
+                println!(
+                    "pump done: delivered {:?}, failed {:?}, schedules fired {}",
+                    stats.delivered, stats.failed, stats.schedules_fired
+                );
+            }
             Ok(if failed > 0 {
                 ExitCode::from(1)
             } else {

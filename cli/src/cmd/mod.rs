@@ -6,10 +6,12 @@ mod bench;
 mod check;
 mod db;
 mod demo;
+pub(crate) mod exit;
 mod local;
 mod replay;
 mod run;
 mod status;
+mod ui;
 
 pub(crate) use bench::BenchArgs;
 pub(crate) use check::CheckArgs;
@@ -32,7 +34,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use chrono::{DateTime, SubsecRound, Utc};
-use clap::{Parser, Subcommand};
+use clap::builder::{PossibleValue, TypedValueParser};
+use clap::{CommandFactory, Parser, Subcommand};
 use serde_json::Value;
 
 use shared::config::Config;
@@ -44,7 +47,7 @@ use shared::Function;
 #[derive(Parser)]
 #[command(
     name = "hk",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("HK_GIT_COMMIT"), ")"),
     about = "Operator CLI for the GitLab housekeeping functions"
 )]
 pub(crate) struct Cli {
@@ -60,7 +63,11 @@ pub(crate) enum Cmd {
         action: DbAction,
     },
     /// Apply the schema subset to $DATABASE_URL (local and test databases only).
-    Migrate,
+    Migrate {
+        /// Print `{"applied": [versions]}` instead of the sentence.
+        #[arg(long)]
+        json: bool,
+    },
     /// Load a data set into $DATABASE_URL.
     Seed {
         /// The data set: `demo`.
@@ -68,6 +75,9 @@ pub(crate) enum Cmd {
         /// The date the data is relative to (RFC 3339; default: now).
         #[arg(long)]
         now: Option<String>,
+        /// Print `{"set", "relative_to"}` instead of the sentence.
+        #[arg(long)]
+        json: bool,
     },
     /// Read-only preflight of the target database: version, statement catalogue, GitLab
     /// facts, session locks, TLS and the work waiting (exit 0 only when all pass).
@@ -101,6 +111,16 @@ pub(crate) enum Cmd {
         /// default the demo shows warnings only, and `RUST_LOG` still applies.
         #[arg(long, short)]
         verbose: bool,
+        /// Print one JSON object (`now`, `exit_code`, `functions`, `tables`) instead
+        /// of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a completion script for a shell (e.g. `hk completions bash >
+    /// /etc/bash_completion.d/hk`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -163,6 +183,31 @@ pub(crate) fn function_arg(name: &str) -> Result<Function> {
     })
 }
 
+/// Function names as a value with its possible values (listed in `--help` and in
+/// completions); an unknown name is refused with the list.
+#[derive(Clone)]
+pub(crate) struct FunctionParser;
+
+impl TypedValueParser for FunctionParser {
+    type Value = Function;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<Function, clap::Error> {
+        function_arg(&value.to_string_lossy())
+            .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{e}\n")))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(
+            Function::ALL.iter().map(|f| PossibleValue::new(f.name())),
+        ))
+    }
+}
+
 pub(crate) fn parse_now(s: Option<&str>) -> Result<DateTime<Utc>> {
     match s {
         None => Ok(Utc::now().trunc_subsecs(6)),
@@ -222,14 +267,20 @@ pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
 pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Db { action } => db::cmd_db(action).await,
-        Cmd::Migrate => db::cmd_migrate().await,
-        Cmd::Seed { set, now } => db::cmd_seed(&set, now.as_deref()).await,
+        Cmd::Migrate { json } => db::cmd_migrate(json).await,
+        Cmd::Seed { set, now, json } => db::cmd_seed(&set, now.as_deref(), json).await,
         Cmd::Check(a) => cmd_check(a).await,
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Status(a) => cmd_status(a).await,
         Cmd::Bench(a) => cmd_bench(a).await,
-        Cmd::Demo { now, keep_db, .. } => cmd_demo(now, keep_db).await,
+        Cmd::Demo {
+            now, keep_db, json, ..
+        } => cmd_demo(now, keep_db, json).await,
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "hk", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

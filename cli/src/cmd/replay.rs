@@ -2,6 +2,7 @@
 //! stack, `--stack`/`HK_STACK`, or the local convention, `--prefix`) or a file.
 
 use super::run::print_run;
+use super::ui::{observe, progress};
 use super::*;
 use hk::local::Runner;
 
@@ -10,7 +11,8 @@ pub(crate) enum ReplayAction {
     /// Move messages from a function's DLQ back to its queue.
     Dlq {
         /// The function whose DLQ is replayed.
-        function: String,
+        #[arg(value_parser = FunctionParser)]
+        function: Function,
         #[command(flatten)]
         stack: StackArgs,
         /// Long polling: seconds each receive waits for a message (1-20).
@@ -29,6 +31,9 @@ pub(crate) enum ReplayAction {
         /// Count what would move; move nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Print one JSON object (`action`, `total`, `by_type`, `skipped`, `keys`).
+        #[arg(long)]
+        json: bool,
     },
     /// Replay a JSON-lines file of message bodies or --outbox records.
     File {
@@ -38,8 +43,8 @@ pub(crate) enum ReplayAction {
         #[arg(long)]
         queue: bool,
         /// The receiving function for bare bodies (outbox records name their own).
-        #[arg(long)]
-        to: Option<String>,
+        #[arg(long, value_parser = FunctionParser)]
+        to: Option<Function>,
         #[command(flatten)]
         aws: AwsArgs,
         /// Local runs: the clock (RFC 3339).
@@ -48,14 +53,28 @@ pub(crate) enum ReplayAction {
         /// Local runs: also deliver what the replayed messages send.
         #[arg(long)]
         until_idle: bool,
-        /// Local runs: one JSON object per function run.
+        /// Local runs: one JSON object per function run; --queue: one JSON object
+        /// like `replay dlq --json`'s.
         #[arg(long)]
         json: bool,
     },
 }
 
-pub(crate) fn print_replay(r: &hk::aws_local::ReplayReport, verb: &str) {
+pub(crate) fn print_replay(r: &hk::aws_local::ReplayReport, verb: &str, json: bool) {
     let total: u64 = r.by_type.values().sum();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "action": verb,
+                "total": total,
+                "by_type": r.by_type,
+                "skipped": r.skipped,
+                "keys": r.keys,
+            })
+        );
+        return;
+    }
     println!(
         "{verb} {total} message(s); left in place by the filter: {}",
         r.skipped
@@ -75,13 +94,15 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             max,
             kind,
             dry_run,
+            json,
         } => {
-            let f = function_arg(&function)?;
+            let f = function;
             let names = stack.names()?;
             let clients = hk::aws_local::Aws::new(stack.endpoint.as_deref()).await;
             let dlq = clients.url(&hk::aws_local::dlq_name(names, f)).await?;
             let queue = clients.url(&hk::aws_local::queue_name(names, f)).await?;
             let poll = hk::aws_local::Poll { wait_s, window_s };
+            let pb = progress(json, format!("replaying {f}'s DLQ"));
             let r = hk::aws_local::replay_dlq(
                 &clients,
                 &dlq,
@@ -91,10 +112,14 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                 dry_run,
                 poll,
             )
-            .await?;
-            print_replay(&r, if dry_run { "would move" } else { "moved" });
-            for k in &r.keys {
-                println!("  key {k}");
+            .await;
+            pb.finish_and_clear();
+            let r = r?;
+            print_replay(&r, if dry_run { "would move" } else { "moved" }, json);
+            if !json {
+                for k in &r.keys {
+                    println!("  key {k}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -108,12 +133,13 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             json,
         } => {
             let lines = hk::aws_local::read_lines(&path)?;
-            let to = to.as_deref().map(function_arg).transpose()?;
             if queue {
                 let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+                let pb = progress(json, format!("sending {} message(s)", lines.len()));
                 let r =
-                    hk::aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await?;
-                print_replay(&r, "sent");
+                    hk::aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await;
+                pb.finish_and_clear();
+                print_replay(&r?, "sent", json);
                 return Ok(ExitCode::SUCCESS);
             }
             let config = local_config()?;
@@ -122,6 +148,8 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                 config.settings.clone(),
                 parse_now(now.as_deref())?,
             );
+            let pb = progress(json, format!("replaying {} message(s)", lines.len()));
+            runner = runner.with_observer(observe(&pb));
             for (recv, body) in &lines {
                 let f = to
                     .or(*recv)
@@ -132,6 +160,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                     runner.invoke(f, body, 1).await?;
                 }
             }
+            pb.finish_and_clear();
             for r in &runner.runs {
                 if json {
                     println!("{}", r.to_json());

@@ -3,7 +3,9 @@
 //! run), and the run table and summary. Against a database `hk` did not create it
 //! uses none of its demo defaults for the notifying functions.
 
+use super::ui::{num, observe, progress, render, table};
 use super::*;
+use comfy_table::Cell;
 use hk::chaos::ChaosSpec;
 use hk::local::{Plan, Run, Runner};
 use shared::runtime::DoneReport;
@@ -13,7 +15,8 @@ use std::collections::BTreeMap;
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
     /// The function name, e.g. remove-expired-members.
-    pub(crate) function: String,
+    #[arg(value_parser = FunctionParser)]
+    pub(crate) function: Function,
     /// Fix the clock (RFC 3339).
     #[arg(long)]
     pub(crate) now: Option<String>,
@@ -203,11 +206,26 @@ pub(crate) fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, u64>>
 
 pub(crate) fn print_summary(runs: &[Run], dead: usize) {
     println!("\nSummary");
-    println!("{:<26} totals", "function");
+    let mut t = table(
+        &["function", "runs", "failed", "messages_sent", "totals"],
+        &[1, 2, 3],
+    );
     for (f, m) in summarize(runs) {
-        let cols: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("{f:<26} {}", cols.join("  "));
+        let g = |k: &str| m.get(k).copied().unwrap_or(0);
+        let cols: Vec<String> = m
+            .iter()
+            .filter(|(k, _)| !["runs", "messages_sent"].contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        t.add_row(vec![
+            Cell::new(&f),
+            num(g("runs")),
+            num(g("retryable") + g("permanent")),
+            num(g("messages_sent")),
+            Cell::new(cols.join("  ")),
+        ]);
     }
+    println!("{}", render(&t));
     println!("dead-lettered messages: {dead}");
 }
 
@@ -226,17 +244,7 @@ pub(crate) fn unwrap_outbox_record(text: &str, function: Function) -> Result<Str
 }
 
 pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
-    let function = Function::from_name(&a.function).ok_or_else(|| {
-        anyhow!(
-            "unknown function `{}` (known: {})",
-            a.function,
-            Function::ALL
-                .iter()
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    })?;
+    let function = a.function;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
     let connector = connector(&config).await?;
@@ -284,7 +292,11 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(runner.exit_code(true) as u8));
     }
     if a.until_idle {
-        runner.run_until_idle(function, &body).await?;
+        let pb = progress(a.json, format!("{function} until idle"));
+        runner = runner.with_observer(observe(&pb));
+        let r = runner.run_until_idle(function, &body).await;
+        pb.finish_and_clear();
+        r?;
     } else {
         runner.invoke(function, &body, 1).await?;
     }

@@ -1,0 +1,120 @@
+//! `hk`'s exit codes (README, "Exit codes"): 0 success, 1 a retryable failure left
+//! (including a database or AWS that cannot be reached, or throttling), 2 a
+//! permanent failure or a usage error. A command that fails with an error is
+//! classified here by the causes it carries.
+
+use std::io::ErrorKind;
+
+/// A retryable failure is left: running the same command later may succeed.
+pub(crate) const RETRYABLE: u8 = 1;
+/// A permanent failure or a usage error: the same command will fail again.
+pub(crate) const PERMANENT: u8 = 2;
+
+/// The exit code for a command that ended with `e`.
+pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(se) = cause.downcast_ref::<shared::error::Error>() {
+            use shared::error::Error as E;
+            return match se {
+                E::Retryable(_) | E::Delivery { .. } | E::Transport(_) => RETRYABLE,
+                E::Db(_) if se.is_transient() || se.is_connection_lost() => RETRYABLE,
+                E::Db(pe) => pg_code(pe),
+                E::Malformed(_) | E::Config(_) | E::Invariant(_) => PERMANENT,
+            };
+        }
+        if let Some(pe) = cause.downcast_ref::<tokio_postgres::Error>() {
+            return pg_code(pe);
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            if retryable_io(io.kind()) {
+                return RETRYABLE;
+            }
+        }
+        if retryable_text(&cause.to_string()) {
+            return RETRYABLE;
+        }
+    }
+    PERMANENT
+}
+
+fn pg_code(e: &tokio_postgres::Error) -> u8 {
+    if e.is_closed() {
+        return RETRYABLE;
+    }
+    match e.code().map(|c| c.code()) {
+        // Serialization failure, deadlock, lock not available, the connection class,
+        // the server shutting down or starting, too many connections.
+        Some(c)
+            if [
+                "40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300",
+            ]
+            .contains(&c)
+                || c.starts_with("08") =>
+        {
+            RETRYABLE
+        }
+        Some(_) => PERMANENT,
+        // No SQLSTATE and no server error: the socket (refused, reset, timed out).
+        None if e.as_db_error().is_none() => RETRYABLE,
+        None => PERMANENT,
+    }
+}
+
+fn retryable_io(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::NotConnected
+            | ErrorKind::TimedOut
+            | ErrorKind::BrokenPipe
+            | ErrorKind::AddrNotAvailable
+            | ErrorKind::HostUnreachable
+            | ErrorKind::NetworkUnreachable
+            | ErrorKind::NetworkDown
+    )
+}
+
+/// The AWS SDK's errors, as their text shows them once they are wrapped: a request
+/// that never reached AWS (`dispatch failure`), a timeout, or throttling.
+fn retryable_text(s: &str) -> bool {
+    let s = s.to_ascii_lowercase();
+    [
+        "dispatch failure",
+        "timeout error",
+        "connection refused",
+        "throttl",
+        "toomanyrequests",
+        "requestlimitexceeded",
+        "slowdown",
+        "service unavailable",
+    ]
+    .iter()
+    .any(|p| s.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::anyhow;
+
+    #[test]
+    fn unreachable_is_retryable_and_configuration_is_permanent() {
+        let refused = std::io::Error::new(ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(
+            code_for(&anyhow::Error::new(refused).context("cannot reach")),
+            RETRYABLE
+        );
+        let e = shared::error::Error::Retryable("cannot connect to 127.0.0.1:1".into());
+        assert_eq!(code_for(&e.into()), RETRYABLE);
+        let e = shared::error::Error::Config("DATABASE_URL is not a URL".into());
+        assert_eq!(code_for(&e.into()), PERMANENT);
+        assert_eq!(code_for(&anyhow!("dispatch failure")), RETRYABLE);
+        assert_eq!(
+            code_for(&anyhow!("unhandled error (ThrottlingException)")),
+            RETRYABLE
+        );
+        assert_eq!(code_for(&anyhow!("unknown data set `x`")), PERMANENT);
+    }
+}
