@@ -14,15 +14,20 @@
 # As root it runs apt-get for the missing ones (CI machines are root); otherwise it
 # prints the apt-get line and fails. Usage: bash scripts/system-packages.sh [--check]
 set -euo pipefail
-PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer nodejs npm python3-venv openssl git ca-certificates)
+PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer python3-venv openssl git ca-certificates)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$p")
   fi
 done
+# npm by command, not by package: a machine whose Node.js comes from another
+# repository (NodeSource's nodejs bundles npm) cannot install Debian's npm beside it.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "system packages: all present (${PACKAGES[*]})"
+  echo "system packages: all present (${PACKAGES[*]}, npm $(npm --version))"
   exit 0
 fi
 echo "system packages missing: ${missing[*]}"
