@@ -1,10 +1,13 @@
 //! `hk status` and `hk replay dlq` against moto queues and schedules named as
 //! infra/template.yaml names them: `<stack>-<function>`, `<stack>-<function>-dlq`,
 //! and cron schedules with CloudFormation-generated names in the group
-//! `<stack>-hk`. Needs `MOTO_ENDPOINT`.
+//! `<stack>-hk`, and the queues' CloudWatch metric `ApproximateAgeOfOldestMessage`.
+//! Needs `MOTO_ENDPOINT`.
 
 use std::process::{Command, Output};
 
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum};
 use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, ScheduleState, Target};
 use aws_sdk_sqs::types::QueueAttributeName;
 use integration_tests::aws::{moto_config, moto_endpoint};
@@ -55,6 +58,7 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
     let cfg = moto_config().await;
     let sqs = aws_sdk_sqs::Client::new(&cfg);
     let scheduler = aws_sdk_scheduler::Client::new(&cfg);
+    let cloudwatch = aws_sdk_cloudwatch::Client::new(&cfg);
     // The queues and DLQs (the same `<name>-<function>[-dlq]` shape as the template).
     let env_file = std::env::temp_dir().join(format!("{stack}.env"));
     let o = hk(
@@ -163,6 +167,30 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
         .await
         .unwrap();
 
+    // SQS's age metric for one queue, a minute ago (inside hk status's 5-minute window);
+    // every other queue has no datapoint.
+    cloudwatch
+        .put_metric_data()
+        .namespace("AWS/SQS")
+        .metric_data(
+            MetricDatum::builder()
+                .metric_name("ApproximateAgeOfOldestMessage")
+                .dimensions(
+                    Dimension::builder()
+                        .name("QueueName")
+                        .value(format!("{stack}-remove-expired-members"))
+                        .build(),
+                )
+                .timestamp(DateTime::from(
+                    std::time::SystemTime::now() - std::time::Duration::from_secs(60),
+                ))
+                .value(420.0)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("moto accepts a datapoint in the AWS/SQS namespace");
+
     // No stack: refused, naming how to give one.
     let o = hk(&["status", "--endpoint", &endpoint], &[]);
     assert_eq!(o.status.code(), Some(2));
@@ -184,6 +212,11 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
     assert_eq!(rem["queue"]["visible"], 1);
     assert_eq!(rem["dlq"]["visible"], 3);
     assert_eq!(rem["schedule"], "DISABLED");
+    assert_eq!(rem["queue"]["oldest_age_s"], 420);
+    // No datapoint: null, not 0 (the DLQ of the same function, and another queue).
+    assert_eq!(rem["dlq"]["oldest_age_s"], Value::Null);
+    assert_eq!(of("pat-expiring")["queue"]["oldest_age_s"], Value::Null);
+    assert!(rem["queue"].get("oldest_age_error").is_none(), "{rem}");
     assert_eq!(of("pat-expiring")["schedule"], "ENABLED");
     assert_eq!(of("schedule-prune-deletions")["schedule"], "missing");
     assert_eq!(of("delete-user")["schedule"], Value::Null);
@@ -191,6 +224,18 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
     let o = hk(&["status", "--endpoint", &endpoint, "--stack", &stack], &[]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("DISABLED") && text.contains("ApproximateAgeOfOldestMessage"));
+    let row = |f: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(f))
+            .unwrap_or_else(|| panic!("no row for {f}: {text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    // function queue in_flight delayed age_s dlq dlq_age_s schedule one-time
+    assert_eq!(row("remove-expired-members")[4], "420", "{text}");
+    assert_eq!(row("remove-expired-members")[6], "-", "{text}");
+    assert_eq!(row("pat-expiring")[4], "-", "{text}");
 
     // Replay: everything moves, the keys are printed, the DLQ is empty.
     let o = hk(

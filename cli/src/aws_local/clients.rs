@@ -36,6 +36,8 @@ pub struct Aws {
     pub sqs: aws_sdk_sqs::Client,
     /// Scheduler.
     pub scheduler: aws_sdk_scheduler::Client,
+    /// CloudWatch (the queues' `AWS/SQS` metrics, for `hk status`).
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
 }
 
 impl Aws {
@@ -60,6 +62,7 @@ impl Aws {
         Aws {
             sqs: aws_sdk_sqs::Client::new(&cfg),
             scheduler: aws_sdk_scheduler::Client::new(&cfg),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(&cfg),
         }
     }
 

@@ -12,7 +12,8 @@
 //!   SendMessageBatch, delete), a JSON-lines file → a queue, or a file → the local
 //!   runner.
 //!
-//! * `hk status` reads queue depths and schedule states of a deployed stack.
+//! * `hk status` reads queue depths, oldest-message ages (CloudWatch) and schedule
+//!   states of a deployed stack.
 //!
 //! The parts: `clients` (the AWS clients and the queue names), `setup`, `pump`,
 //! `replay` and `status`.
@@ -27,4 +28,4 @@ pub use clients::{batch_size, dlq_name, queue_name, Aws};
 pub use pump::{fire_due_schedules, pump, PumpStats};
 pub use replay::{read_lines, replay_dlq, replay_file_to_queues, Poll, ReplayReport};
 pub use setup::setup;
-pub use status::{depth, status, Depth, FunctionStatus};
+pub use status::{depth, oldest_age, status, Age, Depth, FunctionStatus, AGE_PERIOD_S, AGE_WINDOW};

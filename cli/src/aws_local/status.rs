@@ -1,6 +1,7 @@
 //! `hk status`: per function, what SQS and EventBridge Scheduler say about a deployed
 //! stack (or the local convention): queue depth, messages in flight and delayed, DLQ
-//! depth, and the state of the function's cron schedule.
+//! depth, the age of the oldest message of the queue and of the DLQ, and the state
+//! of the function's cron schedule.
 //!
 //! Names are those infra/template.yaml creates: queues `<stack>-<function>` and
 //! `<stack>-<function>-dlq`, schedules in the group `<stack>-hk`. The template does
@@ -8,18 +9,33 @@
 //! cron schedule is found by its target (the function's queue ARN) and its
 //! `cron(…)`/`rate(…)` expression; `at(…)` schedules in the group are the pending
 //! one-time delays (behaviour §9.5). The age of the oldest message is not a queue
-//! attribute (it is the CloudWatch metric `ApproximateAgeOfOldestMessage`); `hk
-//! status` reads nothing but SQS and Scheduler, and receives no message, so it says
-//! so instead of guessing.
+//! attribute: SQS publishes it only as the CloudWatch metric
+//! `ApproximateAgeOfOldestMessage` (namespace `AWS/SQS`, dimension `QueueName`), so
+//! it is the Maximum over the last [`AGE_WINDOW`] in periods of [`AGE_PERIOD_S`]
+//! (`None` when CloudWatch has no datapoint: "no data", not 0). `hk status` receives
+//! no message.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Result};
+use aws_sdk_cloudwatch::primitives::DateTime;
+use aws_sdk_cloudwatch::types::{Dimension, Statistic};
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{json, Value};
 
 use super::{dlq_name, queue_name, Aws};
 use shared::Function;
+
+/// How far back `hk status` looks for `ApproximateAgeOfOldestMessage` datapoints.
+pub const AGE_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+/// The period of the statistics `hk status` asks CloudWatch for, in seconds.
+pub const AGE_PERIOD_S: i32 = 60;
+
+/// The oldest message's age in seconds (`Ok(None)`: no datapoint), or why CloudWatch
+/// could not say.
+pub type Age = std::result::Result<Option<i64>, String>;
 
 /// The approximate counts SQS reports for one queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +64,10 @@ pub struct FunctionStatus {
     pub queue: std::result::Result<Depth, String>,
     /// Its DLQ's counts (or why they are missing).
     pub dlq: std::result::Result<Depth, String>,
+    /// The age of the oldest message of its queue.
+    pub queue_age: Age,
+    /// The age of the oldest message of its DLQ.
+    pub dlq_age: Age,
     /// `ENABLED`/`DISABLED` for a cron function's schedule, `missing` when none
     /// targets its queue, `None` for a child function (no schedule).
     pub schedule: Option<String>,
@@ -58,15 +78,23 @@ pub struct FunctionStatus {
 impl FunctionStatus {
     /// The line as JSON (`hk status --json`).
     pub fn to_json(&self) -> Value {
-        let depth = |d: &std::result::Result<Depth, String>| match d {
-            Ok(d) => json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed}),
-            Err(e) => json!({"error": e}),
+        let depth = |d: &std::result::Result<Depth, String>, age: &Age| {
+            let mut v = match d {
+                Ok(d) => {
+                    json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed})
+                }
+                Err(e) => json!({"error": e}),
+            };
+            v["oldest_age_s"] = json!(age.as_ref().ok().copied().flatten());
+            if let Err(e) = age {
+                v["oldest_age_error"] = json!(e);
+            }
+            v
         };
         json!({
             "function": self.function.name(),
-            "queue": depth(&self.queue),
-            "dlq": depth(&self.dlq),
-            "oldest_message_age": Value::Null,
+            "queue": depth(&self.queue, &self.queue_age),
+            "dlq": depth(&self.dlq, &self.dlq_age),
             "schedule": self.schedule,
             "one_time_schedules": self.one_time_schedules,
         })
@@ -103,6 +131,36 @@ pub async fn depth(aws: &Aws, name: &str) -> Result<(Depth, String)> {
         },
         arn,
     ))
+}
+
+/// The Maximum of `ApproximateAgeOfOldestMessage` of the queue `name` over the last
+/// [`AGE_WINDOW`] (system clock), in whole seconds; `None` when there is no datapoint.
+pub async fn oldest_age(aws: &Aws, name: &str) -> Result<Option<i64>> {
+    let end = SystemTime::now();
+    let out = aws
+        .cloudwatch
+        .get_metric_statistics()
+        .namespace("AWS/SQS")
+        .metric_name("ApproximateAgeOfOldestMessage")
+        .dimensions(Dimension::builder().name("QueueName").value(name).build())
+        .start_time(DateTime::from(end - AGE_WINDOW))
+        .end_time(DateTime::from(end))
+        .period(AGE_PERIOD_S)
+        .statistics(Statistic::Maximum)
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow!(
+                "cannot read ApproximateAgeOfOldestMessage of {name} from CloudWatch: {}",
+                aws_sdk_cloudwatch::error::DisplayErrorContext(e)
+            )
+        })?;
+    Ok(out
+        .datapoints()
+        .iter()
+        .filter_map(|d| d.maximum())
+        .reduce(f64::max)
+        .map(|s| s.round() as i64))
 }
 
 /// Every schedule of `group`: `(expression, state, target ARN)`.
@@ -160,10 +218,15 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
             d
         });
         let dlq = depth(aws, &dlq_name(names, *f)).await.map(|(d, _)| d);
+        let age = |name: String| async move {
+            oldest_age(aws, &name).await.map_err(|e| format!("{e:#}"))
+        };
         out.push(FunctionStatus {
             function: *f,
             queue: queue.map_err(|e| format!("{e:#}")),
             dlq: dlq.map_err(|e| format!("{e:#}")),
+            queue_age: age(queue_name(names, *f)).await,
+            dlq_age: age(dlq_name(names, *f)).await,
             schedule: f.cron().map(|_| "missing".to_string()),
             one_time_schedules: 0,
         });

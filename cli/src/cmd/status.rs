@@ -1,6 +1,7 @@
 //! `hk status`: per function, the queue depth, messages in flight and delayed, the
-//! DLQ depth and the cron schedule's state of a deployed stack, from SQS and
-//! EventBridge Scheduler (read only: no message is received).
+//! DLQ depth, the age of the oldest message of the queue and of the DLQ, and the
+//! cron schedule's state of a deployed stack, from SQS, CloudWatch and EventBridge
+//! Scheduler (read only: no message is received).
 
 use super::*;
 
@@ -24,21 +25,37 @@ pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
         }
     } else {
         println!(
-            "{:<28} {:>7} {:>9} {:>7} {:>7}  {:<9} {:>8}",
-            "function", "queue", "in_flight", "delayed", "dlq", "schedule", "one-time"
+            "{:<28} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9}  {:<9} {:>8}",
+            "function",
+            "queue",
+            "in_flight",
+            "delayed",
+            "age_s",
+            "dlq",
+            "dlq_age_s",
+            "schedule",
+            "one-time"
         );
         let n = |d: &std::result::Result<hk::aws_local::Depth, String>,
                  f: fn(&hk::aws_local::Depth) -> i64| {
             d.as_ref().map(|d| f(d).to_string()).unwrap_or("?".into())
         };
+        // `-`: CloudWatch has no datapoint (no data, not 0); `?`: it could not be read.
+        let age = |a: &hk::aws_local::Age| match a {
+            Ok(Some(s)) => s.to_string(),
+            Ok(None) => "-".into(),
+            Err(_) => "?".into(),
+        };
         for l in &lines {
             println!(
-                "{:<28} {:>7} {:>9} {:>7} {:>7}  {:<9} {:>8}",
+                "{:<28} {:>7} {:>9} {:>7} {:>7} {:>7} {:>9}  {:<9} {:>8}",
                 l.function.name(),
                 n(&l.queue, |d| d.visible),
                 n(&l.queue, |d| d.in_flight),
                 n(&l.queue, |d| d.delayed),
+                age(&l.queue_age),
                 n(&l.dlq, hk::aws_local::Depth::total),
+                age(&l.dlq_age),
                 l.schedule.as_deref().unwrap_or("-"),
                 l.one_time_schedules
             );
@@ -47,13 +64,19 @@ pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
             for e in [&l.queue, &l.dlq]
                 .into_iter()
                 .filter_map(|d| d.as_ref().err())
+                .chain(
+                    [&l.queue_age, &l.dlq_age]
+                        .into_iter()
+                        .filter_map(|a| a.as_ref().err()),
+                )
             {
                 println!("{}: {e}", l.function.name());
             }
         }
         println!(
-            "age of the oldest message: not a queue attribute; see the CloudWatch metric \
-             ApproximateAgeOfOldestMessage of each queue (hk status receives no message)"
+            "age_s, dlq_age_s: Maximum of the CloudWatch metric ApproximateAgeOfOldestMessage \
+             over the last {} min (- = no datapoint)",
+            hk::aws_local::AGE_WINDOW.as_secs() / 60
         );
     }
     let missing = lines
