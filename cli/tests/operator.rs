@@ -135,7 +135,15 @@ fn an_unreachable_database_exits_1() {
 fn unreachable_aws_exits_1() {
     let endpoint = format!("http://127.0.0.1:{}", closed_port());
     let o = hk_env(
-        &["replay", "dlq", "delete-user", "--endpoint", &endpoint],
+        &[
+            "replay",
+            "dlq",
+            "delete-user",
+            "--endpoint",
+            &endpoint,
+            "--prefix",
+            "hk",
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(1));
