@@ -117,16 +117,22 @@ pub const OUTCOME_STALE: Metric = count("outcome_stale", Emitters::All, "records
 /// 1 per skipped record (locked elsewhere, disabled, hop limit).
 pub const OUTCOME_SKIPPED: Metric = count("outcome_skipped", Emitters::All, "records: skipped");
 /// 1 per record that failed and will be retried (an error the handler returned).
-pub const OUTCOME_RETRYABLE: Metric =
-    count("outcome_retryable", Emitters::All, "records: failed, retried");
+pub const OUTCOME_RETRYABLE: Metric = count(
+    "outcome_retryable",
+    Emitters::All,
+    "records: failed, retried",
+);
 /// 1 per malformed record (goes to the DLQ after the receives).
 pub const OUTCOME_PERMANENT: Metric =
     count("outcome_permanent", Emitters::All, "records: malformed");
 /// 1 per record whose handler panicked.
 pub const OUTCOME_PANIC: Metric = count("outcome_panic", Emitters::All, "records: panicked");
 /// 1 per record stopped by the invocation's deadline before it finished.
-pub const OUTCOME_DEADLINE: Metric =
-    count("outcome_deadline", Emitters::All, "records: stopped at the deadline");
+pub const OUTCOME_DEADLINE: Metric = count(
+    "outcome_deadline",
+    Emitters::All,
+    "records: stopped at the deadline",
+);
 /// 1 on the first invocation of each cron run (the cron message, hop 0): the
 /// missed-run heartbeat alarm fires when none arrives within the cron period.
 pub const RUN_STARTED: Metric = count("run_started", Emitters::Cron, "cron runs started");
@@ -173,14 +179,23 @@ pub const OLDEST_SCHEDULE_AGE_S: Metric = seconds(
     "age of the oldest deletion schedule",
 );
 /// `members_deletion_schedules` rows left.
-pub const REMAINING_SCHEDULES: Metric =
-    count("remaining_schedules", B43_SCHEDULE, "deletion schedules left");
+pub const REMAINING_SCHEDULES: Metric = count(
+    "remaining_schedules",
+    B43_SCHEDULE,
+    "deletion schedules left",
+);
 /// Schedules worked off by one prune-deletions run.
-pub const SCHEDULES_PROCESSED: Metric =
-    count("schedules_processed", B43_PRUNE, "deletion schedules worked off");
+pub const SCHEDULES_PROCESSED: Metric = count(
+    "schedules_processed",
+    B43_PRUNE,
+    "deletion schedules worked off",
+);
 /// Schedule batches that failed.
-pub const FAILED_SCHEDULES: Metric =
-    count("failed_schedules", B43_PRUNE, "deletion schedule batches failed");
+pub const FAILED_SCHEDULES: Metric = count(
+    "failed_schedules",
+    B43_PRUNE,
+    "deletion schedule batches failed",
+);
 /// Memberships destroyed.
 pub const DESTROYED_COUNT_TOTAL: Metric =
     count("destroyed_count_total", B43_PRUNE, "memberships destroyed");
@@ -202,8 +217,7 @@ pub const GROUPS_DELETED: Metric = count("groups_deleted", B51_WORKER, "groups d
 /// Projects deleted.
 pub const PROJECTS_DELETED: Metric = count("projects_deleted", B51_WORKER, "projects deleted");
 /// Group deletions blocked (an owner, a lock, a condition that needs a person).
-pub const GROUPS_BLOCKED: Metric =
-    count("groups_blocked", B51_WORKER, "group deletions blocked");
+pub const GROUPS_BLOCKED: Metric = count("groups_blocked", B51_WORKER, "group deletions blocked");
 
 // B70.
 /// Placeholder users whose final (15th) deletion attempt was enqueued.
@@ -227,19 +241,31 @@ pub const MAILS_SENT: Metric = count("mails_sent", DELIVERY, "mails accepted by 
 pub const MAILS_FAILED_TEMPORARY: Metric =
     count("mails_failed_temporary", DELIVERY, "mails failed, retried");
 /// Mails rejected for good (5xx).
-pub const MAILS_FAILED_PERMANENT: Metric =
-    count("mails_failed_permanent", DELIVERY, "mails rejected for good");
+pub const MAILS_FAILED_PERMANENT: Metric = count(
+    "mails_failed_permanent",
+    DELIVERY,
+    "mails rejected for good",
+);
 /// Web hooks answered with 2xx/3xx.
 pub const WEBHOOKS_SENT: Metric = count("webhooks_sent", DELIVERY, "web hooks delivered");
 /// Web hooks refused by the SSRF guard or an invalid URL.
-pub const WEBHOOKS_REFUSED: Metric =
-    count("webhooks_refused", DELIVERY, "web hooks refused (SSRF guard)");
+pub const WEBHOOKS_REFUSED: Metric = count(
+    "webhooks_refused",
+    DELIVERY,
+    "web hooks refused (SSRF guard)",
+);
 /// Web hooks that failed temporarily (unreachable, 5xx, 429): retried.
-pub const WEBHOOKS_FAILED_TEMPORARY: Metric =
-    count("webhooks_failed_temporary", DELIVERY, "web hooks failed, retried");
+pub const WEBHOOKS_FAILED_TEMPORARY: Metric = count(
+    "webhooks_failed_temporary",
+    DELIVERY,
+    "web hooks failed, retried",
+);
 /// Web hooks that failed for good (4xx).
-pub const WEBHOOKS_FAILED_PERMANENT: Metric =
-    count("webhooks_failed_permanent", DELIVERY, "web hooks failed for good");
+pub const WEBHOOKS_FAILED_PERMANENT: Metric = count(
+    "webhooks_failed_permanent",
+    DELIVERY,
+    "web hooks failed for good",
+);
 
 // Cold start.
 /// 1 when the cold-start schema check refused the catalogue (behaviour §c9.8).
