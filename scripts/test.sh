@@ -49,6 +49,9 @@ if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
 export PATH="$ROOT/.venv/bin:$PATH"
 # The Python the tests run their aiosmtpd SMTP sink with (tests/sinks/smtp.rs).
 export HK_TEST_PYTHON="$ROOT/.venv/bin/python"
+# The Python whose samtranslator translates the template for the deploy test
+# (tests/it/deploy.rs, which runs its own moto servers with HK_TEST_PYTHON).
+export HK_SAM_PYTHON="$ROOT/.venv-sam/bin/python"
 
 step "SAM template: cfn-lint and sam validate --lint (offline)"
 export SAM_CLI_TELEMETRY=0

@@ -12,6 +12,7 @@ mod cold_start;
 mod common;
 mod delete_user;
 mod deliver_notification;
+mod deploy;
 mod faults;
 mod fuzz;
 mod glue;
