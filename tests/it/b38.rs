@@ -675,3 +675,91 @@ async fn the_deadline_guard_stops_inside_a_group_and_resumes_at_the_first_member
     let c: &OutMessage = &r.runs[0].sent[0].message;
     assert_eq!((c.delay_s, c.envelope.hop), (0, 1));
 }
+
+/// Many memberships on one date: the page after a cursor inside that date is read by
+/// the primary key (`PAGE_SAME_DATE`) and is exactly the keyset page (`PAGE_AFTER`);
+/// when the window no longer holds a whole page, the keyset read takes over, and every
+/// page of the run keeps the order `expires_at DESC, id DESC`.
+#[tokio::test]
+async fn pages_within_one_crowded_date_are_the_keyset_pages() {
+    use shared::batches::remove_expired_members::{read_page, sql, BATCH_SIZE};
+    use shared::messages::MemberCursor;
+    let db = fixture().await;
+    // 2,600 members expired on 2025-03-01 (ids 1000..3599), 5 on 2025-02-01 and one
+    // live member between them in id order.
+    db.exec(
+        "INSERT INTO members (id, access_level, source_id, source_type, type, expires_at)
+           SELECT i, 30, 200, 'Project', 'ProjectMember',
+                  CASE WHEN i = 2000 THEN NULL WHEN i < 1005 THEN date '2025-02-01'
+                       ELSE date '2025-03-01' END
+           FROM generate_series(1000, 3599) i",
+    )
+    .await;
+    let c = db.session().await;
+    let today = chrono::NaiveDate::from_ymd_opt(2025, 3, 10).unwrap();
+    let keyset = |cur: Option<MemberCursor>| {
+        let c = &c;
+        async move {
+            let limit = (BATCH_SIZE + 1) as i64;
+            let rows = match cur {
+                None => c.query(sql::PAGE, &[&today, &limit]).await.unwrap(),
+                Some(k) => c
+                    .query(sql::PAGE_AFTER, &[&today, &k.expires_at, &k.id, &limit])
+                    .await
+                    .unwrap(),
+            };
+            rows.iter()
+                .map(|r| (r.get::<_, chrono::NaiveDate>(0), r.get::<_, i64>(1)))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut cursor: Option<MemberCursor> = None;
+    let mut all = Vec::new();
+    loop {
+        let (page, has_next) = read_page(&c, today, cursor).await.unwrap();
+        let mut expected = keyset(cursor).await;
+        assert_eq!(has_next, expected.len() > BATCH_SIZE);
+        expected.truncate(BATCH_SIZE);
+        assert_eq!(page, expected);
+        all.extend(page.iter().copied());
+        match (has_next, page.last()) {
+            (true, Some(&(expires_at, id))) => cursor = Some(MemberCursor { expires_at, id }),
+            _ => break,
+        }
+    }
+    assert_eq!(all.len(), 2599);
+    assert!(all.windows(2).all(|w| w[0] > w[1]));
+    // The second page comes whole from the primary-key window.
+    let (d, id) = all[BATCH_SIZE - 1];
+    let window = shared::batches::remove_expired_members::SAME_DATE_WINDOW as i64;
+    let limit = (BATCH_SIZE + 1) as i64;
+    let same = c
+        .query(sql::PAGE_SAME_DATE, &[&d, &id, &window, &limit, &today])
+        .await
+        .unwrap();
+    assert_eq!(same.len(), BATCH_SIZE + 1);
+    assert_eq!(same[0].get::<_, i64>(1), all[BATCH_SIZE].1);
+}
+
+/// A page runs in groups of the size in force, whatever it is (the bench's knob), and
+/// the group figures record the longest group and the rows it locked.
+#[tokio::test]
+async fn a_page_runs_in_groups_of_the_size_in_force() {
+    use shared::batches::remove_expired_members as rem;
+    let db = fixture().await;
+    db.exec(
+        "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
+           SELECT i, 30, 200, 'Project', 'ProjectMember', 10, date '2025-03-01'
+           FROM generate_series(1000, 1009) i",
+    )
+    .await;
+    rem::set_group_size(4);
+    rem::reset_group_stats();
+    let (_, log) = cron_once(&db).await;
+    let (longest, locked) = rem::group_stats();
+    rem::set_group_size(rem::GROUP_SIZE);
+    assert_eq!(log.done()["updated_rows"], 10);
+    assert_eq!(db.count("members WHERE id >= 1000").await, 0);
+    assert_eq!(locked, 4);
+    assert!(longest > std::time::Duration::ZERO);
+}

@@ -405,6 +405,9 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         "b38",
         "b38-cost",
         "b38-baseline",
+        "b38-groups",
+        "b38-one-date",
+        "b38-impact",
         "b28",
         "keyset",
         "keyset-one-date",
@@ -419,6 +422,9 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         }
         assert!(!r.measured.contains("DIFFER"), "{r:?}");
     }
+    // One group-size row per size, and the impact of ours, the floor and the baseline.
+    assert_eq!(by["b38-groups"].len(), 3);
+    assert_eq!(by["b38-impact"].len(), 3);
     // Calls are counted exactly: every producer hands the adapter tens.
     for r in &by["queue-calls"] {
         assert_eq!(r.value, 100.0, "{r:?}");

@@ -14,6 +14,7 @@ use chrono::NaiveDate;
 use serde_json::Value;
 use tokio_postgres::Client;
 
+use super::b38_scale;
 use super::data::{self, B38Sizes};
 use super::{median, prewarm, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
 use crate::local::Runner;
@@ -236,7 +237,9 @@ pub async fn run(
     dbs: &mut BenchDbs,
     with_floor: bool,
     with_baseline: bool,
+    extra: (bool, bool),
 ) -> Result<Vec<Row>> {
+    let (with_groups, with_one_date) = extra;
     let today = opts.today();
     let sizes = B38Sizes::for_expired(scale.b38_members);
     {
@@ -251,10 +254,12 @@ pub async fn run(
         dbs.clone_db("b38_src", "b38_floor").await?;
         let mut c = dbs.connector("b38_floor")?.connect("hk-bench").await?;
         prewarm(&c).await?;
+        let s0 = b38_scale::snapshot(&c).await?;
         let side = floor(&mut c, today).await?;
+        let imp = b38_scale::since(&c, &s0).await?;
         drop(c);
         dbs.drop_db("b38_floor").await?;
-        Some(side)
+        Some((side, imp))
     } else {
         None
     };
@@ -262,7 +267,10 @@ pub async fn run(
     let check = dbs.connector("b38_ours")?.connect("hk-bench").await?;
     prewarm(&check).await?;
     // Without the floor, ours only needs to cover the baseline's sample pages.
-    let sample_only = !with_floor && scale.baseline_pages.is_some();
+    let sample_only =
+        !with_floor && !with_groups && !with_one_date && scale.baseline_pages.is_some();
+    shared::batches::remove_expired_members::reset_group_stats();
+    let s0 = b38_scale::snapshot(&check).await?;
     let ours_side = ours(
         dbs.handler_connector("b38_ours")?,
         &check,
@@ -271,6 +279,9 @@ pub async fn run(
         sample_only,
     )
     .await?;
+    let mut ours_imp = b38_scale::since(&check, &s0).await?;
+    let (longest, locked) = shared::batches::remove_expired_members::group_stats();
+    (ours_imp.longest, ours_imp.rows_locked) = (Some(longest), Some(locked));
     drop(check);
     if !sample_only && ours_side.removed != sizes.expired as i64 {
         return Err(Error::Invariant(format!(
@@ -286,7 +297,19 @@ pub async fn run(
         6 * sizes.top_groups,
         sizes.live + sizes.top_groups
     );
-    if let Some(fl) = &floor_side {
+    if let Some((fl, fl_imp)) = &floor_side {
+        rows.push(b38_scale::impact_row(
+            "ours",
+            &ours_side,
+            &ours_imp,
+            &format!("≤ {} (one group)", ours_imp.rows_locked.unwrap_or(0)),
+        ));
+        rows.push(b38_scale::impact_row(
+            "floor",
+            fl,
+            fl_imp,
+            &format!("{} (every expired row, one transaction)", fl.removed),
+        ));
         let same = if fl.checksum == ours_side.checksum {
             "same rows afterwards"
         } else {
@@ -340,7 +363,15 @@ pub async fn run(
         dbs.clone_db("b38_src", "b38_base").await?;
         let mut c = dbs.connector("b38_base")?.connect("hk-bench").await?;
         prewarm(&c).await?;
+        let s0 = b38_scale::snapshot(&c).await?;
         let base = baseline(&mut c, today, scale.baseline_pages).await?;
+        let base_imp = b38_scale::since(&c, &s0).await?;
+        rows.push(b38_scale::impact_row(
+            "GitLab-pattern baseline",
+            &base,
+            &base_imp,
+            "1 (one member per transaction)",
+        ));
         // At full scale the baseline covers the first pages only (it needs a round trip
         // per statement per member): it is compared with ours on those same pages.
         let (ours_time, scope) = match (scale.baseline_pages, ours_side.sample) {
@@ -374,6 +405,13 @@ pub async fn run(
         }
         drop(c);
         dbs.drop_db("b38_base").await?;
+    }
+    if with_groups || with_one_date {
+        let fl = floor_side.as_ref().map(|(s, _)| s);
+        let default = (ours_side, ours_imp);
+        rows.extend(
+            b38_scale::run(scale, opts, dbs, fl, &default, with_groups, with_one_date).await?,
+        );
     }
     dbs.drop_db("b38_src").await?;
     Ok(rows)

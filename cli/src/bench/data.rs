@@ -45,7 +45,18 @@ impl B38Sizes {
 /// project bot and no owner among the expired rows (the floor cannot apply phase 1 or
 /// the last-owner rule). Live memberships include one owner per top-level group.
 pub async fn b38(c: &Client, today: NaiveDate, s: B38Sizes) -> Result<()> {
+    b38_dated(c, today, s, true).await
+}
+
+/// [`b38`], with the expired rows spread over 1,000 days (`spread`) or all on the day
+/// before `today` (the one-date run of `b38-one-date`).
+pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) -> Result<()> {
     let (n, t, u, l) = (s.expired, s.top_groups, s.users, s.live);
+    let date = if spread {
+        format!("date '{today}' - floor(r_date * 1000)::int")
+    } else {
+        format!("date '{today}' - 1")
+    };
     let (projects, groups) = (6 * t, 3 * t);
     let sql = format!(
         "SELECT setseed(0.38);
@@ -72,7 +83,7 @@ pub async fn b38(c: &Client, today: NaiveDate, s: B38Sizes) -> Result<()> {
                   CASE WHEN r_inv < 0.02 THEN 'invite' || i || '@example.org' END,
                   CASE WHEN r_inv < 0.02 THEN 'bench-invite-' || i END,
                   CASE WHEN r_inv >= 0.02 AND r_inv < 0.03 THEN timestamp '{today}' - interval '40 days' END,
-                  date '{today}' - floor(r_date * 1000)::int, '{today}', '{today}'
+                  {date}, '{today}', '{today}'
            FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_inv,
                         random() r_user, random() r_date
                  FROM generate_series(1, {n}) i) x;

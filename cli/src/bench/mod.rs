@@ -16,6 +16,7 @@
 
 pub mod b28;
 pub mod b38;
+pub mod b38_scale;
 mod data;
 pub mod footprint;
 pub mod queue_calls;
@@ -38,6 +39,8 @@ pub use report::{render_markdown, write_doc};
 pub const BENCHES: &[&str] = &[
     "b38",
     "b38-baseline",
+    "b38-groups",
+    "b38-one-date",
     "b28",
     "keyset",
     "queue-calls",
@@ -282,8 +285,12 @@ async fn run_all(
     let mut rows = Vec::new();
     let b38 = names.contains(&"b38");
     let baseline = names.contains(&"b38-baseline");
-    if b38 || baseline {
-        rows.extend(b38::run(scale, opts, dbs, b38, baseline).await?);
+    let groups = names.contains(&"b38-groups");
+    let one_date = names.contains(&"b38-one-date");
+    if b38 || baseline || groups || one_date {
+        // b38-groups compares with the floor: it runs the b38 comparison too.
+        let extra = (groups, one_date);
+        rows.extend(b38::run(scale, opts, dbs, b38 || groups, baseline, extra).await?);
     }
     if names.contains(&"b28") {
         rows.extend(b28::run(scale, opts, dbs).await?);

@@ -11,6 +11,7 @@
 //! triggers on `DELETE` of `members` that rules grouping out.
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use chrono::NaiveDate;
 use tokio_postgres::types::ToSql;
@@ -71,6 +72,8 @@ struct GroupDone {
     /// The page-order index (within the group) of the first member left for the next
     /// invocation, when the guard fired.
     stopped_at: Option<usize>,
+    /// Member rows the group locked in step 1.
+    rows_locked: usize,
 }
 
 /// Steps 1–4 of the group's lock order (behaviour §7.2 (d), §7.3), before any member is
@@ -84,7 +87,7 @@ async fn lock_group(
     st: &GroupStatements,
     ids: &[i64],
     today: NaiveDate,
-) -> Result<()> {
+) -> Result<usize> {
     let rows = tx.query(&st.lock_rows, &[&ids, &today]).await?;
     let mut owner_groups: Vec<i64> = Vec::new();
     let mut bots: Vec<i64> = Vec::new();
@@ -133,7 +136,7 @@ async fn lock_group(
             .collect();
         tx.execute(&st.xact_locks, &[&keys]).await?;
     }
-    Ok(())
+    Ok(rows.len())
 }
 
 /// The work of one group inside its transaction; the caller sends and commits.
@@ -150,7 +153,7 @@ async fn group_body(
     // a generic plan (their shape does not depend on the values) instead of planning
     // every statement again for every group. SET LOCAL ends with the transaction.
     tx.batch_execute(sql::GENERIC_PLANS).await?;
-    lock_group(tx, st, ids, today).await?;
+    let rows_locked = lock_group(tx, st, ids, today).await?;
     // The set-based item: every member that needs no per-member rule.
     let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
     let rows = tx.query(&st.delete_plain, &params).await?;
@@ -212,6 +215,7 @@ async fn group_body(
         outcomes,
         outbox,
         stopped_at,
+        rows_locked,
     })
 }
 
@@ -244,6 +248,7 @@ pub(super) async fn run_group<C>(
 where
     C: GenericClient + Send + Sync,
 {
+    let began = Instant::now();
     let mut tx = match client.transaction().await {
         Ok(tx) => tx,
         Err(e) => return GroupEnd::Lost(e.into()),
@@ -253,13 +258,15 @@ where
             outcomes,
             outbox,
             stopped_at,
+            rows_locked,
         }) => match queue::send_outbox(inv.queue, &outbox).await {
             Ok(()) => match tx.commit().await {
                 Ok(()) => {
+                    super::note_group(began.elapsed(), rows_locked);
                     return GroupEnd::Committed {
                         outcomes,
                         stopped_at,
-                    }
+                    };
                 }
                 Err(e) => {
                     let e = Error::from(e);

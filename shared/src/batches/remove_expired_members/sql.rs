@@ -12,6 +12,18 @@ crate::statements::statements! {
      WHERE expires_at IS NOT NULL AND expires_at <= $1::date
        AND (expires_at, id) < ($2::date, $3::bigint)
      ORDER BY expires_at DESC, id DESC LIMIT $4";
+    /// The rest of a page within the cursor's date, by the primary key (behaviour §B38.4's
+    /// order within one date is `id DESC`): the rows of date `$1::date` (expired on
+    /// `$5::date`) among the `$3` highest ids below `$2::bigint`, in page order, at most
+    /// `$4`. When it returns a whole page it is exactly the page [`PAGE_AFTER`] returns
+    /// (every row of that date with a higher id is inside the window), without reading
+    /// and sorting the whole date through `index_members_on_expires_at`.
+    PAGE_SAME_DATE = "SELECT expires_at, id FROM (
+       SELECT id::bigint AS id, expires_at FROM members
+       WHERE id < $2::bigint ORDER BY id DESC LIMIT $3
+     ) w
+     WHERE expires_at = $1::date AND expires_at <= $5::date
+     ORDER BY id DESC LIMIT $4";
     /// Step 2 for one member: member `$1` if still expired on `$2::date`, locked.
     LOCK_MEMBER = concat!(
         "SELECT ",

@@ -1,0 +1,221 @@
+//! The B38 benches of scale and database impact: `b38-groups` (ours ÷ the floor and the
+//! longest transaction at group sizes 100, 250 and 1,000), `b38-one-date` (a whole run
+//! when every expired membership shares one date ÷ the spread run) and the
+//! `b38-impact` rows (WAL bytes per 1,000 members, transactions per member, longest
+//! transaction and rows locked at once, for ours, the floor and the baseline).
+//!
+//! Owns: the server-side readings of a side (the WAL position and the database's
+//! committed and rolled-back transactions before and after it: the bench reads the
+//! server's counters, production SQL never does), and the extra runs of ours on clones
+//! of `b38_src` (or on a one-date data set built next to it).
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use super::b38::{ours, Side};
+use super::data::{self, B38Sizes};
+use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
+use shared::batches::remove_expired_members as rem;
+use shared::error::{Error, Result};
+
+/// The group sizes `b38-groups` compares.
+pub const GROUP_SIZES: [usize; 3] = [100, 250, 1000];
+
+/// The server's WAL position and transaction count at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    lsn: String,
+    xacts: i64,
+}
+
+/// What one side cost the database.
+#[derive(Debug, Clone, Default)]
+pub struct Impact {
+    /// WAL bytes written while it ran (the whole cluster: autovacuum included).
+    pub wal_bytes: f64,
+    /// Transactions committed or rolled back in its database.
+    pub xacts: i64,
+    /// The longest transaction (ours: a group, BEGIN → COMMIT acknowledged).
+    pub longest: Option<Duration>,
+    /// Member rows one transaction held locked at once.
+    pub rows_locked: Option<u64>,
+}
+
+const SNAPSHOT_SQL: &str = "SELECT pg_current_wal_lsn()::text,
+       (SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database
+        WHERE datname = current_database())";
+
+/// Read the WAL position and the transaction count (stats flushed first).
+pub async fn snapshot(c: &Client) -> Result<Snapshot> {
+    c.batch_execute("SELECT pg_stat_force_next_flush(); SELECT pg_stat_clear_snapshot()")
+        .await?;
+    let r = c.query_one(SNAPSHOT_SQL, &[]).await?;
+    Ok(Snapshot {
+        lsn: r.get(0),
+        xacts: r.get(1),
+    })
+}
+
+/// What happened since `s`.
+pub async fn since(c: &Client, s: &Snapshot) -> Result<Impact> {
+    let now = snapshot(c).await?;
+    let r = c
+        .query_one(
+            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::float8",
+            &[&now.lsn, &s.lsn],
+        )
+        .await?;
+    Ok(Impact {
+        wal_bytes: r.get(0),
+        xacts: now.xacts - s.xacts,
+        longest: None,
+        rows_locked: None,
+    })
+}
+
+/// Ours on a clone of `src` at the group size in force, with its impact.
+async fn ours_on(
+    dbs: &mut BenchDbs,
+    opts: &Options,
+    src: &str,
+    tag: &str,
+) -> Result<(Side, Impact)> {
+    dbs.clone_db(src, tag).await?;
+    let check = dbs.connector(tag)?.connect("hk-bench").await?;
+    prewarm(&check).await?;
+    rem::reset_group_stats();
+    let s0 = snapshot(&check).await?;
+    let side = ours(dbs.handler_connector(tag)?, &check, opts, None, false).await?;
+    let mut imp = since(&check, &s0).await?;
+    let (longest, rows) = rem::group_stats();
+    imp.longest = Some(longest);
+    imp.rows_locked = Some(rows);
+    drop(check);
+    dbs.drop_db(tag).await?;
+    Ok((side, imp))
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.1} ms", d.as_secs_f64() * 1e3))
+        .unwrap_or_else(|| "–".into())
+}
+
+/// One `b38-impact` row for a side.
+pub fn impact_row(name: &str, side: &Side, imp: &Impact, locked: &str) -> Row {
+    let n = side.removed.max(1) as f64;
+    let wal = imp.wal_bytes / n * 1000.0;
+    Row::new(
+        "b38-impact",
+        format!("{name}: WAL bytes per 1,000 members removed"),
+        format!(
+            "{:.0} MB of WAL for {} members; {:.4} transactions per member ({} in all); \
+             longest transaction {}; rows locked at once: {locked}",
+            imp.wal_bytes / 1e6,
+            side.removed,
+            imp.xacts as f64 / n,
+            imp.xacts,
+            match imp.longest {
+                Some(_) => ms(imp.longest),
+                None => secs(side.time),
+            },
+        ),
+        wal,
+        "B",
+        None,
+    )
+}
+
+/// `b38-groups` and `b38-one-date`, after `b38` ran ours (`ours_default`, at
+/// [`rem::GROUP_SIZE`]) and the floor on `b38_src`.
+pub async fn run(
+    scale: &Scale,
+    opts: &Options,
+    dbs: &mut BenchDbs,
+    floor: Option<&Side>,
+    ours_default: &(Side, Impact),
+    groups: bool,
+    one_date: bool,
+) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    if groups {
+        let Some(fl) = floor else {
+            return Err(Error::Config("b38-groups needs b38 (the floor)".into()));
+        };
+        for size in GROUP_SIZES {
+            let (side, imp) = if size == rem::GROUP_SIZE {
+                ours_default.clone()
+            } else {
+                rem::set_group_size(size);
+                let r = ours_on(dbs, opts, "b38_src", "b38_group").await;
+                rem::set_group_size(rem::GROUP_SIZE);
+                r?
+            };
+            let longest = imp.longest.unwrap_or_default();
+            let default = if size == rem::GROUP_SIZE {
+                " (the default, GROUP_SIZE)"
+            } else {
+                ""
+            };
+            rows.push(Row::new(
+                "b38-groups",
+                format!("ours ÷ floor at {size} members per transaction{default}"),
+                format!(
+                    "ours {} ({:.1} µs/member); floor {}; longest transaction {} \
+                     (target < 250 ms: {}); at most {} member rows locked at once; \
+                     {:.3} transactions per member",
+                    secs(side.time),
+                    side.time.as_secs_f64() * 1e6 / side.removed.max(1) as f64,
+                    secs(fl.time),
+                    ms(imp.longest),
+                    if longest < Duration::from_millis(250) {
+                        "met"
+                    } else {
+                        "NOT met"
+                    },
+                    imp.rows_locked.unwrap_or(0),
+                    imp.xacts as f64 / side.removed.max(1) as f64,
+                ),
+                ratio(side.time, fl.time),
+                "×",
+                Some(Target::le(3.0)),
+            ));
+        }
+    }
+    if one_date {
+        let sizes = B38Sizes::for_expired(scale.b38_members);
+        {
+            let src = dbs.create("b38_one_src").await?;
+            data::b38_dated(&src, opts.today(), sizes, false).await?;
+        }
+        let (side, imp) = ours_on(dbs, opts, "b38_one_src", "b38_one").await?;
+        dbs.drop_db("b38_one_src").await?;
+        let spread = &ours_default.0;
+        if side.removed != spread.removed {
+            return Err(Error::Invariant(format!(
+                "b38-one-date: removed {} members, the spread run {}",
+                side.removed, spread.removed
+            )));
+        }
+        rows.push(Row::new(
+            "b38-one-date",
+            format!(
+                "a whole run when all {} expired members share one date ÷ spread over 1,000 days",
+                sizes.expired
+            ),
+            format!(
+                "one date {} ({:.1} µs/member, {} handler runs, longest transaction {}); spread {} ({:.1} µs/member)",
+                secs(side.time),
+                side.time.as_secs_f64() * 1e6 / side.removed.max(1) as f64,
+                side.invocations,
+                ms(imp.longest),
+                secs(spread.time),
+                spread.time.as_secs_f64() * 1e6 / spread.removed.max(1) as f64,
+            ),
+            ratio(side.time, spread.time),
+            "×",
+            Some(Target::le(1.5)),
+        ));
+    }
+    Ok(rows)
+}
