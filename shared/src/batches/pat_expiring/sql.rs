@@ -269,24 +269,29 @@ crate::statements::statements! {
                CASE WHEN res.kind = 'project' THEN COALESCE(pr.path, p.path, '') ELSE COALESCE(gr.path, g.path) END, \
                COALESCE(g.traversal_ids::bigint[], '{}'), \
                ARRAY(SELECT h.id::bigint FROM web_hooks h \
-                     WHERE h.resource_access_token_events = true \
-                       AND ((res.kind = 'project' AND h.type = 'ProjectHook' AND h.project_id = res.rid) \
-                         OR (res.kind = 'group' AND h.type = 'GroupHook' \
-                             AND h.group_id = ANY(COALESCE(NULLIF(g.traversal_ids::bigint[], '{}'), ARRAY[g.id::bigint])))) \
-                     ORDER BY h.id), \
+                     WHERE res.kind = 'project' AND h.type = 'ProjectHook' AND h.project_id = res.rid \
+                       AND h.resource_access_token_events = true \
+                     UNION ALL \
+                     SELECT h.id::bigint FROM web_hooks h \
+                     WHERE res.kind = 'group' AND h.type = 'GroupHook' \
+                       AND h.group_id = ANY(COALESCE(NULLIF(g.traversal_ids::bigint[], '{}'), ARRAY[g.id::bigint])) \
+                       AND h.resource_access_token_events = true \
+                     ORDER BY 1), \
                CASE WHEN res.kind = 'project' THEN ARRAY( \
-                 SELECT u.id::bigint FROM users u \
+                 SELECT DISTINCT u.id::bigint FROM ( \
+                   SELECT m.user_id FROM members m WHERE m.source_type = 'Project' \
+                     AND m.source_id = res.rid AND m.state = 0 AND m.requested_at IS NULL \
+                     AND m.access_level >= 40 \
+                   UNION ALL \
+                   SELECT m.user_id FROM members m WHERE pn.type = 'Group' AND m.source_type = 'Namespace' \
+                     AND m.source_id = ANY(pn.traversal_ids::bigint[]) AND m.state = 0 \
+                     AND m.requested_at IS NULL AND m.access_level >= 40 \
+                   UNION ALL \
+                   SELECT pn.owner_id WHERE pn.type = 'User') granted \
+                 JOIN users u ON u.id = granted.user_id \
                  WHERE u.id <> res.bot AND ",
         crate::gitlab::notifications::can_receive_notifications!(),
         " \
-                   AND (EXISTS (SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Project' \
-                                  AND m.source_id = res.rid AND m.state = 0 AND m.requested_at IS NULL \
-                                  AND m.access_level >= 40) \
-                     OR (pn.type = 'Group' AND EXISTS ( \
-                           SELECT 1 FROM members m WHERE m.user_id = u.id AND m.source_type = 'Namespace' \
-                             AND m.source_id = ANY(pn.traversal_ids::bigint[]) AND m.state = 0 \
-                             AND m.requested_at IS NULL AND m.access_level >= 40)) \
-                     OR (pn.type = 'User' AND pn.owner_id = u.id)) \
                  ORDER BY 1) \
                ELSE ARRAY( \
                  SELECT DISTINCT u.id::bigint FROM members m JOIN users u ON u.id = m.user_id \
