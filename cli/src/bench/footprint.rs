@@ -20,6 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::data::{self, B38Sizes};
+use super::tls_db::TlsOn;
 use super::{median, BenchDbs, Options, Row, Scale, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -242,15 +243,20 @@ async fn reference_start() -> Duration {
 
 /// Hand `remove-expired-members` one SQS record (its cron message) and read its peak
 /// RSS once the response is posted.
-async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64, String)> {
-    let body = Envelope::cron(Function::RemoveExpiredMembers, "bench", opts.now).to_body();
-    let event = serde_json::json!({"Records": [{
+/// An SQS event of one record: `f`'s cron message.
+fn cron_event(f: Function, now: chrono::DateTime<chrono::Utc>) -> String {
+    let body = Envelope::cron(f, "bench", now).to_body();
+    serde_json::json!({"Records": [{
         "messageId": "bench-1", "receiptHandle": "r", "body": body,
         "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
         "md5OfBody": "", "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:hk-remove-expired-members",
+        "eventSourceARN": format!("arn:aws:sqs:us-east-1:123456789012:hk-{}", f.name()),
         "awsRegion": "us-east-1"}]})
-    .to_string();
+    .to_string()
+}
+
+async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64, String)> {
+    let event = cron_event(Function::RemoveExpiredMembers, opts.now);
     let (api, mut rx, task) = runtime_api(vec![event]).await?;
     let log_path = std::env::temp_dir().join(format!("hk-bench-page-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).map_err(|e| io("log file", e))?;
@@ -298,6 +304,90 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
             errors.join(" ")
         ))),
     }
+}
+
+/// Start `f`'s binary with `env` added and hand it its cron message: the time from
+/// spawning the process to the response posted for that first record.
+async fn first_record(
+    bin: &Path,
+    f: Function,
+    database_url: &str,
+    env: &[(&str, String)],
+    opts: &Options,
+) -> Result<Duration> {
+    let (api, mut rx, task) = runtime_api(vec![cron_event(f, opts.now)]).await?;
+    let t0 = Instant::now();
+    let mut cmd = command(bin, f, &api, database_url);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().map_err(|e| io("spawn", e))?;
+    let mut answer = None;
+    while let Ok(Some(seen)) = tokio::time::timeout(FIRST_RECORD_LIMIT, rx.recv()).await {
+        match seen {
+            Seen::Next(_) => continue,
+            Seen::Response(b) => answer = Some((t0.elapsed(), Ok(b))),
+            Seen::Error(b) => answer = Some((t0.elapsed(), Err(b))),
+        }
+        break;
+    }
+    let _ = child.kill().await;
+    task.abort();
+    match answer {
+        Some((t, Ok(b))) if !b.contains("itemIdentifier") => Ok(t),
+        Some((_, Ok(b))) | Some((_, Err(b))) => Err(Error::Invariant(format!(
+            "footprint: {f} failed its first record over TLS: {b}"
+        ))),
+        None => Err(Error::Invariant(format!(
+            "footprint: {f} answered no first record within {FIRST_RECORD_LIMIT:?}"
+        ))),
+    }
+}
+
+/// How long a first record may take before the bench gives up on it.
+const FIRST_RECORD_LIMIT: Duration = Duration::from_secs(60);
+
+/// Starts per function for the cold start with the database.
+const COLD_STARTS: usize = 10;
+
+/// Cold start including the database: for every function a cron starts, process start
+/// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
+/// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
+async fn cold_start_with_db(dir: &Path, dbs: &mut BenchDbs, opts: &Options) -> Result<Vec<Row>> {
+    dbs.create("fp_tls").await?;
+    let tls = TlsOn::on(&dbs.admin).await?;
+    let url = format!("{}?sslmode=require", dbs.url("fp_tls"));
+    let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
+    let mut rows = Vec::new();
+    let result = async {
+        tls.wait_ready(&url).await?;
+        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+            let bin = binary(dir, *f);
+            if !bin.is_file() {
+                continue;
+            }
+            let mut v = Vec::new();
+            for _ in 0..COLD_STARTS {
+                v.push(first_record(&bin, *f, &url, &env, opts).await?);
+            }
+            rows.push(Row::new(
+                "footprint",
+                format!("{f}: process start → first record handled, TLS to PostgreSQL"),
+                format!(
+                    "median of {COLD_STARTS}; its cron message on an empty database, \
+                     sslmode=require with DATABASE_CA_BUNDLE (verified chain and host)"
+                ),
+                median(&mut v).as_secs_f64() * 1000.0,
+                "ms",
+                None,
+            ));
+        }
+        Ok::<(), Error>(())
+    }
+    .await;
+    tls.off(&dbs.admin).await?;
+    dbs.drop_db("fp_tls").await?;
+    result.map(|()| rows)
 }
 
 /// A function's binary in `dir`: `dir/<function>` (a cargo profile directory such as
@@ -395,5 +485,6 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         ));
     }
     dbs.drop_db("fp_b38").await?;
+    rows.extend(cold_start_with_db(&dir, dbs, opts).await?);
     Ok(rows)
 }

@@ -21,6 +21,7 @@ mod data;
 pub mod footprint;
 pub mod queue_calls;
 mod report;
+mod tls_db;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
