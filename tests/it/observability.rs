@@ -163,9 +163,6 @@ const NOT_EMITTED_LOCALLY: &[(&str, &str)] = &[
     // The cold-start schema gate fails the whole invocation before any record; it is
     // covered by tests/it/cold_start.rs, not by a run over a compatible schema.
     ("schema_incompatible", "*"),
-    // A record is stopped at the deadline only under Lambda (the glue, between
-    // records); the local runner gives each record the whole timeout.
-    ("outcome_deadline", "*"),
 ];
 
 fn excepted(name: &str, function: &str) -> bool {
