@@ -144,7 +144,10 @@ fn is_root() -> bool {
 
 /// Connect as a Lambda function would: `Config` (SQS mode) then `Connector`.
 async fn connect(conninfo: &str, ca: Option<&Path>) -> Result<tokio_postgres::Client, String> {
-    let mut env: HashMap<&str, String> = HashMap::from([("DATABASE_URL", conninfo.to_string())]);
+    let mut env: HashMap<&str, String> = HashMap::from([
+        ("DATABASE_URL", conninfo.to_string()),
+        ("SERVICE_NAME", "tls-test".to_string()),
+    ]);
     if let Some(ca) = ca {
         env.insert("DATABASE_CA_BUNDLE", ca.display().to_string());
     }

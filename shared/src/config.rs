@@ -98,6 +98,9 @@ pub struct Config {
     pub settings: Settings,
     /// B28 notification settings (instance, email, web hooks).
     pub notify: crate::notify::config::NotifyConfig,
+    /// `SERVICE_NAME`: the metrics' `Service` dimension (the stack). Required under
+    /// Lambda (`TRANSPORT=sqs`); `local` in `hk` and tests.
+    pub service: String,
 }
 
 impl Config {
@@ -142,6 +145,17 @@ impl Config {
                 )));
             }
         }
+        let service = match (get(crate::metrics::SERVICE_ENV), transport) {
+            (Some(s), _) => s.trim().to_string(),
+            (None, TransportKind::Local) => crate::metrics::LOCAL_SERVICE.to_string(),
+            (None, TransportKind::Sqs) => {
+                return Err(Error::Config(format!(
+                    "{} is required under Lambda (TRANSPORT=sqs): the metrics' Service \
+                     dimension that keeps two stacks apart",
+                    crate::metrics::SERVICE_ENV
+                )))
+            }
+        };
         let mut queues = HashMap::new();
         for f in Function::ALL {
             let sfx = f.env_suffix();
@@ -182,6 +196,7 @@ impl Config {
             scheduler,
             settings,
             notify: crate::notify::config::NotifyConfig::from_lookup(&get)?,
+            service,
         })
     }
 
@@ -299,6 +314,7 @@ mod tests {
     fn defaults_and_queues_are_read() {
         let c = cfg(&[
             ("DATABASE_URL", "postgres://u@h/db"),
+            ("SERVICE_NAME", "gitlab-housekeeping-prod"),
             ("QUEUE_URL_DELETE_USER", "http://q/delete-user"),
             ("QUEUE_ARN_DELETE_USER", "arn:q"),
         ])
@@ -308,6 +324,7 @@ mod tests {
         assert_eq!(c.database.statement_timeout_ms, 30_000);
         assert_eq!(c.database.lock_timeout_ms, 5_000);
         assert_eq!(c.settings, Settings::default());
+        assert_eq!(c.service, "gitlab-housekeeping-prod");
         assert_eq!(
             c.queues[&Function::DeleteUser].arn.as_deref(),
             Some("arn:q")
@@ -325,7 +342,12 @@ mod tests {
         assert!(e.to_string().contains("DB_LOCK_TIMEOUT_MS"));
         let e = cfg(&[("DATABASE_URL", "x"), ("TRANSPORT", "carrier-pigeon")]).unwrap_err();
         assert!(e.to_string().contains("TRANSPORT"));
-        let e = cfg(&[("DATABASE_URL", "x"), ("SCHEDULER_GROUP_NAME", "g")]).unwrap_err();
+        let e = cfg(&[
+            ("DATABASE_URL", "x"),
+            ("SERVICE_NAME", "s"),
+            ("SCHEDULER_GROUP_NAME", "g"),
+        ])
+        .unwrap_err();
         assert!(e.to_string().contains("SCHEDULER_ROLE_ARN"));
         let e = cfg(&[
             ("DATABASE_URL", "x"),
@@ -336,8 +358,33 @@ mod tests {
     }
 
     #[test]
+    fn the_service_name_is_required_under_lambda_and_local_elsewhere() {
+        for empty in [None, Some("  ")] {
+            let mut pairs = vec![("DATABASE_URL", "x")];
+            if let Some(v) = empty {
+                pairs.push(("SERVICE_NAME", v));
+            }
+            let e = cfg(&pairs).unwrap_err().to_string();
+            assert!(e.contains("SERVICE_NAME"), "{e}");
+        }
+        let c = cfg(&[("DATABASE_URL", "x"), ("TRANSPORT", "local")]).unwrap();
+        assert_eq!(c.service, "local");
+        let c = cfg(&[
+            ("DATABASE_URL", "x"),
+            ("TRANSPORT", "local"),
+            ("SERVICE_NAME", "staging"),
+        ])
+        .unwrap();
+        assert_eq!(c.service, "staging");
+    }
+
+    #[test]
     fn debug_output_hides_the_database_url() {
-        let c = cfg(&[("DATABASE_URL", "postgres://u:hunter2@h/db")]).unwrap();
+        let c = cfg(&[
+            ("DATABASE_URL", "postgres://u:hunter2@h/db"),
+            ("TRANSPORT", "local"),
+        ])
+        .unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
     }
 

@@ -94,6 +94,34 @@ impl Function {
             .find(|f| f.accepts().contains(&message_type))
     }
 
+    /// The GitLab Sidekiq worker class this function replaces: the `class` field of
+    /// its log lines, so the searches operators keep for Sidekiq logs find them.
+    /// `deliver-notification` replaces two: see [`Function::gitlab_class_for`].
+    pub fn gitlab_class(self) -> &'static str {
+        match self {
+            Function::RemoveExpiredMembers => "RemoveExpiredMembersWorker",
+            Function::DeleteUser => "DeleteUserWorker",
+            Function::SchedulePruneDeletions => "Members::SchedulePruneDeletionsWorker",
+            Function::PruneDeletions => "Members::PruneDeletionsWorker",
+            Function::AdjournedGroupDeletion => "AdjournedGroupDeletionWorker",
+            Function::GroupDestroy => "GroupDestroyWorker",
+            Function::PlaceholderUserCleanup => "Import::PlaceholderUserCleanupWorker",
+            Function::DeletePlaceholderUser => "Import::DeletePlaceholderUserWorker",
+            Function::PatExpiring => "PersonalAccessTokens::ExpiringWorker",
+            Function::DeliverNotification => "ActionMailer::MailDeliveryJob",
+        }
+    }
+
+    /// The GitLab class of one message type: a web hook is GitLab's `WebHookWorker`,
+    /// anything else the function's [`Function::gitlab_class`].
+    pub fn gitlab_class_for(self, message_type: &str) -> &'static str {
+        if message_type == "deliver-notification.webhook" {
+            "WebHookWorker"
+        } else {
+            self.gitlab_class()
+        }
+    }
+
     /// Whether an EventBridge Scheduler cron starts this function (behaviour §9.7).
     pub fn cron(self) -> Option<&'static str> {
         match self {

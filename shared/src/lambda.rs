@@ -7,7 +7,9 @@
 //! an `SqsBatchResponse` with partial batch failures. A malformed or failed record
 //! never fails the batch; a missing `messageId` does, because Lambda would otherwise
 //! treat the whole batch as failed anyway. After a failed record the session is reset
-//! before the next one (behaviour §7.1).
+//! before the next one (behaviour §7.1). A record left when the invocation's deadline
+//! is reached is not started: it is reported as a failure (and counted as
+//! `outcome_deadline`), so Lambda's timeout never fails the whole batch.
 //!
 //! Before the first event of an execution environment, [`SchemaGate`] PREPAREs the
 //! statement catalogue ([`crate::preflight`]); against an incompatible schema the
@@ -91,6 +93,7 @@ impl Deps {
             ));
         }
         config.require_queues(function.sends_to())?;
+        metrics::set_service(&config.service);
         let env = |k: &str| std::env::var(k).ok();
         let aws = aws::from_env(env);
         let connector = match &config.database.source {
@@ -183,7 +186,7 @@ impl SchemaGate {
             "schema incompatible: catalogue statements do not prepare on this database; \
              processing nothing, the messages stay on the queue (run `hk check`)"
         );
-        metrics::emit(deps.function, &[("schema_incompatible", 1.0)]);
+        metrics::emit(deps.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
         Err(InvokeError::SchemaIncompatible(statements))
     }
 }
@@ -254,6 +257,30 @@ pub async fn handle_event_with<H: Handler>(
             notifier: deps.notifier.as_ref(),
         };
         let body = rec.body.as_deref().unwrap_or("");
+        if inv.deadline.reached() {
+            // Too little time is left to start this record: it goes back to the queue
+            // (redelivered after the visibility timeout) instead of being cut off by
+            // Lambda's timeout, which would fail the whole batch.
+            tracing::warn!(
+                function = deps.function.name(),
+                class = deps.function.gitlab_class(),
+                sqs_message_id = id.as_str(),
+                job_status = "fail",
+                error_class = "deadline",
+                "record not started: deadline reached"
+            );
+            metrics::emit_record_metrics(
+                deps.function,
+                metrics::OutcomeKind::Deadline,
+                true,
+                0.0,
+                None,
+                Vec::new(),
+            );
+            response.add_failure(id);
+            continue;
+        }
+        let started = std::time::Instant::now();
         let outcome = match deps.session.client().await {
             Ok(mut client) => process_record_with(handler, &inv, &mut *client, body, &meta).await,
             Err(e) => {
@@ -263,7 +290,17 @@ pub async fn handle_event_with<H: Handler>(
                     receive_count = meta.receive_count,
                     error = %e,
                     error_class = e.class(),
+                    class = deps.function.gitlab_class(),
+                    job_status = "fail",
                     "database unavailable"
+                );
+                metrics::emit_record_metrics(
+                    deps.function,
+                    metrics::OutcomeKind::Retryable,
+                    true,
+                    started.elapsed().as_secs_f64(),
+                    None,
+                    Vec::new(),
                 );
                 RecordOutcome::Retryable {
                     error_class: e.class().into(),

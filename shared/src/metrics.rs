@@ -3,7 +3,8 @@
 //!
 //! Owns: the metric names, units and the functions that emit each ([`CATALOGUE`]), the
 //! namespace and the dimension set (`Service`, `function`), and the EMF line itself
-//! ([`emit`]). The line goes through the log pipeline, so it lands on stdout in Lambda
+//! ([`emit`]), and the per-record line every record produces whatever happens
+//! ([`emit_record_metrics`], [`OutcomeKind`]). The line goes through the log pipeline, so it lands on stdout in Lambda
 //! and is visible to `telemetry::capture` in tests. The SAM template's alarms and
 //! dashboard read these metrics; a test checks they name only what the code emits.
 
@@ -319,24 +320,43 @@ pub const CATALOGUE: &[Metric] = &[
     SCHEMA_INCOMPATIBLE,
 ];
 
+/// `(name, value)` pairs of a metric list (tests and summaries).
+pub fn named(metrics: &[(Metric, f64)]) -> Vec<(&'static str, f64)> {
+    metrics.iter().map(|(m, v)| (m.name, *v)).collect()
+}
+
 /// The catalogue entry named `name`.
 pub fn by_name(name: &str) -> Option<&'static Metric> {
     CATALOGUE.iter().find(|m| m.name == name)
 }
 
-/// Print one EMF line for `function` with the given `(name, value)` metrics.
-pub fn emit(function: Function, metrics: &[(&str, f64)]) {
+static SERVICE: std::sync::RwLock<Option<String>> = std::sync::RwLock::new(None);
+
+/// The `Service` value used when none was set ([`set_service`]): `hk` and tests.
+pub const LOCAL_SERVICE: &str = "local";
+
+/// Set the `Service` dimension's value for this process: called once at cold start
+/// with `Config::service` (read from [`SERVICE_ENV`]).
+pub fn set_service(name: &str) {
+    *SERVICE.write().unwrap_or_else(|p| p.into_inner()) = Some(name.to_string());
+}
+
+/// The `Service` dimension's value ([`LOCAL_SERVICE`] until [`set_service`]).
+pub fn service() -> String {
+    SERVICE
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_else(|| LOCAL_SERVICE.to_string())
+}
+
+/// Print one EMF line for `function` with the given metrics (units from the
+/// catalogue), under the dimension set `[Service, function]`.
+pub fn emit(function: Function, metrics: &[(Metric, f64)]) {
     let ts = chrono::Utc::now().timestamp_millis();
     let defs: Vec<Value> = metrics
         .iter()
-        .map(|(name, _)| {
-            let unit = if name.ends_with("_s") {
-                "Seconds"
-            } else {
-                "Count"
-            };
-            json!({ "Name": name, "Unit": unit })
-        })
+        .map(|(m, _)| json!({ "Name": m.name, "Unit": m.unit.as_str() }))
         .collect();
     let mut line = Map::new();
     line.insert(
@@ -345,17 +365,89 @@ pub fn emit(function: Function, metrics: &[(&str, f64)]) {
             "Timestamp": ts,
             "CloudWatchMetrics": [{
                 "Namespace": NAMESPACE,
-                "Dimensions": [["function"]],
+                "Dimensions": [[SERVICE_DIMENSION, FUNCTION_DIMENSION]],
                 "Metrics": defs,
             }]
         }),
     );
-    line.insert("function".into(), Value::from(function.name()));
-    for (name, v) in metrics {
-        line.insert((*name).to_string(), json!(v));
+    line.insert(SERVICE_DIMENSION.into(), Value::from(service()));
+    line.insert(FUNCTION_DIMENSION.into(), Value::from(function.name()));
+    for (m, v) in metrics {
+        line.insert(m.name.to_string(), json!(v));
     }
     let line = Value::Object(line);
     tracing::info!(_flatten = %line, "metrics");
+}
+
+/// How one record ended, for its EMF line: exactly one `outcome_*` counter is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeKind {
+    /// Work done (any `done` status but stale and skipped).
+    Done,
+    /// Stale: the database no longer wants the work.
+    Stale,
+    /// Skipped: locked elsewhere, disabled, hop limit.
+    Skipped,
+    /// Failed, retried.
+    Retryable,
+    /// Malformed (including a body that does not parse).
+    Permanent,
+    /// The handler panicked.
+    Panic,
+    /// Not started or stopped at the invocation's deadline.
+    Deadline,
+}
+
+impl OutcomeKind {
+    /// Every outcome with its counter.
+    pub const ALL: [(OutcomeKind, Metric); 7] = [
+        (OutcomeKind::Done, OUTCOME_DONE),
+        (OutcomeKind::Stale, OUTCOME_STALE),
+        (OutcomeKind::Skipped, OUTCOME_SKIPPED),
+        (OutcomeKind::Retryable, OUTCOME_RETRYABLE),
+        (OutcomeKind::Permanent, OUTCOME_PERMANENT),
+        (OutcomeKind::Panic, OUTCOME_PANIC),
+        (OutcomeKind::Deadline, OUTCOME_DEADLINE),
+    ];
+
+    /// The outcome of an acknowledged result with `status`.
+    pub fn of_status(status: &str) -> OutcomeKind {
+        match status {
+            "stale" => OutcomeKind::Stale,
+            "skipped" | "hop_limit_reached" => OutcomeKind::Skipped,
+            _ => OutcomeKind::Done,
+        }
+    }
+}
+
+/// One record's EMF line (behaviour §8): `records` = 1, `records_failed` (1 when the
+/// record is reported as a batch-item failure), `duration_s`, one `outcome_*` = 1,
+/// `run_started` for a cron function (1 on its cron message, hop 0), and the report's
+/// own metrics ([`crate::runtime::Done::metrics`]). Every way a record ends calls it exactly once.
+pub fn emit_record_metrics(
+    function: Function,
+    outcome: OutcomeKind,
+    failed: bool,
+    duration_s: f64,
+    run_started: Option<bool>,
+    report_metrics: Vec<(Metric, f64)>,
+) {
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    let mut m = vec![
+        (RECORDS, 1.0),
+        (RECORDS_FAILED, flag(failed)),
+        (DURATION_S, duration_s),
+    ];
+    m.extend(
+        OutcomeKind::ALL
+            .iter()
+            .map(|(k, c)| (*c, flag(*k == outcome))),
+    );
+    if function.cron().is_some() {
+        m.push((RUN_STARTED, flag(run_started.unwrap_or(false))));
+    }
+    m.extend(report_metrics);
+    emit(function, &m);
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::messages::Envelope;
+use crate::metrics::{emit_record_metrics, Metric, OutcomeKind};
 use crate::queue::{OutMessage, Queue};
 
 /// The monotonic deadline of one invocation: Lambda's remaining time, or in `hk` the
@@ -121,8 +122,14 @@ impl Invocation<'_> {
 pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
     /// The `status` field of `done`.
     fn status(&self) -> &'static str;
-    /// Metrics for this invocation's EMF line (besides `duration_s`), by name.
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    /// Metrics for this invocation's EMF line (besides the per-record ones of
+    /// [`emit_record_metrics`]), from the catalogue ([`crate::metrics`]).
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        Vec::new()
+    }
+    /// The keys GitLab's worker logs with `log_extra_metadata_on_done`, with their
+    /// values: the `done` line carries each as `extra.<worker>.<key>`.
+    fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
         Vec::new()
     }
     /// The items this invocation processed, by name, that `hk`'s summary adds up.
@@ -135,7 +142,8 @@ pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
 trait AnyDone: std::fmt::Debug + Send + Sync {
     fn status(&self) -> &'static str;
     fn fields(&self) -> Map<String, Value>;
-    fn metrics(&self) -> Vec<(&'static str, f64)>;
+    fn metrics(&self) -> Vec<(Metric, f64)>;
+    fn gitlab_extras(&self) -> Vec<(&'static str, Value)>;
     fn counts(&self) -> Vec<(&'static str, u64)>;
     fn as_any(&self) -> &dyn Any;
 }
@@ -150,8 +158,11 @@ impl<T: Done> AnyDone for T {
             _ => Map::new(),
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         Done::metrics(self)
+    }
+    fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
+        Done::gitlab_extras(self)
     }
     fn counts(&self) -> Vec<(&'static str, u64)> {
         Done::counts(self)
@@ -197,8 +208,8 @@ impl DoneReport {
         self.0.as_any().downcast_ref::<T>()
     }
 
-    /// Metrics for the invocation's EMF line (besides `duration_s`).
-    pub fn metrics(&self) -> Vec<(&'static str, f64)> {
+    /// Metrics for the invocation's EMF line (besides the per-record ones).
+    pub fn metrics(&self) -> Vec<(Metric, f64)> {
         self.0.metrics()
     }
 
@@ -257,9 +268,27 @@ impl Report {
         self.done.as_any().downcast_ref::<T>()
     }
 
-    /// Metrics for the invocation's EMF line (besides `duration_s`).
-    pub fn metrics(&self) -> Vec<(&'static str, f64)> {
+    /// Metrics for the invocation's EMF line (besides the per-record ones).
+    pub fn metrics(&self) -> Vec<(Metric, f64)> {
         self.done.metrics()
+    }
+
+    /// GitLab's `log_extra_metadata_on_done` keys and values of this result.
+    pub fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
+        self.done.gitlab_extras()
+    }
+
+    /// The `done` line's fields: [`Report::to_json`] plus GitLab's
+    /// `extra.<worker>.<key>` fields for `class`.
+    pub fn done_fields(&self, class: &str) -> Value {
+        let mut v = self.to_json();
+        let prefix = crate::telemetry::gitlab_extra_prefix(class);
+        if let Value::Object(m) = &mut v {
+            for (k, x) in self.gitlab_extras() {
+                m.insert(format!("{prefix}{k}"), x);
+            }
+        }
+        v
     }
 
     /// The counters `hk`'s summary adds up.
@@ -344,6 +373,7 @@ fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
         error,
         error_class = "malformed",
         message_key = key,
+        job_status = "fail",
         "malformed message"
     );
 }
@@ -364,6 +394,7 @@ where
     let span = tracing::info_span!(
         "record",
         function = inv.function.name(),
+        class = inv.function.gitlab_class(),
         run_id = Empty,
         message_key = Empty,
         hop = Empty,
@@ -371,26 +402,33 @@ where
     );
     async move {
         let started = Instant::now();
-        let env = match Envelope::parse(body, inv.function) {
+        let function = inv.function;
+        let env = match Envelope::parse(body, function) {
             Ok(e) => e,
             Err(m) => {
                 log_malformed(meta, &m.error, m.message_key.as_deref());
+                let d = started.elapsed().as_secs_f64();
+                emit_record_metrics(function, OutcomeKind::Permanent, true, d, None, Vec::new());
                 return RecordOutcome::Permanent { error: m.error };
             }
         };
+        let class = function.gitlab_class_for(&env.kind);
         let span = tracing::Span::current();
+        span.record("class", class);
         span.record("run_id", env.run_id.as_str());
         span.record("message_key", env.message_key.as_str());
         span.record("hop", env.hop);
+        let run_started = Some(env.hop == 0);
         // Validated by `Envelope::parse` and rebuilt from its type: bounded.
         let cursor = env.validated_cursor().unwrap_or(Value::Null);
         tracing::info!(
             now = %rfc3339(inv.now),
             message_type = env.kind.as_str(),
+            job_status = "start",
             _flatten = %serde_json::json!({ "cursor": cursor }),
             "start"
         );
-        let max_hops = u64::from(inv.function.max_hops());
+        let max_hops = u64::from(function.max_hops());
         if env.hop > max_hops {
             // Received above the limit (no sender of this bundle sends one): the
             // hop-limit case of behaviour §9.8, before any work, so nothing is sent.
@@ -401,29 +439,44 @@ where
             );
             let report = Report::new(HopLimitReached);
             let duration_s = started.elapsed().as_secs_f64();
-            tracing::info!(_flatten = %report.to_json(), duration_s, "done");
+            tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status = "done", "done");
+            emit_record_metrics(
+                function,
+                OutcomeKind::Skipped,
+                false,
+                duration_s,
+                run_started,
+                report.metrics(),
+            );
             return RecordOutcome::Success(report);
         }
         let result = AssertUnwindSafe(handler.handle(inv, client, &env))
             .catch_unwind()
             .await;
         let duration_s = started.elapsed().as_secs_f64();
+        let emit = |kind, failed, report: Option<&Report>| {
+            let extra = report.map(Report::metrics).unwrap_or_default();
+            emit_record_metrics(function, kind, failed, duration_s, run_started, extra)
+        };
         match result {
             Ok(Ok(report)) => {
-                tracing::info!(_flatten = %report.to_json(), duration_s, "done");
-                let mut metrics = vec![("duration_s", duration_s)];
-                metrics.extend(report.metrics());
-                crate::metrics::emit(inv.function, &metrics);
+                let job_status = if report.retry.is_some() { "fail" } else { "done" };
+                tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status, "done");
                 match report.retry {
-                    None => RecordOutcome::Success(report),
+                    None => {
+                        emit(OutcomeKind::of_status(report.status()), false, Some(&report));
+                        RecordOutcome::Success(report)
+                    }
                     Some(ref e) => {
                         let (error_class, error) = (e.class().to_string(), e.to_string());
                         tracing::error!(
                             error = error.as_str(),
                             error_class = error_class.as_str(),
                             receive_count = meta.receive_count,
+                            job_status = "fail",
                             "record failed"
                         );
+                        emit(OutcomeKind::Retryable, true, Some(&report));
                         RecordOutcome::Retryable {
                             error_class,
                             error,
@@ -435,7 +488,8 @@ where
             }
             Ok(Err(Error::Malformed(e))) => {
                 log_malformed(meta, &e, Some(&env.message_key));
-                tracing::info!(status = "malformed", duration_s, "done");
+                tracing::info!(status = "malformed", duration_s, job_status = "fail", "done");
+                emit(OutcomeKind::Permanent, true, None);
                 RecordOutcome::Permanent { error: e }
             }
             Ok(Err(e)) => {
@@ -443,9 +497,11 @@ where
                     error = %e,
                     error_class = e.class(),
                     receive_count = meta.receive_count,
+                    job_status = "fail",
                     "record failed"
                 );
-                tracing::info!(status = "failed", duration_s, "done");
+                tracing::info!(status = "failed", duration_s, job_status = "fail", "done");
+                emit(OutcomeKind::Retryable, true, None);
                 RecordOutcome::Retryable {
                     error_class: e.class().to_string(),
                     error: e.to_string(),
@@ -459,8 +515,10 @@ where
                     error = msg.as_str(),
                     error_class = "panic",
                     receive_count = meta.receive_count,
+                    job_status = "fail",
                     "record failed: handler panicked"
                 );
+                emit(OutcomeKind::Panic, true, None);
                 RecordOutcome::Retryable {
                     error_class: "panic".into(),
                     error: msg,

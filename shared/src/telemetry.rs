@@ -205,6 +205,33 @@ pub fn install_panic_hook() {
     }));
 }
 
+/// The prefix GitLab's `ApplicationWorker#logging_extras` gives a worker's
+/// `log_extra_metadata_on_done` keys: `extra.` + the class name with `::` replaced by
+/// `_`, then underscored (`Members::PruneDeletionsWorker` →
+/// `extra.members_prune_deletions_worker.`).
+pub fn gitlab_extra_prefix(class: &str) -> String {
+    let name = class.replace("::", "_");
+    let mut out = String::from("extra.");
+    let mut prev: Option<char> = None;
+    let chars: Vec<char> = name.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            match prev {
+                Some(p) if p.is_ascii_lowercase() || p.is_ascii_digit() => out.push('_'),
+                Some(p) if p.is_ascii_uppercase() && next_lower => out.push('_'),
+                _ => {}
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+        prev = Some(c);
+    }
+    out.push('.');
+    out
+}
+
 /// Captured log lines of one test.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<Value>>>);
@@ -288,6 +315,23 @@ mod tests {
         assert!(!t.would_enable("tokio_postgres", &Level::WARN));
         let t = targets("not a [filter");
         assert!(t.would_enable("shared", &Level::INFO));
+    }
+
+    #[test]
+    fn gitlab_extra_keys_are_prefixed_like_application_worker() {
+        assert_eq!(
+            gitlab_extra_prefix("Members::PruneDeletionsWorker"),
+            "extra.members_prune_deletions_worker."
+        );
+        assert_eq!(
+            gitlab_extra_prefix("RemoveExpiredMembersWorker"),
+            "extra.remove_expired_members_worker."
+        );
+        assert_eq!(
+            gitlab_extra_prefix("PersonalAccessTokens::ExpiringWorker"),
+            "extra.personal_access_tokens_expiring_worker."
+        );
+        assert_eq!(gitlab_extra_prefix("HTTPWorker"), "extra.http_worker.");
     }
 
     #[test]

@@ -66,8 +66,14 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
     );
     assert_eq!(
         emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-        json!([["function"]])
+        json!([["Service", "function"]])
     );
+    assert_eq!(emf["Service"], "local");
+    assert_eq!(
+        (emf["records"].as_f64(), emf["outcome_done"].as_f64()),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(emf["run_started"], 1.0);
     assert_eq!(emf["function"], "remove-expired-members");
     assert_eq!(emf["processed"], 1.0);
     assert_eq!(emf["failed"], 0.0);
@@ -81,10 +87,23 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
     assert_eq!(
         names,
         vec![
+            json!("records"),
+            json!("records_failed"),
             json!("duration_s"),
+            json!("outcome_done"),
+            json!("outcome_stale"),
+            json!("outcome_skipped"),
+            json!("outcome_retryable"),
+            json!("outcome_permanent"),
+            json!("outcome_panic"),
+            json!("outcome_deadline"),
+            json!("run_started"),
             json!("processed"),
             json!("skipped"),
-            json!("failed")
+            json!("failed"),
+            json!("updated_rows"),
+            json!("skipped_rows"),
+            json!("failed_rows")
         ]
     );
 }

@@ -170,7 +170,17 @@ async fn the_scheduler_enqueues_one_run_only_when_a_schedule_exists() {
     assert_eq!(
         names,
         vec![
+            json!("records"),
+            json!("records_failed"),
             json!("duration_s"),
+            json!("outcome_done"),
+            json!("outcome_stale"),
+            json!("outcome_skipped"),
+            json!("outcome_retryable"),
+            json!("outcome_permanent"),
+            json!("outcome_panic"),
+            json!("outcome_deadline"),
+            json!("run_started"),
             json!("remaining_schedules"),
             json!("oldest_schedule_age_s")
         ]

@@ -64,6 +64,10 @@ pub async fn setup(
         "arn:aws:iam::123456789012:role/hk-local-scheduler".into(),
     );
     env.insert("TRANSPORT".into(), "sqs".into());
+    env.insert(
+        shared::metrics::SERVICE_ENV.into(),
+        format!("hk-local-{prefix}"),
+    );
     if let Some(e) = endpoint {
         env.insert("AWS_ENDPOINT_URL".into(), e.into());
     }

@@ -187,6 +187,7 @@ fn command(bin: &Path, f: Function, api: &str, database_url: &str) -> tokio::pro
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("DATABASE_URL", database_url)
         .env("TRANSPORT", "sqs")
+        .env(shared::metrics::SERVICE_ENV, "hk-bench")
         // B28's delivery configuration (checked at cold start by every function that
         // builds a notifier); mails are logged, nothing is sent by the measured work.
         .env("GITLAB_BASE_URL", "https://gitlab.example.com")

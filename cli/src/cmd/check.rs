@@ -40,7 +40,12 @@ fn is_loopback(pg: &tokio_postgres::Config) -> bool {
 /// Run every check; exit 0 only when every required one passes, 1 otherwise.
 pub(crate) async fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let now = parse_now(a.now.as_deref())?;
-    let config = Config::from_env()?;
+    // `hk check` emits no metric: the Lambda-only SERVICE_NAME is not required here.
+    let config = Config::from_lookup(|k| {
+        std::env::var(k).ok().or_else(|| {
+            (k == shared::metrics::SERVICE_ENV).then(|| shared::metrics::LOCAL_SERVICE.into())
+        })
+    })?;
     let env = |k: &str| std::env::var(k).ok();
     let aws = shared::aws::from_env(env);
     let pg = shared::aws::database_config(&config.database.source, Some(&aws)).await?;

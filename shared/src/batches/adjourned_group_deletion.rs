@@ -21,6 +21,7 @@ use crate::locks;
 use crate::messages::{
     group_destroy_key, AdjournedGroupDeletionRun, Envelope, GroupCursor, GroupDestroyRun,
 };
+use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation, Report};
@@ -155,11 +156,13 @@ impl Done for AdjournedGroupDeletionDone {
             "completed"
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
-            ("destroy_enqueued", self.destroy_enqueued as f64),
-            ("restored", self.restored as f64),
-            ("failed", self.failed_groups as f64),
+            (metrics::GROUPS_DUE, self.groups_due as f64),
+            (metrics::DESTROY_ENQUEUED, self.destroy_enqueued as f64),
+            (metrics::RESTORED, self.restored as f64),
+            (metrics::SKIPPED_GROUPS, self.skipped_groups as f64),
+            (metrics::FAILED, self.failed_groups as f64),
         ]
     }
     fn counts(&self) -> Vec<(&'static str, u64)> {
@@ -360,10 +363,12 @@ mod tests {
             json!({"group_id": 7, "index": 2})
         );
         assert_eq!(
-            r.metrics(),
+            crate::metrics::named(&r.metrics()),
             vec![
+                ("groups_due", 3.0),
                 ("destroy_enqueued", 1.0),
                 ("restored", 1.0),
+                ("skipped_groups", 1.0),
                 ("failed", 0.0)
             ]
         );

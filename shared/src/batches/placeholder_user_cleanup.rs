@@ -27,6 +27,7 @@ use crate::messages::{
     delete_placeholder_user_key, DeletePlaceholderUserRun, DetailCursor, Envelope,
     PlaceholderUserCleanupRun,
 };
+use crate::metrics::{self, Metric};
 use crate::queue::{self, OutMessage};
 use crate::runtime::{Done, Invocation, Report};
 
@@ -212,13 +213,13 @@ impl Done for PlaceholderUserCleanupDone {
             "completed"
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
-            ("processed", self.enqueued_count as f64),
-            ("skipped", self.stale_count as f64),
-            ("failed", self.failed_count as f64),
+            (metrics::PROCESSED, self.enqueued_count as f64),
+            (metrics::SKIPPED, self.stale_count as f64),
+            (metrics::FAILED, self.failed_count as f64),
             (
-                "max_attempts_reached",
+                metrics::MAX_ATTEMPTS_REACHED,
                 self.max_attempts_reached_count as f64,
             ),
         ]
@@ -437,7 +438,7 @@ mod tests {
                    "max_attempts_reached_count": 1, "stale_count": 2, "failed_count": 3})
         );
         assert_eq!(
-            r.metrics(),
+            crate::metrics::named(&r.metrics()),
             vec![
                 ("processed", 4.0),
                 ("skipped", 2.0),

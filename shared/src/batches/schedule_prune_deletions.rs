@@ -17,6 +17,7 @@ use crate::locks;
 use crate::messages::{
     prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
 };
+use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::runtime::{Done, Invocation, Report};
 
@@ -66,11 +67,11 @@ impl Done for ScheduleDone {
             "skipped"
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         match self.backlog {
             Some(b) => vec![
-                ("remaining_schedules", b.remaining as f64),
-                ("oldest_schedule_age_s", b.oldest_age_s),
+                (metrics::REMAINING_SCHEDULES, b.remaining as f64),
+                (metrics::OLDEST_SCHEDULE_AGE_S, b.oldest_age_s),
             ],
             None => Vec::new(),
         }
@@ -150,7 +151,7 @@ mod tests {
             json!({"status": "completed", "enqueued": true})
         );
         assert_eq!(
-            r.metrics(),
+            crate::metrics::named(&r.metrics()),
             vec![("remaining_schedules", 3.0), ("oldest_schedule_age_s", 1.5)]
         );
     }

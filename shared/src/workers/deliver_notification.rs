@@ -23,6 +23,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::messages::{EmailNotification, Envelope, WebhookNotification};
+use crate::metrics::{self, Metric};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
 use crate::notify::{Delivery, Instance, Notifier};
@@ -53,6 +54,9 @@ pub enum Outcome {
     InvalidUrl,
     /// The hook answered with an error status or could not be reached.
     Failed,
+    /// The mail server could not take the message now (4xx, connection): the record
+    /// is retried.
+    Deferred,
 }
 
 impl Outcome {
@@ -67,6 +71,7 @@ impl Outcome {
             | Outcome::Refused
             | Outcome::InvalidUrl
             | Outcome::Failed => "completed",
+            Outcome::Deferred => "failed",
         }
     }
 }
@@ -92,6 +97,10 @@ pub enum Delivered {
         hook_id: i64,
         /// How it ended.
         outcome: Outcome,
+        /// For `failed`: whether the failure was temporary (no answer, 5xx, 408,
+        /// 429) rather than a final 4xx. Counted in the metrics, not logged.
+        #[serde(skip)]
+        temporary: bool,
     },
 }
 
@@ -107,6 +116,45 @@ impl Delivered {
 impl Done for Delivered {
     fn status(&self) -> &'static str {
         self.outcome().status()
+    }
+
+    /// The mail counters on an email record, the web-hook counters on a web-hook
+    /// record: each 0 or 1, so a failure rate can be computed from them.
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        match *self {
+            Delivered::Email { outcome, .. } => vec![
+                (metrics::MAILS_SENT, flag(outcome == Outcome::Delivered)),
+                (
+                    metrics::MAILS_FAILED_TEMPORARY,
+                    flag(outcome == Outcome::Deferred),
+                ),
+                (
+                    metrics::MAILS_FAILED_PERMANENT,
+                    flag(outcome == Outcome::Rejected),
+                ),
+            ],
+            Delivered::Webhook {
+                outcome, temporary, ..
+            } => {
+                let failed = outcome == Outcome::Failed;
+                vec![
+                    (metrics::WEBHOOKS_SENT, flag(outcome == Outcome::Delivered)),
+                    (
+                        metrics::WEBHOOKS_REFUSED,
+                        flag(matches!(outcome, Outcome::Refused | Outcome::InvalidUrl)),
+                    ),
+                    (
+                        metrics::WEBHOOKS_FAILED_TEMPORARY,
+                        flag(failed && temporary),
+                    ),
+                    (
+                        metrics::WEBHOOKS_FAILED_PERMANENT,
+                        flag(failed && !temporary),
+                    ),
+                ]
+            }
+        }
     }
 }
 
@@ -169,7 +217,7 @@ async fn email<C: GenericClient>(
         tracing::info!(user_id, template, "Email not sent: dry run");
         return Ok(report(Outcome::DryRun));
     }
-    match d
+    let sent = d
         .mailer
         .send(
             &d.mail_from,
@@ -180,13 +228,17 @@ async fn email<C: GenericClient>(
             user_id,
             template,
         )
-        .await?
-    {
-        SendOutcome::Accepted => {
+        .await;
+    match sent {
+        // A temporary failure is retried; the report carries it so the record's
+        // metrics count it.
+        Err(e) if !matches!(e, Error::Malformed(_)) => Ok(report(Outcome::Deferred).retrying(e)),
+        Err(e) => Err(e),
+        Ok(SendOutcome::Accepted) => {
             tracing::info!(user_id, template, "Email delivered");
             Ok(report(Outcome::Delivered))
         }
-        SendOutcome::Rejected { smtp_code } => {
+        Ok(SendOutcome::Rejected { smtp_code }) => {
             tracing::error!(user_id, smtp_code, "Email rejected");
             Ok(report(Outcome::Rejected))
         }
@@ -316,7 +368,13 @@ where
     let p: WebhookNotification = env.payload()?;
     let (instance, d) = delivery(inv)?;
     let hook_id = p.hook_id;
-    let report = |outcome: Outcome| Report::new(Delivered::Webhook { hook_id, outcome });
+    let report = |outcome: Outcome| {
+        Report::new(Delivered::Webhook {
+            hook_id,
+            outcome,
+            temporary: false,
+        })
+    };
     let hook = match load_hook(&*client, hook_id).await? {
         Some(h) if h.subscribed => h,
         _ => {
@@ -359,6 +417,7 @@ where
     let body = Bytes::from(serde_json::to_vec(&p.body).expect("a JSON value serializes"));
     let started = Instant::now();
     let outcome = d.webhooks.post(&url, &headers, body, hook.verify_tls).await;
+    let mut temporary = false;
     let (success, delivered) = match outcome {
         PostOutcome::Refused(r) => {
             tracing::warn!(
@@ -387,6 +446,7 @@ where
             (true, Outcome::Delivered)
         }
         PostOutcome::Status { status, .. } => {
+            temporary = status >= 500 || status == 408 || status == 429;
             tracing::warn!(
                 hook_id,
                 status,
@@ -397,6 +457,7 @@ where
             (false, Outcome::Failed)
         }
         PostOutcome::Failed { error_class } => {
+            temporary = true;
             tracing::warn!(
                 hook_id,
                 error_class,
@@ -407,7 +468,11 @@ where
         }
     };
     retry_transient!(record(inv, client, hook_id, success).await)?;
-    Ok(report(delivered))
+    Ok(Report::new(Delivered::Webhook {
+        hook_id,
+        outcome: delivered,
+        temporary,
+    }))
 }
 
 /// Handle one `deliver-notification.email` or `.webhook` message.
@@ -446,6 +511,7 @@ mod tests {
             Report::new(Delivered::Webhook {
                 hook_id: 3,
                 outcome,
+                temporary: false,
             })
         };
         assert_eq!(
@@ -457,7 +523,35 @@ mod tests {
         assert_eq!(hook(Outcome::NotSubscribed).status(), "stale");
         assert_eq!(hook(Outcome::DryRun).to_json()["outcome"], "dry_run");
         assert!(hook(Outcome::Failed).counts().is_empty());
-        assert!(hook(Outcome::Failed).metrics().is_empty());
+        let counted = |r: Report| {
+            r.metrics()
+                .into_iter()
+                .filter(|(_, v)| *v == 1.0)
+                .map(|(m, _)| m.name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            counted(hook(Outcome::Failed)),
+            ["webhooks_failed_permanent"]
+        );
+        assert_eq!(counted(hook(Outcome::Refused)), ["webhooks_refused"]);
+        let temporary = Report::new(Delivered::Webhook {
+            hook_id: 3,
+            outcome: Outcome::Failed,
+            temporary: true,
+        });
+        assert_eq!(counted(temporary), ["webhooks_failed_temporary"]);
+        let mail = |outcome| {
+            Report::new(Delivered::Email {
+                user_id: 10,
+                template: "t",
+                outcome,
+            })
+        };
+        assert_eq!(counted(mail(Outcome::Deferred)), ["mails_failed_temporary"]);
+        assert_eq!(mail(Outcome::Deferred).status(), "failed");
+        assert_eq!(counted(mail(Outcome::Delivered)), ["mails_sent"]);
+        assert_eq!(counted(mail(Outcome::Rejected)), ["mails_failed_permanent"]);
     }
 
     #[test]

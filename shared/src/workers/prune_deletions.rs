@@ -27,6 +27,7 @@ use crate::gitlab::permissions::{self, Denial};
 use crate::gitlab::{authz, hierarchy};
 use crate::locks;
 use crate::messages::{Envelope, PruneDeletionsRun};
+use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Budget, Done, Invocation, Report};
@@ -341,8 +342,18 @@ impl Done for PruneDone {
             PruneStatus::MoreWork => "more_work",
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        vec![("failed_schedules", self.failed_schedules as f64)]
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        vec![
+            (metrics::FAILED_SCHEDULES, self.failed_schedules as f64),
+            (
+                metrics::SCHEDULES_PROCESSED,
+                self.schedules_processed as f64,
+            ),
+            (
+                metrics::DESTROYED_COUNT_TOTAL,
+                self.destroyed_count_total as f64,
+            ),
+        ]
     }
     fn counts(&self) -> Vec<(&'static str, u64)> {
         vec![
@@ -400,6 +411,13 @@ mod tests {
             r.to_json(),
             json!({"status": "skipped", "schedules_processed": 0, "destroyed_count_total": 0})
         );
-        assert_eq!(r.metrics(), vec![("failed_schedules", 0.0)]);
+        assert_eq!(
+            crate::metrics::named(&r.metrics()),
+            vec![
+                ("failed_schedules", 0.0),
+                ("schedules_processed", 0.0),
+                ("destroyed_count_total", 0.0)
+            ]
+        );
     }
 }

@@ -51,6 +51,7 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::locks;
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
+use crate::metrics::{self, Metric};
 use crate::notify::Instance;
 use crate::queue::{self, OutMessage};
 use crate::runtime::{Budget, Done, Invocation, Report};
@@ -104,12 +105,24 @@ impl Done for PatExpiringDone {
         }
     }
 
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
-            ("user_tokens_marked", self.user_tokens_marked as f64),
-            ("bot_tokens_marked", self.bot_tokens_marked as f64),
-            ("failed", (self.user_failures + self.bot_failures) as f64),
+            (metrics::USER_TOKENS_MARKED, self.user_tokens_marked as f64),
+            (metrics::BOT_TOKENS_MARKED, self.bot_tokens_marked as f64),
+            (
+                metrics::FAILED,
+                (self.user_failures + self.bot_failures) as f64,
+            ),
         ]
+    }
+
+    /// `PersonalAccessTokens::ExpiringWorker` logs its `total_*` counters with
+    /// `log_extra_metadata_on_done`: the same names as this `done` line's.
+    fn gitlab_extras(&self) -> Vec<(&'static str, serde_json::Value)> {
+        self.counts()
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::Value::from(v)))
+            .collect()
     }
 
     fn counts(&self) -> Vec<(&'static str, u64)> {
@@ -434,7 +447,7 @@ mod tests {
             })
         );
         assert_eq!(
-            report.metrics(),
+            crate::metrics::named(&report.metrics()),
             vec![
                 ("user_tokens_marked", 4.0),
                 ("bot_tokens_marked", 1.0),

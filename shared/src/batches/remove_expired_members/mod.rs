@@ -52,6 +52,7 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::locks;
 use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
+use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::runtime::{Done, Invocation, Report};
 
@@ -188,12 +189,29 @@ impl Done for ExpiredMembersDone {
             "completed"
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
+    fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
-            ("processed", self.updated_rows as f64),
-            ("skipped", self.skipped_rows as f64),
-            ("failed", self.failed_rows as f64),
+            (metrics::PROCESSED, self.updated_rows as f64),
+            (metrics::SKIPPED, self.skipped_rows as f64),
+            (metrics::FAILED, self.failed_rows as f64),
+            (metrics::UPDATED_ROWS, self.updated_rows as f64),
+            (metrics::SKIPPED_ROWS, self.skipped_rows as f64),
+            (metrics::FAILED_ROWS, self.failed_rows as f64),
         ]
+    }
+
+    /// `RemoveExpiredMembersWorker` logs `log_extra_metadata_on_done(:result,
+    /// status:, updated_rows:)`; the skipped and failed rows are added beside them.
+    fn gitlab_extras(&self) -> Vec<(&'static str, serde_json::Value)> {
+        vec![(
+            "result",
+            serde_json::json!({
+                "status": self.status(),
+                "updated_rows": self.updated_rows,
+                "skipped_rows": self.skipped_rows,
+                "failed_rows": self.failed_rows,
+            }),
+        )]
     }
     fn counts(&self) -> Vec<(&'static str, u64)> {
         vec![
@@ -399,8 +417,15 @@ mod tests {
             json!({"expires_at": "2025-03-01", "id": 9})
         );
         assert_eq!(
-            r.metrics(),
-            vec![("processed", 2.0), ("skipped", 1.0), ("failed", 0.0)]
+            crate::metrics::named(&r.metrics()),
+            vec![
+                ("processed", 2.0),
+                ("skipped", 1.0),
+                ("failed", 0.0),
+                ("updated_rows", 2.0),
+                ("skipped_rows", 1.0),
+                ("failed_rows", 0.0)
+            ]
         );
     }
 }

@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::messages::GroupDestroyRun;
+use crate::metrics::{self, Metric};
 use crate::runtime::Done;
 
 /// Rows this invocation deleted, by kind.
@@ -102,14 +103,18 @@ impl Done for GroupDestroyDone {
             Outcome::Destroyed => "completed",
         }
     }
-    fn metrics(&self) -> Vec<(&'static str, f64)> {
-        if !self.outcome.destroying() {
-            return Vec::new();
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        let blocked = if self.outcome == Outcome::Blocked {
+            1.0
+        } else {
+            0.0
+        };
+        let mut m = vec![(metrics::GROUPS_BLOCKED, blocked)];
+        if self.outcome.destroying() {
+            m.push((metrics::PROJECTS_DELETED, self.deleted.projects as f64));
+            m.push((metrics::GROUPS_DELETED, self.deleted.groups as f64));
         }
-        vec![
-            ("projects_deleted", self.deleted.projects as f64),
-            ("groups_deleted", self.deleted.groups as f64),
-        ]
+        m
     }
     fn counts(&self) -> Vec<(&'static str, u64)> {
         vec![
@@ -185,12 +190,16 @@ mod tests {
                 json!({"status": status, "group_id": 100, "user_id": 11, "outcome": name,
                        "projects_deleted": 2, "groups_deleted": 1, "contributions_deleted": 7})
             );
-            let expected = if metrics {
-                vec![("projects_deleted", 2.0), ("groups_deleted", 1.0)]
+            let blocked = if outcome == Outcome::Blocked {
+                1.0
             } else {
-                Vec::new()
+                0.0
             };
-            assert_eq!(r.metrics(), expected, "{name}");
+            let mut expected = vec![("groups_blocked", blocked)];
+            if metrics {
+                expected.extend([("projects_deleted", 2.0), ("groups_deleted", 1.0)]);
+            }
+            assert_eq!(crate::metrics::named(&r.metrics()), expected, "{name}");
         }
         assert_eq!(
             Report::new(GroupDestroyLocked::new(100)).to_json(),

@@ -1,0 +1,120 @@
+//! What the functions emit: every EMF line of a local run of every function, for the
+//! observability tests and the template tests (alarms and dashboard may reference
+//! only what is emitted).
+//!
+//! [`emitted_metrics`] runs the five cron functions until idle on the demo data set
+//! (so every child runs too: delete-user, prune-deletions, group-destroy,
+//! delete-placeholder-user, deliver-notification with real SMTP and HTTP sinks), plus
+//! one malformed record per function, with the `hk` local runner, and collects every
+//! EMF line written.
+
+use std::collections::BTreeSet;
+
+use integration_tests::notice::{publish_demo_hooks, Notices};
+use integration_tests::state::demo_without_ghost;
+use integration_tests::t;
+use serde_json::Value;
+use shared::messages::Envelope;
+use shared::telemetry::capture;
+use shared::Function;
+
+const NOW: &str = "2025-03-10T00:10:00Z";
+
+/// One metric as emitted: the line's namespace and dimension names, the function
+/// (the `function` dimension's value), the metric name and its unit.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EmittedMetric {
+    /// `_aws.CloudWatchMetrics[].Namespace`.
+    pub namespace: String,
+    /// `_aws.CloudWatchMetrics[].Dimensions[0]` (e.g. `["Service", "function"]`).
+    pub dimensions: Vec<String>,
+    /// The function that emitted it.
+    pub function: String,
+    /// The metric name.
+    pub name: String,
+    /// Its unit (`Count`, `Seconds`).
+    pub unit: String,
+}
+
+/// Everything emitted by one local run of every function.
+#[derive(Debug, Clone, Default)]
+pub struct Emitted {
+    /// Every distinct (namespace, dimensions, function, metric, unit).
+    pub metrics: BTreeSet<EmittedMetric>,
+    /// Every `Service` value seen.
+    pub services: BTreeSet<String>,
+    /// Every log line of the run (for the log-field tests).
+    pub lines: Vec<Value>,
+}
+
+impl Emitted {
+    /// Whether `function` emitted `name`.
+    pub fn has(&self, function: &str, name: &str) -> bool {
+        self.metrics
+            .iter()
+            .any(|m| m.function == function && m.name == name)
+    }
+}
+
+/// The metrics of EMF lines among `lines`.
+pub fn collect(lines: &[Value]) -> Emitted {
+    let mut e = Emitted {
+        lines: lines.to_vec(),
+        ..Emitted::default()
+    };
+    for l in lines.iter().filter(|l| l.get("_aws").is_some()) {
+        let function = l["function"].as_str().unwrap_or_default().to_string();
+        if let Some(s) = l["Service"].as_str() {
+            e.services.insert(s.to_string());
+        }
+        for d in l["_aws"]["CloudWatchMetrics"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let dims: Vec<String> = d["Dimensions"][0]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect();
+            for m in d["Metrics"].as_array().into_iter().flatten() {
+                e.metrics.insert(EmittedMetric {
+                    namespace: d["Namespace"].as_str().unwrap_or_default().into(),
+                    dimensions: dims.clone(),
+                    function: function.clone(),
+                    name: m["Name"].as_str().unwrap_or_default().into(),
+                    unit: m["Unit"].as_str().unwrap_or_default().into(),
+                });
+            }
+        }
+    }
+    e
+}
+
+/// Run every function locally (demo data, every cron until idle, one malformed
+/// record each) and collect what it emitted. Needs the test database (`DATABASE_URL`
+/// of `hk db up`); takes a few seconds.
+pub async fn emitted_metrics() -> Emitted {
+    let db = demo_without_ghost(t(NOW)).await;
+    publish_demo_hooks(&db).await;
+    let notices = Notices::start().await;
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW)).with_notifier(notices.notifier.clone());
+    for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+        let body = r.cron_message(*f).to_body();
+        r.run_until_idle(*f, &body).await.expect("the run ends");
+    }
+    for f in Function::ALL {
+        r.invoke(*f, &malformed(*f), 1).await.expect("invoked");
+    }
+    collect(&log.lines())
+}
+
+/// A record of `f` that does not parse as an envelope (version 2): malformed.
+pub fn malformed(f: Function) -> String {
+    let mut v: Value = serde_json::from_str(&Envelope::cron(f, "r-bad", t(NOW)).to_body()).unwrap();
+    v["version"] = Value::from(2);
+    v["type"] = Value::from(f.accepts()[0]);
+    v.to_string()
+}
