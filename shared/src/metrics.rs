@@ -255,11 +255,12 @@ pub const WEBHOOKS_REFUSED: Metric = count(
     DELIVERY,
     "web hooks refused (SSRF guard)",
 );
-/// Web hooks that failed temporarily (unreachable, 5xx, 429): retried.
+/// Web hooks that failed temporarily (no answer, 5xx, 408, 429). Not retried: a web
+/// hook failure is recorded on the hook and the record succeeds (behaviour §b28.10.3).
 pub const WEBHOOKS_FAILED_TEMPORARY: Metric = count(
     "webhooks_failed_temporary",
     DELIVERY,
-    "web hooks failed, retried",
+    "web hooks failed temporarily (not retried)",
 );
 /// Web hooks that failed for good (4xx).
 pub const WEBHOOKS_FAILED_PERMANENT: Metric = count(

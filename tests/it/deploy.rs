@@ -150,39 +150,32 @@ impl Drop for Moto {
     }
 }
 
-/// What the code emits, from its real EMF lines: every catalogue metric each function
-/// emits, printed through `shared::metrics::emit` and read back, one entry per
-/// (metric, function, dimension set). The input format of `deploy_check.py`.
+/// What the code emits, from its real EMF lines: every function run locally on the demo
+/// data (`crate::emitted::emitted_metrics`), one entry per (metric, function, dimension
+/// set). The input format of `deploy_check.py`.
 fn emitted_metrics() -> Value {
-    let mut out = Vec::new();
-    for f in Function::ALL.iter().copied() {
-        let metrics: Vec<(&str, f64)> = shared::metrics::CATALOGUE
-            .iter()
-            .filter(|m| m.emitted_by(f))
-            .map(|m| (m.name, 1.0))
-            .collect();
-        let (log, _guard) = shared::telemetry::capture();
-        shared::metrics::emit(f, &metrics);
-        let lines: Vec<Value> = log
-            .lines()
-            .into_iter()
-            .filter(|l| !l["_aws"].is_null())
-            .collect();
-        assert_eq!(lines.len(), 1, "one EMF line for {f}:\n{}", log.dump());
-        let line = &lines[0];
-        for directive in line["_aws"]["CloudWatchMetrics"].as_array().unwrap() {
-            for dims in directive["Dimensions"].as_array().unwrap() {
-                for m in directive["Metrics"].as_array().unwrap() {
-                    out.push(json!({
-                        "namespace": directive["Namespace"],
-                        "metric": m["Name"],
-                        "dimensions": dims,
-                        "function": line["function"],
-                    }));
-                }
-            }
-        }
-    }
+    let e = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(crate::emitted::emitted_metrics());
+    let out: Vec<Value> = e
+        .metrics
+        .iter()
+        .map(|m| {
+            json!({
+                "namespace": m.namespace,
+                "metric": m.name,
+                "dimensions": m.dimensions,
+                "function": m.function,
+            })
+        })
+        .collect();
+    assert!(
+        out.len() > 100,
+        "the local run emitted only {} metrics",
+        out.len()
+    );
     Value::Array(out)
 }
 

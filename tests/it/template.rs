@@ -529,6 +529,38 @@ fn every_alarm_and_dashboard_metric_of_ours_is_emitted_by_the_function_in_its_di
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
+/// The same check against what the functions really print: every function run locally
+/// on the demo data, its EMF lines collected (`crate::emitted`). Every metric of the
+/// alarms and the dashboard was emitted by the function in its dimension, in our
+/// namespace and with exactly the dimension set the template uses.
+#[tokio::test]
+async fn every_alarm_and_dashboard_metric_is_in_the_functions_real_emf_lines() {
+    let t = template();
+    let e = crate::emitted::emitted_metrics().await;
+    let pairs: BTreeSet<(String, String)> = e
+        .metrics
+        .iter()
+        .map(|m| (m.function.clone(), m.name.clone()))
+        .collect();
+    for m in &e.metrics {
+        assert_eq!(m.namespace, NAMESPACE, "{m:?}");
+        assert_eq!(
+            m.dimensions,
+            [SERVICE_DIMENSION, FUNCTION_DIMENSION],
+            "the alarms read these dimensions: {m:?}"
+        );
+    }
+    // The local run's Service value is `local`; the template's is the stack's: compare
+    // names and functions here, the Service wiring in the catalogue test above.
+    let problems = metric_problems(&template_metrics(&t), &pairs, &service_value(&t));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let missing = metric_problems(&template_metrics(&t), &BTreeSet::new(), &service_value(&t));
+    assert!(
+        !missing.is_empty(),
+        "an empty emitted set must fail every reference"
+    );
+}
+
 /// Each broken copy of the template must produce a problem naming what was broken.
 #[test]
 fn a_wrong_metric_name_function_dimension_or_namespace_is_caught() {
