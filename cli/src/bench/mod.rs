@@ -19,6 +19,7 @@ pub mod b38;
 pub mod b38_scale;
 mod data;
 pub mod footprint;
+pub mod keyset;
 pub mod queue_calls;
 mod report;
 mod tls_db;
@@ -297,7 +298,7 @@ async fn run_all(
         rows.extend(b28::run(scale, opts, dbs).await?);
     }
     if names.contains(&"keyset") {
-        rows.extend(b38::keyset(scale, opts, dbs).await?);
+        rows.extend(keyset::keyset(scale, opts, dbs).await?);
     }
     if names.contains(&"queue-calls") {
         rows.extend(queue_calls::run(scale, opts, dbs).await?);
