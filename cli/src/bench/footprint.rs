@@ -354,10 +354,46 @@ const COLD_STARTS: usize = 10;
 /// Cold start including the database: for every function a cron starts, process start
 /// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
 /// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
-async fn cold_start_with_db(dir: &Path, dbs: &mut BenchDbs, opts: &Options) -> Result<Vec<Row>> {
-    dbs.create("fp_tls").await?;
-    let tls = TlsOn::on(&dbs.admin).await?;
-    let url = format!("{}?sslmode=require", dbs.url("fp_tls"));
+///
+/// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
+/// on the bench's cluster: that one may be shared (the test command runs the benches
+/// beside the other tests on one server), and `ssl = on` there would change what every
+/// other session of it negotiates.
+async fn cold_start_with_db(dir: &Path, opts: &Options) -> Result<Vec<Row>> {
+    let cluster = crate::pg::Cluster {
+        base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
+        port: crate::pg::free_port().map_err(pg_error)?,
+    };
+    cluster.up().map_err(pg_error)?;
+    let result = cold_start_on(&cluster, dir, opts).await;
+    let down = cluster.down();
+    let _ = std::fs::remove_dir_all(&cluster.base);
+    let rows = result?;
+    down.map_err(pg_error)?;
+    Ok(rows)
+}
+
+fn pg_error(e: anyhow::Error) -> Error {
+    Error::Invariant(format!("footprint: the TLS cluster: {e:#}"))
+}
+
+async fn cold_start_on(
+    cluster: &crate::pg::Cluster,
+    dir: &Path,
+    opts: &Options,
+) -> Result<Vec<Row>> {
+    let admin = shared::db::Connector::from_url(&cluster.url())?
+        .connect("hk-bench")
+        .await?;
+    admin.batch_execute("CREATE DATABASE fp_tls").await?;
+    let db_url = format!("postgres://postgres@127.0.0.1:{}/fp_tls", cluster.port);
+    let mut c = shared::db::Connector::from_url(&db_url)?
+        .connect("hk-bench")
+        .await?;
+    crate::migrate::run(&mut c).await?;
+    drop(c);
+    let tls = TlsOn::on(&admin).await?;
+    let url = format!("{db_url}?sslmode=require");
     let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
     let mut rows = Vec::new();
     let result = async {
@@ -386,8 +422,7 @@ async fn cold_start_with_db(dir: &Path, dbs: &mut BenchDbs, opts: &Options) -> R
         Ok::<(), Error>(())
     }
     .await;
-    tls.off(&dbs.admin).await?;
-    dbs.drop_db("fp_tls").await?;
+    tls.off(&admin).await?;
     result.map(|()| rows)
 }
 
@@ -486,6 +521,6 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         ));
     }
     dbs.drop_db("fp_b38").await?;
-    rows.extend(cold_start_with_db(&dir, dbs, opts).await?);
+    rows.extend(cold_start_with_db(&dir, opts).await?);
     Ok(rows)
 }

@@ -1,9 +1,9 @@
-//! TLS on the bench's PostgreSQL, for the footprint bench's cold start with the
+//! TLS on the footprint bench's own throwaway cluster, for its cold start with the
 //! database: a throwaway CA and a server certificate for `127.0.0.1` made by the
 //! `openssl` command (as `cli/tests/tls.rs` does), written into the server's data
 //! directory through `COPY … TO` (so the files belong to the server's user; the key is
 //! then made 0600, as PostgreSQL requires, which needs the data directory on this
-//! machine: the throwaway cluster of `hk db up`), `ssl = on` by
+//! machine: a cluster `hk::pg` started for this and nothing else), `ssl = on` by
 //! `ALTER SYSTEM` and a reload, and everything reset by [`TlsOn::off`].
 //!
 //! Owns: the certificate files of the client side (a temporary directory holding the
