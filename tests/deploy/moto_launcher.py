@@ -60,23 +60,13 @@ from moto.iam.models import Role  # noqa: E402
 from moto.scheduler.models import scheduler_backends  # noqa: E402
 
 
-class ScheduleGroupModel(CloudFormationModel):
-    """AWS::Scheduler::ScheduleGroup: Ref is the name."""
-
-    # moto's model metaclass files models by the service in their module path.
-    __module__ = "moto.scheduler.launcher_models"
+class _NamedWithArn:
+    """What the three models share: Ref is the name, GetAtt Arn the ARN. A plain mixin,
+    not a CloudFormationModel, so moto's model registry never files it."""
 
     def __init__(self, name: str, arn: str):
         self.name = name
         self.arn = arn
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::Scheduler::ScheduleGroup"
-
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "Name"
 
     @property
     def physical_resource_id(self) -> str:
@@ -90,6 +80,21 @@ class ScheduleGroupModel(CloudFormationModel):
         if attr == "Arn":
             return self.arn
         raise parsing.UnformattedGetAttTemplateException()
+
+
+class ScheduleGroupModel(_NamedWithArn, CloudFormationModel):
+    """AWS::Scheduler::ScheduleGroup: Ref is the name."""
+
+    # moto's model metaclass files models by the service in their module path.
+    __module__ = "moto.scheduler.launcher_models"
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::Scheduler::ScheduleGroup"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "Name"
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[misc]
@@ -103,14 +108,10 @@ class ScheduleGroupModel(CloudFormationModel):
         return cls(name, group.arn)
 
 
-class ScheduleModel(CloudFormationModel):
+class ScheduleModel(_NamedWithArn, CloudFormationModel):
     """AWS::Scheduler::Schedule: Ref is the name."""
 
     __module__ = "moto.scheduler.launcher_models"
-
-    def __init__(self, name: str, arn: str):
-        self.name = name
-        self.arn = arn
 
     @staticmethod
     def cloudformation_type() -> str:
@@ -119,19 +120,6 @@ class ScheduleModel(CloudFormationModel):
     @staticmethod
     def cloudformation_name_type() -> str:
         return "Name"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    def get_cfn_attribute(self, attr: str) -> Any:
-        if attr == "Arn":
-            return self.arn
-        raise parsing.UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[misc]
@@ -191,14 +179,10 @@ def _metric_data_queries(metrics: list[dict[str, Any]]) -> list[MetricDataQuery]
     return out
 
 
-class AlarmModel(CloudFormationModel):
+class AlarmModel(_NamedWithArn, CloudFormationModel):
     """AWS::CloudWatch::Alarm: Ref is the alarm name."""
 
     __module__ = "moto.cloudwatch.launcher_models"
-
-    def __init__(self, name: str, arn: str):
-        self.name = name
-        self.arn = arn
 
     @staticmethod
     def cloudformation_type() -> str:
@@ -207,19 +191,6 @@ class AlarmModel(CloudFormationModel):
     @staticmethod
     def cloudformation_name_type() -> str:
         return "AlarmName"
-
-    @property
-    def physical_resource_id(self) -> str:
-        return self.name
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    def get_cfn_attribute(self, attr: str) -> Any:
-        if attr == "Arn":
-            return self.arn
-        raise parsing.UnformattedGetAttTemplateException()
 
     @classmethod
     def create_from_cloudformation_json(  # type: ignore[misc]
