@@ -408,6 +408,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         "b38-groups",
         "b38-one-date",
         "b38-impact",
+        "b38-trips",
         "b28",
         "keyset",
         "keyset-one-date",
@@ -425,6 +426,17 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     // One group-size row per size, and the impact of ours, the floor and the baseline.
     assert_eq!(by["b38-groups"].len(), 3);
     assert_eq!(by["b38-impact"].len(), 3);
+    // Round trips counted on the wire: ours is set-based (well under one per member),
+    // the GitLab pattern pays nine per member (three loads, BEGIN, two deletes, the
+    // lock, the refresh, COMMIT).
+    let trips: BTreeMap<&str, f64> = by["b38-trips"]
+        .iter()
+        .map(|r| (r.compares.split(':').next().unwrap(), r.value))
+        .collect();
+    assert_eq!(trips.len(), 3, "{trips:?}");
+    assert!(trips["ours"] < 0.5, "{trips:?}");
+    assert!(trips["floor"] < 0.5, "{trips:?}");
+    assert!(trips["GitLab-pattern baseline"] >= 8.5, "{trips:?}");
     // Calls are counted exactly: every producer hands the adapter tens.
     for r in &by["queue-calls"] {
         assert_eq!(r.value, 100.0, "{r:?}");

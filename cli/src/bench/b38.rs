@@ -43,6 +43,8 @@ pub struct Side {
     pub invocations: u64,
     /// Ours: the time at which the first `sample_pages` pages were done.
     pub sample: Option<Duration>,
+    /// The baseline: its longest transaction (one member's), BEGIN → COMMIT.
+    pub longest_tx: Option<Duration>,
 }
 
 /// Ours: `remove-expired-members` until idle through the local runner (virtual
@@ -90,6 +92,7 @@ pub async fn ours(
         checksum: data::checksum(check).await?,
         invocations: runs,
         sample,
+        longest_tx: None,
     })
 }
 
@@ -130,6 +133,7 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
         checksum: data::checksum(c).await?,
         invocations: 1,
         sample: None,
+        longest_tx: None,
     })
 }
 
@@ -170,6 +174,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
     let refresh = c.prepare(authz::sql::REFRESH_REMOVED).await?;
     let mut cursor: Option<MemberCursor> = None;
     let mut pages = 0u64;
+    let mut longest = Duration::ZERO;
     loop {
         let (page, has_next) = read_page(&*c, today, cursor).await?;
         pages += 1;
@@ -188,6 +193,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
             } else {
                 c.query_opt(&load_group, &[&source_id]).await?;
             }
+            let began = Instant::now();
             let tx = c.transaction().await?;
             tx.execute(&delete, &[&id]).await?;
             if let Some(u) = user_id {
@@ -204,6 +210,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
                     .await?;
             }
             tx.commit().await?;
+            longest = longest.max(began.elapsed());
         }
         match (has_next, page.last()) {
             (true, Some(&(expires_at, id))) if Some(pages) != max_pages => {
@@ -220,6 +227,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
         checksum: data::checksum(c).await?,
         invocations: pages,
         sample: None,
+        longest_tx: Some(longest),
     })
 }
 
@@ -363,7 +371,8 @@ pub async fn run(
         prewarm(&c).await?;
         let s0 = b38_scale::snapshot(&c).await?;
         let base = baseline(&mut c, today, scale.baseline_pages).await?;
-        let base_imp = b38_scale::since(&c, &s0).await?;
+        let mut base_imp = b38_scale::since(&c, &s0).await?;
+        base_imp.longest = base.longest_tx;
         rows.push(b38_scale::impact_row(
             "GitLab-pattern baseline",
             &base,
@@ -403,6 +412,9 @@ pub async fn run(
         }
         drop(c);
         dbs.drop_db("b38_base").await?;
+    }
+    if with_floor || with_baseline {
+        rows.extend(b38_scale::trips(scale, opts, dbs).await?);
     }
     if with_groups || with_one_date {
         let fl = floor_side.as_ref().map(|(s, _)| s);

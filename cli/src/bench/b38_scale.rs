@@ -2,7 +2,8 @@
 //! longest transaction at group sizes 100, 250 and 1,000), `b38-one-date` (a whole run
 //! when every expired membership shares one date ÷ the spread run) and the
 //! `b38-impact` rows (WAL bytes per 1,000 members, transactions per member, longest
-//! transaction and rows locked at once, for ours, the floor and the baseline).
+//! transaction and rows locked at once, for ours, the floor and the baseline) and the
+//! `b38-trips` rows (statements and round trips per member, counted on the wire).
 //!
 //! Owns: the server-side readings of a side (the WAL position and the database's
 //! committed and rolled-back transactions before and after it: the bench reads the
@@ -13,8 +14,9 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::b38::{ours, Side};
+use super::b38::{baseline, floor, ours, Side};
 use super::data::{self, B38Sizes};
+use super::wire::{Counts, Wire};
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
 use shared::batches::remove_expired_members as rem;
 use shared::error::{Error, Result};
@@ -216,6 +218,91 @@ pub async fn run(
             "×",
             Some(Target::le(1.5)),
         ));
+    }
+    Ok(rows)
+}
+
+/// One `b38-trips` row.
+fn trips_row(name: &str, what: &str, removed: i64, counts: Counts) -> Row {
+    let n = removed.max(1) as f64;
+    Row::new(
+        "b38-trips",
+        format!("{name}: round trips per member"),
+        format!(
+            "{:.3} statements and {:.3} round trips per member ({} statements, {} round \
+             trips for {removed} members; {what})",
+            counts.statements as f64 / n,
+            counts.round_trips as f64 / n,
+            counts.statements,
+            counts.round_trips,
+        ),
+        counts.round_trips as f64 / n,
+        "per member",
+        None,
+    )
+}
+
+/// `b38-trips`: statements and round trips per member, counted by a relay on the wire
+/// ([`Wire`]) on fresh clones of `b38_src`, apart from the timed runs (the relay adds a
+/// hop to every round trip). Ours and the baseline cover the baseline's pages (20 when
+/// the scale sets none), the floor the whole set. Sessions opened, the
+/// session setup and the bench's own readings on the side's session (the floor's and
+/// the baseline's counts before and after, their checksum) are included.
+pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Vec<Row>> {
+    let (host, port) = dbs.server();
+    // The baseline's pages, or 20: a round trip per statement per member is slow, and
+    // the count per member does not depend on how many pages are counted.
+    let first = scale.baseline_pages.unwrap_or(20);
+    let pages = Some(first);
+    let scope = format!("at most the first {first} pages");
+    let mut rows = Vec::new();
+    {
+        dbs.clone_db("b38_src", "b38_trips").await?;
+        let check = dbs.connector("b38_trips")?.connect("hk-bench").await?;
+        let wire = Wire::start(&host, port).await?;
+        let side = ours(
+            dbs.connector_via("b38_trips", wire.port(), true)?,
+            &check,
+            opts,
+            pages,
+            pages.is_some(),
+        )
+        .await?;
+        let what = format!("{scope}, {} handler runs", side.invocations);
+        rows.push(trips_row("ours", &what, side.removed, wire.counts()?));
+        drop(check);
+        dbs.drop_db("b38_trips").await?;
+    }
+    {
+        dbs.clone_db("b38_src", "b38_trips").await?;
+        let wire = Wire::start(&host, port).await?;
+        let mut c = dbs
+            .connector_via("b38_trips", wire.port(), false)?
+            .connect("hk-bench")
+            .await?;
+        let side = floor(&mut c, opts.today()).await?;
+        drop(c);
+        let what = "every member, one transaction; 3 of the statements are the bench's readings";
+        rows.push(trips_row("floor", what, side.removed, wire.counts()?));
+        dbs.drop_db("b38_trips").await?;
+    }
+    {
+        dbs.clone_db("b38_src", "b38_trips").await?;
+        let wire = Wire::start(&host, port).await?;
+        let mut c = dbs
+            .connector_via("b38_trips", wire.port(), false)?
+            .connect("hk-bench")
+            .await?;
+        let side = baseline(&mut c, opts.today(), pages).await?;
+        drop(c);
+        let what = format!("{scope}; 3 of the statements are the bench's readings");
+        rows.push(trips_row(
+            "GitLab-pattern baseline",
+            &what,
+            side.removed,
+            wire.counts()?,
+        ));
+        dbs.drop_db("b38_trips").await?;
     }
     Ok(rows)
 }

@@ -23,6 +23,7 @@ pub mod keyset;
 pub mod queue_calls;
 mod report;
 mod tls_db;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -261,15 +262,18 @@ pub async fn context(scale: &Scale, opts: &Options) -> Result<String> {
 
 /// Run one bench (or `all`) and return its rows.
 pub async fn run(name: &str, scale: &Scale, opts: &Options) -> Result<Vec<Row>> {
+    // One name, `all`, or several joined by commas (run on the same data sets).
     let names: Vec<&str> = if name == "all" {
         BENCHES.to_vec()
-    } else if BENCHES.contains(&name) {
-        vec![name]
     } else {
-        return Err(Error::Config(format!(
-            "unknown bench `{name}` (known: all, {})",
-            BENCHES.join(", ")
-        )));
+        let names: Vec<&str> = name.split(',').map(str::trim).collect();
+        if let Some(bad) = names.iter().find(|n| !BENCHES.contains(n)) {
+            return Err(Error::Config(format!(
+                "unknown bench `{bad}` (known: all, {})",
+                BENCHES.join(", ")
+            )));
+        }
+        names
     };
     let mut dbs = BenchDbs::new(&opts.database_url).await?;
     dbs.keep = opts.keep;
@@ -381,13 +385,43 @@ impl BenchDbs {
         )
     }
 
-    /// The connection URL of a bench database (for a function binary's environment).
-    pub fn url(&self, tag: &str) -> String {
+    /// The server's host and port.
+    pub fn server(&self) -> (String, u16) {
         let host = match self.base.get_hosts().first() {
             Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
             _ => "127.0.0.1".into(),
         };
-        let port = self.base.get_ports().first().copied().unwrap_or(5432);
+        (host, self.base.get_ports().first().copied().unwrap_or(5432))
+    }
+
+    /// A connector to a bench database through a relay listening on 127.0.0.1:`port`
+    /// ([`wire::Wire`]); with `handler`, the function's session settings.
+    pub fn connector_via(&self, tag: &str, port: u16, handler: bool) -> Result<Connector> {
+        let (_, server_port) = self.server();
+        let url = self
+            .url(tag)
+            .replacen(&format!(":{server_port}/"), &format!(":{port}/"), 1);
+        let pg: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| Error::Config(format!("relay URL: {e}")))?;
+        if !handler {
+            return bulk_connector(pg);
+        }
+        Connector::new(
+            pg,
+            &DatabaseConfig {
+                source: DatabaseSource::Url(String::new()),
+                ca_bundle: None,
+                statement_timeout_ms: 30_000,
+                lock_timeout_ms: 5_000,
+                require_tls: false,
+            },
+        )
+    }
+
+    /// The connection URL of a bench database (for a function binary's environment).
+    pub fn url(&self, tag: &str) -> String {
+        let (host, port) = self.server();
         let user = self.base.get_user().unwrap_or("postgres");
         let auth = match self.base.get_password() {
             Some(p) => format!("{user}:{}", String::from_utf8_lossy(p)),

@@ -5,7 +5,8 @@ use super::*;
 
 #[derive(clap::Args)]
 pub(crate) struct BenchArgs {
-    /// b38, b38-baseline, b28, keyset, queue-calls, footprint, or all.
+    /// b38, b38-baseline, b38-groups, b38-one-date, b28, keyset, queue-calls, footprint,
+    /// or all; several joined by commas run on the same data sets (`b38,b38-baseline`).
     pub(crate) name: String,
     /// small, full, or a number of expired memberships.
     #[arg(long, default_value = "small")]
