@@ -261,7 +261,7 @@ pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<
         let check = dbs.connector("b38_trips")?.connect("hk-bench").await?;
         let wire = Wire::start(&host, port).await?;
         let side = ours(
-            dbs.connector_via("b38_trips", wire.port(), true)?,
+            wire.connector(dbs, "b38_trips", true)?,
             &check,
             opts,
             pages,
@@ -276,8 +276,8 @@ pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<
     {
         dbs.clone_db("b38_src", "b38_trips").await?;
         let wire = Wire::start(&host, port).await?;
-        let mut c = dbs
-            .connector_via("b38_trips", wire.port(), false)?
+        let mut c = wire
+            .connector(dbs, "b38_trips", false)?
             .connect("hk-bench")
             .await?;
         let side = floor(&mut c, opts.today()).await?;
@@ -289,8 +289,8 @@ pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<
     {
         dbs.clone_db("b38_src", "b38_trips").await?;
         let wire = Wire::start(&host, port).await?;
-        let mut c = dbs
-            .connector_via("b38_trips", wire.port(), false)?
+        let mut c = wire
+            .connector(dbs, "b38_trips", false)?
             .connect("hk-bench")
             .await?;
         let side = baseline(&mut c, opts.today(), pages).await?;

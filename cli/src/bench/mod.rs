@@ -337,6 +337,20 @@ fn bulk_connector(pg: tokio_postgres::Config) -> Result<Connector> {
     )
 }
 
+/// A connector with the function's session settings (the ones `hk run` uses).
+fn handler_connector(pg: tokio_postgres::Config) -> Result<Connector> {
+    Connector::new(
+        pg,
+        &DatabaseConfig {
+            source: DatabaseSource::Url(String::new()),
+            ca_bundle: None,
+            statement_timeout_ms: 30_000,
+            lock_timeout_ms: 5_000,
+            require_tls: false,
+        },
+    )
+}
+
 impl BenchDbs {
     async fn new(url: &str) -> Result<BenchDbs> {
         let base: tokio_postgres::Config = url
@@ -373,16 +387,7 @@ impl BenchDbs {
     pub fn handler_connector(&self, tag: &str) -> Result<Connector> {
         let mut pg = self.base.clone();
         pg.dbname(self.name(tag));
-        Connector::new(
-            pg,
-            &DatabaseConfig {
-                source: DatabaseSource::Url(String::new()),
-                ca_bundle: None,
-                statement_timeout_ms: 30_000,
-                lock_timeout_ms: 5_000,
-                require_tls: false,
-            },
-        )
+        handler_connector(pg)
     }
 
     /// The server's host and port.
@@ -392,31 +397,6 @@ impl BenchDbs {
             _ => "127.0.0.1".into(),
         };
         (host, self.base.get_ports().first().copied().unwrap_or(5432))
-    }
-
-    /// A connector to a bench database through a relay listening on 127.0.0.1:`port`
-    /// ([`wire::Wire`]); with `handler`, the function's session settings.
-    pub fn connector_via(&self, tag: &str, port: u16, handler: bool) -> Result<Connector> {
-        let (_, server_port) = self.server();
-        let url = self
-            .url(tag)
-            .replacen(&format!(":{server_port}/"), &format!(":{port}/"), 1);
-        let pg: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| Error::Config(format!("relay URL: {e}")))?;
-        if !handler {
-            return bulk_connector(pg);
-        }
-        Connector::new(
-            pg,
-            &DatabaseConfig {
-                source: DatabaseSource::Url(String::new()),
-                ca_bundle: None,
-                statement_timeout_ms: 30_000,
-                lock_timeout_ms: 5_000,
-                require_tls: false,
-            },
-        )
     }
 
     /// The connection URL of a bench database (for a function binary's environment).

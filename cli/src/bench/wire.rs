@@ -18,6 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use super::BenchDbs;
+use shared::db::Connector;
 use shared::error::{Error, Result};
 
 /// What the relay counted, over every session it carried.
@@ -76,9 +78,21 @@ impl Wire {
         })
     }
 
-    /// The port sides connect to instead of the server's.
-    pub fn port(&self) -> u16 {
-        self.port
+    /// A connector to the bench database `tag` through this relay; with `handler`, the
+    /// function's session settings, otherwise the bulk ones.
+    pub fn connector(&self, dbs: &BenchDbs, tag: &str, handler: bool) -> Result<Connector> {
+        let (_, server_port) = dbs.server();
+        let url =
+            dbs.url(tag)
+                .replacen(&format!(":{server_port}/"), &format!(":{}/", self.port), 1);
+        let pg: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| Error::Config(format!("relay URL: {e}")))?;
+        if handler {
+            super::handler_connector(pg)
+        } else {
+            super::bulk_connector(pg)
+        }
     }
 
     /// What was counted so far; an error if a session could not be read.

@@ -284,17 +284,23 @@ pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> R
         .connect("hk-check")
         .await
         .context("cannot open a second connection")?;
-    for c in [&a, &b] {
-        c.simple_query(sql::READ_ONLY).await?;
-        let ro = row(c, sql::IS_READ_ONLY).await?;
+    // The session check first: it takes advisory locks only. Through a pool per
+    // transaction, consecutive statements may land on different backends, so the
+    // read-only setting below may not stick either (which of the two notices first
+    // depends on the pool's timing): when the session check fails, it is the report,
+    // and nothing else runs on a session that cannot be kept read only.
+    let session = session_check(&a, &b).await?;
+    drop(b);
+    a.simple_query(sql::READ_ONLY).await?;
+    let ro = row(&a, sql::IS_READ_ONLY).await?;
+    if ro[0] != "on" {
         anyhow::ensure!(
-            ro[0] == "on",
+            !session.ok,
             "the session did not become read only ({})",
             ro[0]
         );
+        return Ok(vec![session]);
     }
-    let session = session_check(&a, &b).await?;
-    drop(b);
     let mut checks = in_read_only(&a, loopback, now).await?;
     checks.push(session);
     Ok(checks)
