@@ -249,60 +249,51 @@ fn trips_row(name: &str, what: &str, removed: i64, counts: Counts) -> Row {
 /// session setup and the bench's own readings on the side's session (the floor's and
 /// the baseline's counts before and after, their checksum) are included.
 pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Vec<Row>> {
-    let (host, port) = dbs.server();
     // The baseline's pages, or 20: a round trip per statement per member is slow, and
     // the count per member does not depend on how many pages are counted.
-    let first = scale.baseline_pages.unwrap_or(20);
-    let pages = Some(first);
-    let scope = format!("at most the first {first} pages");
+    let pages = scale.baseline_pages.unwrap_or(20);
+    let scope = format!("at most the first {pages} pages");
+    let readings = "3 of the statements are the bench's readings";
     let mut rows = Vec::new();
-    {
-        dbs.clone_db("b38_src", "b38_trips").await?;
-        let check = dbs.connector("b38_trips")?.connect("hk-bench").await?;
-        let wire = Wire::start(&host, port).await?;
-        let side = ours(
-            wire.connector(dbs, "b38_trips", true)?,
-            &check,
-            opts,
-            pages,
-            pages.is_some(),
-        )
+    let wire = fresh_clone(dbs).await?;
+    let check = dbs.connector(TRIPS)?.connect("hk-bench").await?;
+    let handler = wire.connector(dbs, TRIPS, true)?;
+    let side = ours(handler, &check, opts, Some(pages), true).await?;
+    drop(check);
+    let what = format!("{scope}, {} handler runs", side.invocations);
+    rows.push(trips_row("ours", &what, side.removed, wire.counts()?));
+
+    let wire = fresh_clone(dbs).await?;
+    let mut c = wire
+        .connector(dbs, TRIPS, false)?
+        .connect("hk-bench")
         .await?;
-        let what = format!("{scope}, {} handler runs", side.invocations);
-        rows.push(trips_row("ours", &what, side.removed, wire.counts()?));
-        drop(check);
-        dbs.drop_db("b38_trips").await?;
-    }
-    {
-        dbs.clone_db("b38_src", "b38_trips").await?;
-        let wire = Wire::start(&host, port).await?;
-        let mut c = wire
-            .connector(dbs, "b38_trips", false)?
-            .connect("hk-bench")
-            .await?;
-        let side = floor(&mut c, opts.today()).await?;
-        drop(c);
-        let what = "every member, one transaction; 3 of the statements are the bench's readings";
-        rows.push(trips_row("floor", what, side.removed, wire.counts()?));
-        dbs.drop_db("b38_trips").await?;
-    }
-    {
-        dbs.clone_db("b38_src", "b38_trips").await?;
-        let wire = Wire::start(&host, port).await?;
-        let mut c = wire
-            .connector(dbs, "b38_trips", false)?
-            .connect("hk-bench")
-            .await?;
-        let side = baseline(&mut c, opts.today(), pages).await?;
-        drop(c);
-        let what = format!("{scope}; 3 of the statements are the bench's readings");
-        rows.push(trips_row(
-            "GitLab-pattern baseline",
-            &what,
-            side.removed,
-            wire.counts()?,
-        ));
-        dbs.drop_db("b38_trips").await?;
-    }
+    let side = floor(&mut c, opts.today()).await?;
+    drop(c);
+    let what = format!("every member, one transaction; {readings}");
+    rows.push(trips_row("floor", &what, side.removed, wire.counts()?));
+
+    let wire = fresh_clone(dbs).await?;
+    let mut c = wire
+        .connector(dbs, TRIPS, false)?
+        .connect("hk-bench")
+        .await?;
+    let side = baseline(&mut c, opts.today(), Some(pages)).await?;
+    drop(c);
+    let what = format!("{scope}; {readings}");
+    let name = "GitLab-pattern baseline";
+    rows.push(trips_row(name, &what, side.removed, wire.counts()?));
+    dbs.drop_db(TRIPS).await?;
     Ok(rows)
+}
+
+/// The database the counted sides run on.
+const TRIPS: &str = "b38_trips";
+
+/// A fresh clone of `b38_src` as [`TRIPS`] (replacing the last side's), and a relay to
+/// count what the next side sends it.
+async fn fresh_clone(dbs: &mut BenchDbs) -> Result<Wire> {
+    dbs.clone_db("b38_src", TRIPS).await?;
+    let (host, port) = dbs.server();
+    Wire::start(&host, port).await
 }

@@ -323,28 +323,15 @@ pub struct BenchDbs {
     keep: bool,
 }
 
-/// A connector without TLS requirement and without a statement timeout (bulk SQL).
-fn bulk_connector(pg: tokio_postgres::Config) -> Result<Connector> {
+/// A connector without TLS requirement: with `handler`, the function's session settings
+/// (the ones `hk run` uses); otherwise for bulk SQL, without a statement timeout.
+fn connector_for(pg: tokio_postgres::Config, handler: bool) -> Result<Connector> {
     Connector::new(
         pg,
         &DatabaseConfig {
             source: DatabaseSource::Url(String::new()),
             ca_bundle: None,
-            statement_timeout_ms: 0,
-            lock_timeout_ms: 5_000,
-            require_tls: false,
-        },
-    )
-}
-
-/// A connector with the function's session settings (the ones `hk run` uses).
-fn handler_connector(pg: tokio_postgres::Config) -> Result<Connector> {
-    Connector::new(
-        pg,
-        &DatabaseConfig {
-            source: DatabaseSource::Url(String::new()),
-            ca_bundle: None,
-            statement_timeout_ms: 30_000,
+            statement_timeout_ms: if handler { 30_000 } else { 0 },
             lock_timeout_ms: 5_000,
             require_tls: false,
         },
@@ -356,7 +343,9 @@ impl BenchDbs {
         let base: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::Config(format!("invalid DATABASE_URL: {e}")))?;
-        let admin = bulk_connector(base.clone())?.connect("hk-bench").await?;
+        let admin = connector_for(base.clone(), false)?
+            .connect("hk-bench")
+            .await?;
         let version: i32 = admin
             .query_one("SELECT current_setting('server_version_num')::int4", &[])
             .await?
@@ -380,14 +369,14 @@ impl BenchDbs {
     pub fn connector(&self, tag: &str) -> Result<Connector> {
         let mut pg = self.base.clone();
         pg.dbname(self.name(tag));
-        bulk_connector(pg)
+        connector_for(pg, false)
     }
 
     /// A connector with the function's session settings (the ones `hk run` uses).
     pub fn handler_connector(&self, tag: &str) -> Result<Connector> {
         let mut pg = self.base.clone();
         pg.dbname(self.name(tag));
-        handler_connector(pg)
+        connector_for(pg, true)
     }
 
     /// The server's host and port.

@@ -88,11 +88,7 @@ impl Wire {
         let pg: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::Config(format!("relay URL: {e}")))?;
-        if handler {
-            super::handler_connector(pg)
-        } else {
-            super::bulk_connector(pg)
-        }
+        super::connector_for(pg, handler)
     }
 
     /// What was counted so far; an error if a session could not be read.
