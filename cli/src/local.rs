@@ -2,7 +2,8 @@
 //!
 //! Owns: delivering messages from the in-process [`LocalQueue`] to the same
 //! [`runtime::process_record`] pipeline Lambda uses, one fresh database session per
-//! handler run, virtual time (`now` = `--now` + virtual time elapsed), the 30 s
+//! handler run (or, with [`Runner::with_kept_sessions`], one session per function kept
+//! across runs as a warm Lambda keeps it), virtual time (`now` = `--now` + virtual time elapsed), the 30 s
 //! virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
 //! rolled back, nothing delivered; with `--until-idle` the whole run, in [`plan`]).
@@ -27,7 +28,7 @@ use crate::chaos::{
 };
 use crate::local_queue::{LocalQueue, SentRecord};
 use shared::config::Settings;
-use shared::db::Connector;
+use shared::db::{Connector, Session};
 use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::handlers::Dispatch;
@@ -126,6 +127,8 @@ pub struct Runner {
     planned: VecDeque<PlannedCrash>,
     notifier: Option<Arc<Notifier>>,
     observer: Option<Observer>,
+    /// With [`Runner::with_kept_sessions`]: each function's session, kept across runs.
+    kept: Option<Vec<(Function, Session)>>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -143,8 +146,20 @@ impl Runner {
             planned: VecDeque::new(),
             notifier: None,
             observer: None,
+            kept: None,
             runs: Vec::new(),
         }
+    }
+
+    /// Keep one database session per function across runs, as a warm Lambda
+    /// container does (`shared::db::Session`: pinged before each run, reset after a
+    /// retryable failure, dropped when that reset fails or asks for it), instead of a
+    /// fresh session per run. The bench measures ours this way: a continuation
+    /// arrives seconds after its page, well within a container's warm life. Chaos and
+    /// planned crashes keep their fresh, tapped sessions.
+    pub fn with_kept_sessions(mut self) -> Runner {
+        self.kept = Some(Vec::new());
+        self
     }
 
     /// Call `f` with every run as it ends (`hk`'s progress line on a terminal).
@@ -251,7 +266,19 @@ impl Runner {
             return self.invoke_gated(function, body, receive_count).await;
         }
         let now = self.queue.now();
-        let mut client = self.connector.connect(function.name()).await?;
+        let kept = match self.kept.as_mut() {
+            None => None,
+            Some(sessions) => {
+                if !sessions.iter().any(|(f, _)| *f == function) {
+                    let session = Session::new(self.connector.clone(), function.name());
+                    sessions.push((function, session));
+                }
+                sessions
+                    .iter()
+                    .find(|(f, _)| *f == function)
+                    .map(|(_, s)| s)
+            }
+        };
         let inv = Invocation {
             function,
             now,
@@ -266,8 +293,25 @@ impl Runner {
             aws_request_id: None,
         };
         let before = self.queue.sent().len();
-        let outcome = process_record(&inv, &mut client, body, &meta).await;
-        drop(client);
+        let outcome = match kept {
+            None => {
+                let mut client = self.connector.connect(function.name()).await?;
+                process_record(&inv, &mut client, body, &meta).await
+            }
+            Some(session) => {
+                let outcome = {
+                    let mut client = session.client().await?;
+                    process_record(&inv, &mut *client, body, &meta).await
+                };
+                if let RecordOutcome::Retryable {
+                    discard_session, ..
+                } = &outcome
+                {
+                    session.reset(*discard_session).await;
+                }
+                outcome
+            }
+        };
         let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();

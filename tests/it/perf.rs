@@ -321,6 +321,67 @@ async fn a_member_locked_elsewhere_fails_alone_when_its_group_falls_back() {
     assert_eq!(r.runs[0].outcome, "success");
 }
 
+/// The group deletes its plain members by the row version it locked. A member that a
+/// concurrent transaction changed (still expired) while the group waited for its lock
+/// is locked in its new version, which the group's statement does not see: it must
+/// still be removed, by the per-member steps, with its authorization refreshed.
+#[tokio::test]
+async fn a_member_changed_while_its_group_waits_for_the_lock_is_removed_member_by_member() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10), U::human(11), U::human(12)]).await;
+    fx.members(&[
+        M::pm(10, 200, 10, 30).expires("2025-03-09"),
+        M::pm(11, 200, 11, 30).expires("2025-03-08"),
+        M::pm(12, 200, 12, 30).expires("2025-03-07"),
+    ])
+    .await;
+    fx.pas(&[(10, 200, 30), (11, 200, 30), (12, 200, 40)]).await;
+    let mut other = db.session().await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute("UPDATE members SET access_level = 40 WHERE id = 12", &[])
+        .await
+        .unwrap();
+    let watcher = db.session().await;
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW));
+    let body = r.cron_message(F).to_body();
+    let release = async {
+        // Commit the change once the group waits for member 12's row lock.
+        loop {
+            let waiting: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tx.commit().await.unwrap();
+    };
+    let (run, ()) = tokio::join!(r.invoke(F, &body, 1), release);
+    run.unwrap();
+    assert!(db.ids("members").await.is_empty());
+    assert!(db.pas().await.is_empty());
+    let done = log.done();
+    assert_eq!(
+        (done["updated_rows"].as_i64(), done["skipped_rows"].as_i64()),
+        (Some(3), Some(0))
+    );
+    assert!(log
+        .with_message("member group rolled back; its members run one by one")
+        .is_empty());
+    assert_eq!(r.runs[0].outcome, "success");
+}
+
 #[tokio::test]
 async fn a_group_of_expired_bots_sends_its_delete_user_messages_in_calls_of_ten() {
     let db = TestDb::new().await;
@@ -407,6 +468,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         "b38-baseline",
         "b38-groups",
         "b38-one-date",
+        "b38-linear",
         "b38-impact",
         "b38-trips",
         "b28",
@@ -424,8 +486,26 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         assert!(!r.measured.contains("DIFFER"), "{r:?}");
     }
     // One group-size row per size, and the impact of ours, the floor and the baseline.
-    assert_eq!(by["b38-groups"].len(), 3);
+    assert_eq!(
+        by["b38-groups"].len(),
+        hk::bench::b38_scale::GROUP_SIZES.len()
+    );
     assert_eq!(by["b38-impact"].len(), 3);
+    // Linearity: ours and the floor, each against its own runs at a tenth of the size
+    // (30 members here), with every run listed.
+    let linear: Vec<&str> = by["b38-linear"]
+        .iter()
+        .map(|r| r.compares.split(':').next().unwrap())
+        .collect();
+    assert_eq!(linear, ["ours", "floor"]);
+    for r in &by["b38-linear"] {
+        assert!(
+            r.compares
+                .ends_with("at 300 ÷ at 30 expired members, same run"),
+            "{r:?}"
+        );
+        assert!(r.measured.contains("in 3 runs at 30 (median "), "{r:?}");
+    }
     // Round trips counted on the wire: ours is set-based (well under one per member),
     // the GitLab pattern pays nine per member (three loads, BEGIN, two deletes, the
     // lock, the refresh, COMMIT).

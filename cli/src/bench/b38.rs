@@ -48,7 +48,8 @@ pub struct Side {
 }
 
 /// Ours: `remove-expired-members` until idle through the local runner (virtual
-/// continuation delays, one session per handler run): the cron message, then every
+/// continuation delays, the session kept across handler runs as a warm Lambda keeps
+/// it): the cron message, then every
 /// message it causes, one `Runner::invoke` each, in the runner's delivery order (what
 /// `Runner::drain` does), noting when the first `sample_pages` runs were done. With
 /// `stop_at_sample`, it stops there (only the baseline's sample is compared).
@@ -60,7 +61,7 @@ pub async fn ours(
     stop_at_sample: bool,
 ) -> Result<Side> {
     let before = data::expired_count(check, opts.today()).await?;
-    let mut runner = Runner::new(connector, Settings::default(), opts.now);
+    let mut runner = Runner::new(connector, Settings::default(), opts.now).with_kept_sessions();
     let cron = runner.cron_message(F);
     runner
         .queue()
@@ -243,9 +244,9 @@ pub async fn run(
     dbs: &mut BenchDbs,
     with_floor: bool,
     with_baseline: bool,
-    extra: (bool, bool),
+    extra: (bool, bool, bool),
 ) -> Result<Vec<Row>> {
-    let (with_groups, with_one_date) = extra;
+    let (with_groups, with_one_date, with_linear) = extra;
     let today = opts.today();
     let sizes = B38Sizes::for_expired(scale.b38_members);
     {
@@ -273,8 +274,11 @@ pub async fn run(
     let check = dbs.connector("b38_ours")?.connect("hk-bench").await?;
     prewarm(&check).await?;
     // Without the floor, ours only needs to cover the baseline's sample pages.
-    let sample_only =
-        !with_floor && !with_groups && !with_one_date && scale.baseline_pages.is_some();
+    let sample_only = !with_floor
+        && !with_groups
+        && !with_one_date
+        && !with_linear
+        && scale.baseline_pages.is_some();
     shared::batches::remove_expired_members::reset_group_stats();
     let s0 = b38_scale::snapshot(&check).await?;
     let ours_side = ours(
@@ -415,6 +419,12 @@ pub async fn run(
     }
     if with_floor || with_baseline {
         rows.extend(b38_scale::trips(scale, opts, dbs).await?);
+    }
+    if with_linear {
+        let Some((fl, _)) = &floor_side else {
+            return Err(Error::Config("b38-linear needs b38 (the floor)".into()));
+        };
+        rows.extend(b38_scale::linear(scale, opts, dbs, &ours_side, fl).await?);
     }
     if with_groups || with_one_date {
         let fl = floor_side.as_ref().map(|(s, _)| s);

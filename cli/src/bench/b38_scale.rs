@@ -1,14 +1,16 @@
 //! The B38 benches of scale and database impact: `b38-groups` (ours ÷ the floor and the
-//! longest transaction at group sizes 100, 250 and 1,000), `b38-one-date` (a whole run
+//! longest transaction at group sizes 100, 250, 500 and 1,000), `b38-one-date` (a whole run
 //! when every expired membership shares one date ÷ the spread run) and the
 //! `b38-impact` rows (WAL bytes per 1,000 members, transactions per member, longest
 //! transaction and rows locked at once, for ours, the floor and the baseline) and the
-//! `b38-trips` rows (statements and round trips per member, counted on the wire).
+//! `b38-trips` rows (statements and round trips per member, counted on the wire), and
+//! `b38-linear` (the time per member at the run's size ÷ at a tenth of it, both in the
+//! same run).
 //!
 //! Owns: the server-side readings of a side (the WAL position and the database's
 //! committed and rolled-back transactions before and after it: the bench reads the
 //! server's counters, production SQL never does), and the extra runs of ours on clones
-//! of `b38_src` (or on a one-date data set built next to it).
+//! of `b38_src` (or on a one-date or a tenth-size data set built next to it).
 
 use std::time::Duration;
 
@@ -22,7 +24,7 @@ use shared::batches::remove_expired_members as rem;
 use shared::error::{Error, Result};
 
 /// The group sizes `b38-groups` compares.
-pub const GROUP_SIZES: [usize; 3] = [100, 250, 1000];
+pub const GROUP_SIZES: [usize; 4] = [100, 250, 500, 1000];
 
 /// The server's WAL position and transaction count at one moment.
 #[derive(Debug, Clone)]
@@ -217,6 +219,80 @@ pub async fn run(
             ratio(side.time, spread.time),
             "×",
             Some(Target::le(1.5)),
+        ));
+    }
+    Ok(rows)
+}
+
+/// How many times `b38-linear` runs each side at the smaller size.
+pub const LINEAR_RUNS: usize = 3;
+
+/// The median of some figures (the middle one of an odd count).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Microseconds per member removed.
+fn us_per_member(side: &Side) -> f64 {
+    side.time.as_secs_f64() * 1e6 / side.removed.max(1) as f64
+}
+
+/// `b38-linear`, after `b38` ran ours and the floor on `b38_src`: a data set of a
+/// tenth of the expired members (same shape) is built in the same run, and each side
+/// runs [`LINEAR_RUNS`] times on fresh clones of it. The row divides the time per
+/// member at the run's size by the median at the tenth: one run of a tenth of the
+/// size lasts seconds, and whether an autovacuum or the machine's neighbours fall
+/// inside it moves a single figure by a quarter.
+pub async fn linear(
+    scale: &Scale,
+    opts: &Options,
+    dbs: &mut BenchDbs,
+    ours_full: &Side,
+    floor_full: &Side,
+) -> Result<Vec<Row>> {
+    let sizes = B38Sizes::for_expired((scale.b38_members / 10).max(10));
+    {
+        let src = dbs.create("b38_tenth_src").await?;
+        data::b38(&src, opts.today(), sizes).await?;
+    }
+    let (mut ours_small, mut floor_small) = (Vec::new(), Vec::new());
+    for _ in 0..LINEAR_RUNS {
+        let (side, _) = ours_on(dbs, opts, "b38_tenth_src", "b38_tenth").await?;
+        ours_small.push(us_per_member(&side));
+        dbs.clone_db("b38_tenth_src", "b38_tenth").await?;
+        let mut c = dbs.connector("b38_tenth")?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        let side = floor(&mut c, opts.today()).await?;
+        drop(c);
+        dbs.drop_db("b38_tenth").await?;
+        floor_small.push(us_per_member(&side));
+    }
+    dbs.drop_db("b38_tenth_src").await?;
+    let mut rows = Vec::new();
+    for (name, full, small, target) in [
+        ("ours", ours_full, ours_small, Some(Target::le(1.3))),
+        ("floor", floor_full, floor_small, None),
+    ] {
+        let runs: Vec<String> = small.iter().map(|v| format!("{v:.1}")).collect();
+        let mut small = small;
+        let mid = median(&mut small);
+        let at_full = us_per_member(full);
+        rows.push(Row::new(
+            "b38-linear",
+            format!(
+                "{name}: µs per member at {} ÷ at {} expired members, same run",
+                full.removed, sizes.expired
+            ),
+            format!(
+                "{at_full:.1} µs/member at {}; {} µs/member in {LINEAR_RUNS} runs at {} (median {mid:.1})",
+                full.removed,
+                runs.join(", "),
+                sizes.expired
+            ),
+            at_full / mid,
+            "×",
+            target,
         ));
     }
     Ok(rows)

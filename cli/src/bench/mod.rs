@@ -44,6 +44,7 @@ pub const BENCHES: &[&str] = &[
     "b38-baseline",
     "b38-groups",
     "b38-one-date",
+    "b38-linear",
     "b28",
     "keyset",
     "queue-calls",
@@ -293,10 +294,13 @@ async fn run_all(
     let baseline = names.contains(&"b38-baseline");
     let groups = names.contains(&"b38-groups");
     let one_date = names.contains(&"b38-one-date");
-    if b38 || baseline || groups || one_date {
-        // b38-groups compares with the floor: it runs the b38 comparison too.
-        let extra = (groups, one_date);
-        rows.extend(b38::run(scale, opts, dbs, b38 || groups, baseline, extra).await?);
+    let linear = names.contains(&"b38-linear");
+    if b38 || baseline || groups || one_date || linear {
+        // b38-groups and b38-linear compare with the floor: they run the b38
+        // comparison too.
+        let extra = (groups, one_date, linear);
+        let with_floor = b38 || groups || linear;
+        rows.extend(b38::run(scale, opts, dbs, with_floor, baseline, extra).await?);
     }
     if names.contains(&"b28") {
         rows.extend(b28::run(scale, opts, dbs).await?);

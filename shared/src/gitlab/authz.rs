@@ -37,9 +37,11 @@ pub mod sql;
 //   user's grants on the project, its grants on any of the project namespace's
 //   `traversal_ids` when that namespace is a Group, and 50 for the owner of a User
 //   namespace. A pair whose project does not exist gets 0 and is never inserted.
-// * `cur`: the pairs' current rows, read once. Then the same effects as [`refresh`]: a
-//   row goes unless `desired` has it at that level (> 0); a desired row is inserted, or
-//   its `is_unique` set, unless it is already there with `is_unique = true`.
+// * Then the same effects as [`refresh`]: a pair's current row goes unless `desired`
+//   has it at that level (> 0), found and deleted in one probe per pair; a desired row
+//   is inserted, or its `is_unique` set, unless it is already there with `is_unique =
+//   true` (probed only for the pairs that keep access). Both see the rows as they were
+//   before the statement, as every part of one statement does.
 //
 // Its text is `sql::REFRESH_REMOVED`, over the bound parameters `$1`–`$5`.
 
@@ -74,19 +76,43 @@ impl RemovedRefresher {
     /// refresh are sent together (pipelined): the server runs the refresh, and takes its
     /// snapshot, only after every lock is held.
     pub async fn run<C: GenericClient>(&self, c: &C, removed: &[Removed]) -> Result<RefreshCounts> {
-        if removed.is_empty() {
-            return Ok(RefreshCounts::default());
-        }
         let mut users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
         users.sort_unstable();
         users.dedup();
+        self.lock_and_run(c, &users, removed).await
+    }
+
+    /// The authorization locks of `users` (ascending ids; they must include every user
+    /// of `removed`), then the refresh of `removed`, pipelined as in [`Self::run`]. With
+    /// nothing removed, only the locks are taken: a caller locks every user whose
+    /// membership it may still remove (behaviour §7.2 (d)) in the same call.
+    pub async fn lock_and_run<C: GenericClient>(
+        &self,
+        c: &C,
+        users: &[i64],
+        removed: &[Removed],
+    ) -> Result<RefreshCounts> {
+        debug_assert!(users.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(removed
+            .iter()
+            .all(|r| users.binary_search(&r.user_id).is_ok()));
+        if users.is_empty() {
+            return Ok(RefreshCounts::default());
+        }
         let keys: Vec<i64> = users
             .iter()
             .map(|u| locks::lock_key(&format!("project-authorizations:{u}")))
             .collect();
-        let [pu, pp, gu, gg] = removed_params(removed);
         let lock_params: [&(dyn ToSql + Sync); 1] = [&keys];
-        let refresh_params: [&(dyn ToSql + Sync); 5] = [&pu, &pp, &gu, &gg, &users];
+        if removed.is_empty() {
+            c.execute(&self.lock, &lock_params).await?;
+            return Ok(RefreshCounts::default());
+        }
+        let [pu, pp, gu, gg] = removed_params(removed);
+        let mut removed_users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
+        removed_users.sort_unstable();
+        removed_users.dedup();
+        let refresh_params: [&(dyn ToSql + Sync); 5] = [&pu, &pp, &gu, &gg, &removed_users];
         let (locked, row) = futures::join!(
             c.execute(&self.lock, &lock_params),
             c.query_one(&self.refresh, &refresh_params)

@@ -4,7 +4,8 @@
 //! Owns: the group's statements ([`GroupStatements`], prepared once per page), its
 //! lock order (rows, group owners, the bots' `users` rows, authorizations; each step
 //! ascending, for the group as a whole), the set-based deletion of every member no
-//! per-member rule concerns with one `authz` refresh, the per-member steps of the
+//! per-member rule concerns (with the row locks, in one statement) and its one `authz`
+//! refresh, the per-member steps of the
 //! others in SAVEPOINTs, the deadline guard inside the group, and how the group ended
 //! ([`GroupEnd`]): committed after its messages were sent in calls of ten, rolled back
 //! (its members then run one by one), or the session lost. Also the check for user
@@ -38,12 +39,10 @@ pub(super) type Outcomes = Vec<(i64, Result<MemberOutcome>)>;
 
 /// The statements of a group, prepared once per page.
 pub(super) struct GroupStatements {
-    lock_rows: Statement,
+    lock_and_delete: Statement,
     owner_scopes: Statement,
     lock_bots: Statement,
     xact_locks: Statement,
-    delete_plain: Statement,
-    still_expired: Statement,
     refresher: RemovedRefresher,
 }
 
@@ -51,12 +50,10 @@ impl GroupStatements {
     /// Prepare them on `c`'s session.
     pub(super) async fn prepare<C: GenericClient>(c: &C) -> Result<GroupStatements> {
         Ok(GroupStatements {
-            lock_rows: c.prepare(sql::LOCK_ROWS).await?,
+            lock_and_delete: c.prepare(sql::LOCK_AND_DELETE_PLAIN).await?,
             owner_scopes: c.prepare(sql::OWNER_SCOPES).await?,
             lock_bots: c.prepare(sql::LOCK_BOTS).await?,
             xact_locks: c.prepare(locks::sql::XACT_LOCKS).await?,
-            delete_plain: c.prepare(sql::DELETE_PLAIN).await?,
-            still_expired: c.prepare(sql::STILL_EXPIRED).await?,
             refresher: RemovedRefresher::prepare(c).await?,
         })
     }
@@ -76,30 +73,70 @@ struct GroupDone {
     rows_locked: usize,
 }
 
-/// Steps 1–4 of the group's lock order (behaviour §7.2 (d), §7.3), before any member is
-/// changed: member rows, then group-owner locks, then the bots' `users` rows, then the
-/// authorization locks of every other user whose membership the group may remove. The
-/// per-member steps that follow (`owner_protected`, `remove_membership`, phase 1) find
-/// these locks held and do not wait for them; only a phase 1 nested for a bot takes its
-/// bot's authorization lock itself (behaviour §7.3: never before phase 1).
+/// What steps 1–3 left: the members deleted set-based, the memberships they removed,
+/// the members a per-member rule concerns (locked, still expired), and the users whose
+/// authorization locks step 4 takes.
+struct Locked {
+    rows_locked: usize,
+    deleted: HashSet<i64>,
+    removed: Vec<Removed>,
+    per_member: HashSet<i64>,
+    users: Vec<i64>,
+}
+
+/// Steps 1–3 of the group's lock order (behaviour §7.2 (d), §7.3): member rows (the
+/// members no per-member rule concerns are deleted with their notification settings
+/// in the same statement, under those row locks), then group-owner locks, then the
+/// bots' `users` rows. Step 4, the authorization locks of every other user whose
+/// membership the group removes or may remove, is taken by the caller together with
+/// the refresh, before any per-member step. The per-member steps that follow
+/// (`owner_protected`, `remove_membership`, phase 1) find these locks held and do not
+/// wait for them; only a phase 1 nested for a bot takes its bot's authorization lock
+/// itself (behaviour §7.3: never before phase 1).
 async fn lock_group(
     tx: &Transaction<'_>,
     st: &GroupStatements,
     ids: &[i64],
     today: NaiveDate,
-) -> Result<usize> {
-    let rows = tx.query(&st.lock_rows, &[&ids, &today]).await?;
+) -> Result<Locked> {
+    // The group's statements are prepared once per page and planned once per page: a
+    // generic plan (their shape does not depend on the values) instead of planning
+    // every statement again for every group. SET LOCAL ends with the transaction; it
+    // is sent with the first statement, which the server runs after it.
+    let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
+    let (generic, rows) = futures::join!(
+        tx.batch_execute(sql::GENERIC_PLANS),
+        tx.query(&st.lock_and_delete, &params)
+    );
+    generic?;
+    let rows = rows?;
     let mut owner_groups: Vec<i64> = Vec::new();
     let mut bots: Vec<i64> = Vec::new();
     let mut users: Vec<i64> = Vec::new();
+    let mut deleted = HashSet::new();
+    let mut removed = Vec::new();
+    let mut per_member = HashSet::new();
     for r in &rows {
         let in_group: bool = r.get(2);
         if !in_group {
             continue;
         }
+        let id: i64 = r.get(0);
         let user: Option<i64> = r.get(1);
         let bot: bool = r.get(3);
         let owner_candidate: bool = r.get(4);
+        if r.get::<_, bool>(6) {
+            deleted.insert(id);
+            if let Some(user_id) = user {
+                removed.push(Removed {
+                    user_id,
+                    source_type: r.get(7),
+                    source_id: r.get(5),
+                });
+            }
+        } else {
+            per_member.insert(id);
+        }
         match (user, bot) {
             (Some(u), true) => bots.push(u),
             (Some(u), false) => users.push(u),
@@ -129,14 +166,13 @@ async fn lock_group(
     if !bots.is_empty() {
         tx.query(&st.lock_bots, &[&bots]).await?;
     }
-    if !users.is_empty() {
-        let keys: Vec<i64> = users
-            .iter()
-            .map(|u| locks::lock_key(&format!("project-authorizations:{u}")))
-            .collect();
-        tx.execute(&st.xact_locks, &[&keys]).await?;
-    }
-    Ok(rows.len())
+    Ok(Locked {
+        rows_locked: rows.len(),
+        deleted,
+        removed,
+        per_member,
+        users,
+    })
 }
 
 /// The work of one group inside its transaction; the caller sends and commits.
@@ -149,43 +185,16 @@ async fn group_body(
     page_index: usize,
 ) -> Result<GroupDone> {
     let today = inv.today();
-    // The group's statements are prepared once per page and planned once per session:
-    // a generic plan (their shape does not depend on the values) instead of planning
-    // every statement again for every group. SET LOCAL ends with the transaction.
-    tx.batch_execute(sql::GENERIC_PLANS).await?;
-    let rows_locked = lock_group(tx, st, ids, today).await?;
-    // The set-based item: every member that needs no per-member rule.
-    let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
-    let rows = tx.query(&st.delete_plain, &params).await?;
-    let deleted: HashSet<i64> = rows.iter().map(|r| r.get::<_, i64>(0)).collect();
-    let removed: Vec<Removed> = rows
-        .iter()
-        .filter_map(|r| {
-            r.get::<_, Option<i64>>(1).map(|user_id| Removed {
-                user_id,
-                source_type: r.get(2),
-                source_id: r.get(3),
-            })
-        })
-        .collect();
-    // The rows left behind: still expired means a per-member rule applies; the others
-    // are stale (step 2).
-    let left: Vec<i64> = ids
-        .iter()
-        .copied()
-        .filter(|id| !deleted.contains(id))
-        .collect();
-    let per_member: HashSet<i64> = if left.is_empty() {
-        HashSet::new()
-    } else {
-        tx.query(&st.still_expired, &[&left, &today])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
-    };
-    // Step 4's refresh for every deleted member, after all of the group's deletions.
-    st.refresher.run(&*tx, &removed).await?;
+    let Locked {
+        rows_locked,
+        deleted,
+        removed,
+        per_member,
+        users,
+    } = lock_group(tx, st, ids, today).await?;
+    // Step 4: the authorization locks, then the refresh for every member deleted
+    // set-based, after all of the group's set-based deletions.
+    st.refresher.lock_and_run(&*tx, &users, &removed).await?;
     let mut outbox = Vec::new();
     let mut outcomes = Vec::with_capacity(ids.len());
     let mut stopped_at = None;

@@ -9,22 +9,24 @@
 //! the statements in [`sql`].
 //!
 //! Members are grouped as behaviour §7.2 allows: up to [`GROUP_SIZE`] consecutive
-//! members of a page share one transaction. The group first takes every lock its
-//! members need in the lock order of ARCHITECTURE.md (rows, group owners, `users`
-//! rows, authorizations; each step ascending, for the group as a whole): the rows of its
-//! still-expired members and every membership of a project bot among them; the
+//! members of a page share one transaction. The group takes every lock its members
+//! need in the lock order of ARCHITECTURE.md (rows, group owners, `users` rows,
+//! authorizations; each step ascending, for the group as a whole). Step 1 is one
+//! statement: it locks the rows of the group's still-expired members and every
+//! membership of a project bot among them, and deletes, under those locks, every
+//! locked member that needs no per-member rule (no project bot, no owner candidate of
+//! behaviour §2.5 — an active owner row of a non-bot user in any state: a blocked or
+//! deactivated sole owner is protected too) with its notification setting. Then the
 //! group-owner locks of each owner candidate's `owner_scope` and of the groups a bot
-//! owns; the bots' `users` rows; the authorization locks of the other users. No member
-//! then takes a lock of an earlier step after one of a later step, so a group cannot
-//! deadlock against `prune-deletions`, `delete-user` or a phase 1 (only a bot's own
-//! authorization lock is left to its nested phase 1). Then one statement deletes every
-//! member that is still expired and needs no per-member rule (no project bot, no owner
-//! candidate of behaviour §2.5 — an active owner row of a non-bot user in any state: a blocked or
-//! deactivated sole owner is protected too) together with its notification setting, and
-//! one set-based refresh follows (`authz::refresh_removed`); the members it left (owner
-//! candidates, bots, or rows no longer expired) then run the per-member steps in page
-//! order, each in its own SAVEPOINT, and the group's `delete-user` messages are sent in
-//! calls of ten before COMMIT.
+//! owns; the bots' `users` rows; and the authorization locks of the other users, sent
+//! together with one set-based refresh of the deleted members' users
+//! (`authz::RemovedRefresher`). No member then takes a lock of an earlier step after
+//! one of a later step, so a group cannot deadlock against `prune-deletions`,
+//! `delete-user` or a phase 1 (only a bot's own authorization lock is left to its
+//! nested phase 1). The members left (owner candidates, bots, a row changed while the
+//! group waited for its lock) then run the per-member steps in page order, each in its
+//! own SAVEPOINT; rows no longer expired are skipped. The group's `delete-user`
+//! messages are sent in calls of ten before COMMIT.
 //!
 //! **A failed send, or any failure of the group** (an error in the set-based part, a
 //! failed COMMIT): the group is rolled back and its members run again one transaction
@@ -74,10 +76,11 @@ pub const BATCH_DELAY_S: u32 = 10;
 pub const REMOVAL_REASON: &str = "Membership expired";
 /// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000).
 ///
-/// Measured with `hk bench b38-groups` (docs/benchmarks.md, "B38 after issue 19"): from
-/// 100 to 250 the time per member falls by a third; from 250 to 1,000 it falls by
-/// ≈ 7 % more while the longest transaction doubles (a group holds its members' row
-/// locks on the production database until COMMIT, and must stay under 250 ms).
+/// Measured with `hk bench b38-groups` at full scale (docs/benchmarks.md, "B38 after
+/// issue 19"): 100, 250, 500 and 1,000 members per transaction cost 81.1, 76.9, 75.2
+/// and 76.0 µs per member, with a longest transaction of 16.5, 36.1, 56.3 and 106.1 ms.
+/// Past 250 the time per member no longer falls, while a group holds its members' row
+/// locks on the production database until COMMIT twice or four times as long.
 pub const GROUP_SIZE: usize = 250;
 /// Ids below the cursor that [`read_page`] looks through by the primary key for the
 /// rest of the cursor's date: a whole page is found there when at least one id in

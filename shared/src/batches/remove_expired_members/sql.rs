@@ -39,24 +39,51 @@ crate::statements::statements! {
     /// A group's statements are planned once per session (their shape does not depend
     /// on the values); ends with the transaction.
     GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan";
-    /// Steps 2 and 4 for every member of `$1::bigint[]` that is still expired on
-    /// `$2::date` and needs no per-member rule: not a project bot's (phase 1, step 5)
-    /// and not an owner candidate (step 3): an active owner membership of a group whose
-    /// user is not a project bot, whatever the user's state, since a blocked or
-    /// deactivated sole owner is protected. The rows are locked and re-checked by the
-    /// DELETE itself (ascending ids); each user's notification setting for the source
-    /// goes in the same statement.
-    DELETE_PLAIN = "
-    WITH del AS (
+    /// Step 1 of a group's lock order (behaviour §7.2 (d), §7.3), and steps 2 and 4 of
+    /// every member that needs no per-member rule, in one statement.
+    ///
+    /// `locked`: the row locks of every member of `$1::bigint[]` still expired on
+    /// `$2::date`, and of every membership of a project bot among them (phase 1 deletes
+    /// those too), in ascending id order. Each row says whether it is one of the group's
+    /// expired members, whether its user is a project bot, and whether it is an owner
+    /// candidate of behaviour §2.5 (an active owner membership of a group whose user
+    /// exists and is not a bot, in any state: a blocked or deactivated sole owner is
+    /// protected).
+    ///
+    /// `del`: the group's expired members that are neither a bot's nor an owner
+    /// candidate are deleted by the row version `locked` holds (`ctid`: no second index
+    /// probe; the lock keeps the version in place). A row a concurrent transaction
+    /// changed before the lock was granted is locked in its new version, which this
+    /// statement's snapshot does not see: it is not deleted here and runs through the
+    /// per-member steps, which read it again. Each deleted member's notification setting
+    /// for its source goes in the same statement.
+    ///
+    /// One row per locked row, ascending: id, user, in the group, bot, owner candidate,
+    /// source id, deleted, source type.
+    LOCK_AND_DELETE_PLAIN = "
+    WITH locked AS MATERIALIZED (
+      SELECT m.ctid AS row_version, m.id::bigint AS id, m.user_id::bigint AS user_id,
+             (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL
+              AND m.expires_at <= $2::date) AS in_group,
+             COALESCE(u.user_type = 6, false) AS bot,
+             (m.type = 'GroupMember' AND m.source_type = 'Namespace' AND m.access_level = 50
+              AND m.state = 0 AND m.requested_at IS NULL AND u.id IS NOT NULL
+              AND u.user_type <> 6) AS owner_candidate,
+             m.source_id::bigint AS source_id
+      FROM members m LEFT JOIN users u ON u.id = m.user_id
+      WHERE (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date)
+         OR m.user_id = ANY(ARRAY(
+              SELECT x.user_id FROM members x JOIN users b ON b.id = x.user_id
+              WHERE x.id = ANY($1::bigint[]) AND x.expires_at IS NOT NULL
+                AND x.expires_at <= $2::date AND b.user_type = 6))
+      ORDER BY m.id
+      FOR UPDATE OF m
+    ),
+    del AS (
       DELETE FROM members m
-      WHERE m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date
-        AND NOT EXISTS (
-          SELECT 1 FROM users u
-          WHERE u.id = m.user_id
-            AND (u.user_type = 6
-                 OR (m.type = 'GroupMember' AND m.source_type = 'Namespace'
-                     AND m.access_level = 50 AND m.state = 0 AND m.requested_at IS NULL)))
-      RETURNING m.id::bigint AS id, m.user_id::bigint AS user_id, m.source_type,
+      WHERE m.ctid = ANY(ARRAY(SELECT l.row_version FROM locked l
+                               WHERE l.in_group AND NOT l.bot AND NOT l.owner_candidate))
+      RETURNING m.id::bigint AS id, m.source_type, m.user_id::bigint AS user_id,
                 m.source_id::bigint AS source_id
     ),
     ns AS (
@@ -64,28 +91,10 @@ crate::statements::statements! {
       WHERE n.user_id = del.user_id AND n.source_type = del.source_type
         AND n.source_id = del.source_id
     )
-    SELECT id, user_id, source_type, source_id FROM del";
-    /// Step 1 of a group's lock order (behaviour §7.2 (d), §7.3): the row locks of every
-    /// member of `$1::bigint[]` still expired on `$2::date`, and of every membership of a
-    /// project bot among them (phase 1 deletes those too), in ascending id order. Each row
-    /// says whether it is one of the group's expired members, whether its user is a project
-    /// bot, and whether it is an owner candidate of behaviour §2.5 (an active owner membership of a
-    /// group whose user exists and is not a bot, in any state).
-    LOCK_ROWS = "
-    SELECT m.id::bigint, m.user_id::bigint,
-           (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date),
-           COALESCE(u.user_type = 6, false),
-           (m.type = 'GroupMember' AND m.source_type = 'Namespace' AND m.access_level = 50
-            AND m.state = 0 AND m.requested_at IS NULL AND u.id IS NOT NULL AND u.user_type <> 6),
-           m.source_id::bigint
-    FROM members m LEFT JOIN users u ON u.id = m.user_id
-    WHERE (m.id = ANY($1::bigint[]) AND m.expires_at IS NOT NULL AND m.expires_at <= $2::date)
-       OR m.user_id = ANY(ARRAY(
-            SELECT x.user_id FROM members x JOIN users b ON b.id = x.user_id
-            WHERE x.id = ANY($1::bigint[]) AND x.expires_at IS NOT NULL
-              AND x.expires_at <= $2::date AND b.user_type = 6))
-    ORDER BY m.id
-    FOR UPDATE OF m";
+    SELECT l.id, l.user_id, l.in_group, l.bot, l.owner_candidate, l.source_id,
+           d.id IS NOT NULL, d.source_type
+    FROM locked l LEFT JOIN del d ON d.id = l.id
+    ORDER BY l.id";
     /// Step 2: the ids whose group-owner locks the group needs: `owner_scope(g)` of every
     /// owner candidate's group `$1::bigint[]`, and of every group where a bot of
     /// `$2::bigint[]` has a direct owner membership (phase 1's round, taken up front).
@@ -103,7 +112,4 @@ crate::statements::statements! {
     ORDER BY 1";
     /// Step 3: the `users` rows of the group's bots (phase 1 locks them), ascending.
     LOCK_BOTS = "SELECT id FROM users WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE";
-    /// The rows of `$1::bigint[]` still expired on `$2::date`.
-    STILL_EXPIRED = "SELECT id::bigint FROM members
-     WHERE id = ANY($1::bigint[]) AND expires_at IS NOT NULL AND expires_at <= $2::date";
 }

@@ -66,33 +66,27 @@ macro_rules! refresh_removed {
              ),
              desired AS MATERIALIZED (
                SELECT t.u, t.p, t.project_exists, GREATEST(
-                 COALESCE(max(g.l) FILTER (WHERE g.source_type = 'Project' AND g.sid = t.p), 0),
-                 COALESCE(max(g.l) FILTER (WHERE g.source_type = 'Namespace' AND t.type = 'Group'
-                                                 AND g.sid = ANY(t.t)), 0),
+                 COALESCE(max(g.l), 0),
                  CASE WHEN t.type = 'User' AND t.owner_id = t.u THEN 50 ELSE 0 END
                )::int4 AS access_level
                FROM pairs t LEFT JOIN grants g ON g.u = t.u
+                 AND ((g.source_type = 'Project' AND g.sid = t.p)
+                      OR (g.source_type = 'Namespace' AND t.type = 'Group' AND g.sid = ANY(t.t)))
                GROUP BY t.u, t.p, t.project_exists, t.type, t.t, t.owner_id
              ),
-             cur AS MATERIALIZED (
-               SELECT pa.user_id::bigint AS u, pa.project_id::bigint AS p, pa.access_level,
-                      pa.is_unique, d.access_level AS desired
-               FROM desired d
-                 JOIN project_authorizations pa ON pa.user_id = d.u AND pa.project_id = d.p
-             ),
              del AS (
-               DELETE FROM project_authorizations pa USING cur c
-               WHERE pa.user_id = c.u AND pa.project_id = c.p AND pa.access_level = c.access_level
-                 AND (c.desired = 0 OR c.desired <> c.access_level)
+               DELETE FROM project_authorizations pa USING desired d
+               WHERE pa.user_id = d.u AND pa.project_id = d.p
+                 AND (d.access_level = 0 OR pa.access_level <> d.access_level)
                RETURNING 1
              ),
              ins AS (
                INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
                SELECT d.u, d.p, d.access_level, true FROM desired d
                WHERE d.access_level > 0 AND d.project_exists
-                 AND NOT EXISTS (SELECT 1 FROM cur c
-                                 WHERE c.u = d.u AND c.p = d.p AND c.access_level = d.access_level
-                                   AND c.is_unique IS TRUE)
+                 AND NOT EXISTS (SELECT 1 FROM project_authorizations c
+                                 WHERE c.user_id = d.u AND c.project_id = d.p
+                                   AND c.access_level = d.access_level AND c.is_unique IS TRUE)
                ON CONFLICT (user_id, project_id, access_level)
                  DO UPDATE SET is_unique = true
                  WHERE project_authorizations.is_unique IS DISTINCT FROM true
