@@ -1,14 +1,21 @@
 //! `hk check` (issue 15) against real databases: the migrated schema passes; a dropped
 //! column, a changed type and a changed `ON DELETE` each fail naming the object; a real
 //! PgBouncer (Debian's `pgbouncer`, started here on 127.0.0.1 as the `postgres` user)
-//! fails the session check in transaction pooling and passes it in session pooling.
+//! fails the session check in transaction pooling and passes it in session pooling. A
+//! session opens without a named prepared statement, which such a pool could lose.
 
+use std::io;
 use std::net::TcpStream;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use integration_tests::{wait, TestDb};
 use serde_json::Value;
+use shared::db::Connector;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 const NOW: &str = "2026-03-01T00:00:00Z";
 
@@ -326,4 +333,97 @@ async fn pgbouncer_session_pooling_passes_the_session_check() {
     if server_version_num(&db).await >= 160_005 {
         assert_eq!(o.status.code(), Some(0), "{}", out(&o));
     }
+}
+
+/// A stream that keeps a copy of every byte the client writes.
+struct Recorded {
+    inner: tokio::net::TcpStream,
+    sent: Arc<Mutex<Vec<u8>>>,
+}
+
+impl AsyncRead for Recorded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Recorded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, buf))?;
+        self.sent.lock().unwrap().extend_from_slice(&buf[..n]);
+        Poll::Ready(Ok(n))
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The frontend messages after the startup packet: (type, body).
+fn frontend_messages(bytes: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let len = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    let mut rest = &bytes[len(bytes)..];
+    let mut out = Vec::new();
+    while rest.len() >= 5 {
+        let n = len(&rest[1..]);
+        out.push((rest[0], rest[5..1 + n].to_vec()));
+        rest = &rest[1 + n..];
+    }
+    out
+}
+
+/// Through a pool per transaction (PgBouncer `pool_mode = transaction`), a statement
+/// prepared in one exchange may be run on another backend in the next, where it does
+/// not exist: opening a session would then fail at random, before `hk check` could say
+/// why. The session settings therefore go in one unnamed statement, parsed and run in
+/// one exchange.
+#[tokio::test]
+async fn a_session_opens_without_a_named_prepared_statement() {
+    let db = TestDb::new().await;
+    let connector = Connector::from_url(&db.url).expect("connector");
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let recorded = sent.clone();
+    let client = connector
+        .connect_wrapped("hk-test", move |inner| Recorded {
+            inner,
+            sent: recorded,
+        })
+        .await
+        .expect("session opens");
+    let timeout: String = client
+        .query_one("SELECT current_setting('statement_timeout')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_ne!(timeout, "0", "the session settings were applied");
+    let bytes = sent.lock().unwrap().clone();
+    let messages = frontend_messages(&bytes);
+    let parses: Vec<&Vec<u8>> = messages
+        .iter()
+        .filter(|(t, _)| *t == b'P')
+        .map(|(_, body)| body)
+        .collect();
+    assert!(
+        parses.len() >= 2,
+        "the settings and the query above: {messages:?}"
+    );
+    // The settings: the first Parse, unnamed (its name is the empty string).
+    assert_eq!(
+        parses[0][0],
+        0,
+        "named: {:?}",
+        String::from_utf8_lossy(parses[0])
+    );
+    let text = String::from_utf8_lossy(&parses[0][1..]);
+    assert!(text.contains("statement_timeout"), "{text}");
 }

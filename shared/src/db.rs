@@ -16,6 +16,7 @@ use native_tls::{Certificate, TlsConnector};
 use postgres_native_tls::MakeTlsConnector;
 use tokio::sync::Mutex;
 use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::aws::{SecretSource, Stage};
@@ -359,8 +360,19 @@ impl Connector {
             self.lock_timeout_ms.to_string(),
             IDLE_IN_TRANSACTION_MS.to_string(),
         );
+        // One unnamed statement, parsed, bound and run in one message: a named one is
+        // prepared in one exchange and run in the next, which a pool per transaction
+        // may send to another backend ("prepared statement does not exist"), before
+        // `hk check` could tell why. One round trip instead of two, too.
         client
-            .query_one(sql::CONFIGURE, &[&statement_ms, &lock_ms, &idle_ms])
+            .query_typed_one(
+                sql::CONFIGURE,
+                &[
+                    (&statement_ms, Type::TEXT),
+                    (&lock_ms, Type::TEXT),
+                    (&idle_ms, Type::TEXT),
+                ],
+            )
             .await?;
         Ok(())
     }

@@ -284,23 +284,24 @@ pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> R
         .connect("hk-check")
         .await
         .context("cannot open a second connection")?;
-    // The session check first: it takes advisory locks only. Through a pool per
-    // transaction, consecutive statements may land on different backends, so the
-    // read-only setting below may not stick either (which of the two notices first
-    // depends on the pool's timing): when the session check fails, it is the report,
-    // and nothing else runs on a session that cannot be kept read only.
+    // The session check first: it takes advisory locks only, in simple queries, and
+    // the sessions were opened without a prepared statement. Through a pool per
+    // transaction, consecutive statements may land on different backends: the
+    // read-only setting below may or may not stick, and a statement prepared in one
+    // exchange may be gone in the next, depending on the pool's timing. So when the
+    // session check fails, it is the whole report: nothing else runs on such a path.
     let session = session_check(&a, &b).await?;
     drop(b);
-    a.simple_query(sql::READ_ONLY).await?;
-    let ro = row(&a, sql::IS_READ_ONLY).await?;
-    if ro[0] != "on" {
-        anyhow::ensure!(
-            !session.ok,
-            "the session did not become read only ({})",
-            ro[0]
-        );
+    if !session.ok {
         return Ok(vec![session]);
     }
+    a.simple_query(sql::READ_ONLY).await?;
+    let ro = row(&a, sql::IS_READ_ONLY).await?;
+    anyhow::ensure!(
+        ro[0] == "on",
+        "the session did not become read only ({})",
+        ro[0]
+    );
     let mut checks = in_read_only(&a, loopback, now).await?;
     checks.push(session);
     Ok(checks)
