@@ -311,6 +311,19 @@ impl Runner {
                 outcome
             }
         };
+        self.finish_run(function, now, body, before, outcome)
+    }
+
+    /// The end of every delivery: the messages it sent (from queue index `before`)
+    /// go to the outbox, and its run is recorded and returned with its outcome.
+    fn finish_run(
+        &mut self,
+        function: Function,
+        now: DateTime<Utc>,
+        body: &str,
+        before: usize,
+        outcome: RecordOutcome,
+    ) -> Result<(Run, RecordOutcome)> {
         let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();

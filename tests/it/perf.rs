@@ -279,10 +279,9 @@ async fn grouped_b38_pages_leave_the_same_rows_logs_and_messages_as_one_transact
     }
 }
 
-#[tokio::test]
-async fn a_member_locked_elsewhere_fails_alone_when_its_group_falls_back() {
-    let db = TestDb::new().await;
-    let fx = Fx(&db);
+/// Project 200 in group 100, with users 10, 11 and 12 as its developers (members 10,
+/// 11, 12), expired on three consecutive days (the page's order: 10, 11, 12).
+async fn three_expired_developers(fx: &Fx<'_>) {
     fx.group(100, "acme", None).await;
     fx.project(200, 100).await;
     fx.users(&[U::human(10), U::human(11), U::human(12)]).await;
@@ -292,6 +291,13 @@ async fn a_member_locked_elsewhere_fails_alone_when_its_group_falls_back() {
         M::pm(12, 200, 12, 30).expires("2025-03-07"),
     ])
     .await;
+}
+
+#[tokio::test]
+async fn a_member_locked_elsewhere_fails_alone_when_its_group_falls_back() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    three_expired_developers(&fx).await;
     fx.pas(&[(10, 200, 30), (11, 200, 30), (12, 200, 30)]).await;
     let mut other = db.session().await;
     let tx = other.transaction().await.unwrap();
@@ -329,15 +335,7 @@ async fn a_member_locked_elsewhere_fails_alone_when_its_group_falls_back() {
 async fn a_member_changed_while_its_group_waits_for_the_lock_is_removed_member_by_member() {
     let db = TestDb::new().await;
     let fx = Fx(&db);
-    fx.group(100, "acme", None).await;
-    fx.project(200, 100).await;
-    fx.users(&[U::human(10), U::human(11), U::human(12)]).await;
-    fx.members(&[
-        M::pm(10, 200, 10, 30).expires("2025-03-09"),
-        M::pm(11, 200, 11, 30).expires("2025-03-08"),
-        M::pm(12, 200, 12, 30).expires("2025-03-07"),
-    ])
-    .await;
+    three_expired_developers(&fx).await;
     fx.pas(&[(10, 200, 30), (11, 200, 30), (12, 200, 40)]).await;
     let mut other = db.session().await;
     let tx = other.transaction().await.unwrap();

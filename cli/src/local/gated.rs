@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{process_record, run_of, Run, Runner};
+use super::{process_record, Run, Runner};
 use crate::chaos::{CrashGate, GatedQueue, TappedStream};
-use crate::local_queue::SentRecord;
 use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
@@ -116,12 +115,7 @@ impl Runner {
                 }
             }
         };
-        let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
-        self.write_outbox(&sent)?;
-        let env = serde_json::from_str::<Value>(body).ok();
-        let run = run_of(function, now, env.as_ref(), &outcome, sent);
-        self.record(&run);
-        Ok((run, outcome))
+        self.finish_run(function, now, body, before, outcome)
     }
 
     /// Wait until PostgreSQL has ended the aborted session `pid`, so its transaction

@@ -76,10 +76,7 @@ impl RemovedRefresher {
     /// refresh are sent together (pipelined): the server runs the refresh, and takes its
     /// snapshot, only after every lock is held.
     pub async fn run<C: GenericClient>(&self, c: &C, removed: &[Removed]) -> Result<RefreshCounts> {
-        let mut users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
-        users.sort_unstable();
-        users.dedup();
-        self.lock_and_run(c, &users, removed).await
+        self.lock_and_run(c, &users_of(removed), removed).await
     }
 
     /// The authorization locks of `users` (ascending ids; they must include every user
@@ -109,9 +106,7 @@ impl RemovedRefresher {
             return Ok(RefreshCounts::default());
         }
         let [pu, pp, gu, gg] = removed_params(removed);
-        let mut removed_users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
-        removed_users.sort_unstable();
-        removed_users.dedup();
+        let removed_users = users_of(removed);
         let refresh_params: [&(dyn ToSql + Sync); 5] = [&pu, &pp, &gu, &gg, &removed_users];
         let (locked, row) = futures::join!(
             c.execute(&self.lock, &lock_params),
@@ -124,6 +119,14 @@ impl RemovedRefresher {
             written: row.get(1),
         })
     }
+}
+
+/// The users of `removed`, ascending, each once.
+fn users_of(removed: &[Removed]) -> Vec<i64> {
+    let mut users: Vec<i64> = removed.iter().map(|r| r.user_id).collect();
+    users.sort_unstable();
+    users.dedup();
+    users
 }
 
 /// The arrays of [`sql::REFRESH_REMOVED`]'s `$1`–`$4`; other source types affect no project.
