@@ -1,4 +1,5 @@
-//! One fresh database per test, cloned from a migrated template database.
+//! One fresh database per test, cloned from a migrated template database, dropped
+//! when the test passes and kept, with its name printed, when it fails.
 
 use hk::local::Runner;
 use shared::config::Settings;
@@ -45,7 +46,10 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{head}/{db}")
 }
 
-/// A database of its own for one test.
+/// A database of its own for one test. Dropping it drops the database (`t_<uuid>`),
+/// unless the thread is panicking: a failed test keeps its database for inspection
+/// and prints its name. Without this, every run against a `DATABASE_URL` of one's own
+/// (not the throwaway cluster of `scripts/test.sh`) left some 400 databases behind.
 pub struct TestDb {
     /// Its URL.
     pub url: String,
@@ -53,6 +57,55 @@ pub struct TestDb {
     pub name: String,
     /// A client for fixtures and assertions.
     pub client: Client,
+    /// The maintenance URL it was created from (the drop runs there).
+    admin_url: String,
+}
+
+/// Test databases are named `t_<uuid>`; the build database of a template (renamed
+/// into the template once filled) is not one of them.
+fn is_test_database(name: &str) -> bool {
+    name.starts_with("t_")
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if !is_test_database(&self.name) {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "test database {} kept for inspection (the test failed): {}",
+                self.name, self.url
+            );
+            return;
+        }
+        // Drop may run inside the test's runtime, which cannot be blocked on: the
+        // statement runs on a thread and runtime of its own. `WITH (FORCE)` ends the
+        // sessions the test left open (its own client among them).
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            rt.block_on(async {
+                let admin = harness_connector(&admin_url)
+                    .connect("tests")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                admin
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("test database {} not dropped: {e}", self.name),
+            Err(_) => eprintln!("test database {} not dropped: the drop panicked", self.name),
+        }
+    }
 }
 
 async fn ensure_template(admin: &Client, base: &str) {
@@ -129,6 +182,7 @@ impl TestDb {
                 url,
                 name: build.clone(),
                 client,
+                admin_url: base.clone(),
             })
             .await;
             drop(filled);
@@ -165,7 +219,12 @@ impl TestDb {
             .expect("create test database");
         let url = with_db(&base, &name);
         let client = harness_session(&url).await;
-        TestDb { url, name, client }
+        TestDb {
+            url,
+            name,
+            client,
+            admin_url: base,
+        }
     }
 
     /// Create `t_<uuid>` from the migrated template and connect to it.
@@ -180,7 +239,12 @@ impl TestDb {
             .expect("create test database");
         let url = with_db(&base, &name);
         let client = harness_session(&url).await;
-        TestDb { url, name, client }
+        TestDb {
+            url,
+            name,
+            client,
+            admin_url: base,
+        }
     }
 
     /// A connector to this database.

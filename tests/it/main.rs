@@ -17,6 +17,7 @@ mod emitted;
 mod faults;
 mod fuzz;
 mod glue;
+mod harness;
 mod hostile;
 mod lock_order;
 mod observability;
