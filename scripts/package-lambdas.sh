@@ -48,4 +48,4 @@ for f in $functions; do
   if [ -n "$ca" ]; then cp "$ca" "target/lambda/$f/rds-global-bundle.pem"; fi
 done
 echo "packaged: $(echo $functions | wc -w) functions ($arch)"
-ls -l target/lambda/*/bootstrap | awk '{printf "  %-60s %6.1f MB\n", $9, $5/1048576}'
+ls -l target/lambda/*/bootstrap | awk '{printf "  %-60s %6.2f MB (%d bytes)\n", $9, $5/1000000, $5}'
