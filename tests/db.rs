@@ -57,21 +57,16 @@ pub struct TestDb {
     pub name: String,
     /// A client for fixtures and assertions.
     pub client: Client,
-    /// The maintenance URL it was created from (the drop runs there).
-    admin_url: String,
-}
-
-/// Test databases are named `t_<uuid>`; the build database of a template (renamed
-/// into the template once filled) is not one of them.
-fn is_test_database(name: &str) -> bool {
-    name.starts_with("t_")
+    /// The maintenance URL a test database is dropped from when this is dropped;
+    /// `None` for a template's build database, which is renamed into the template.
+    admin_url: Option<String>,
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if !is_test_database(&self.name) {
+        let Some(admin_url) = self.admin_url.take() else {
             return;
-        }
+        };
         if std::thread::panicking() {
             eprintln!(
                 "test database {} kept for inspection (the test failed): {}",
@@ -82,7 +77,7 @@ impl Drop for TestDb {
         // Drop may run inside the test's runtime, which cannot be blocked on: the
         // statement runs on a thread and runtime of its own. `WITH (FORCE)` ends the
         // sessions the test left open (its own client among them).
-        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let name = self.name.clone();
         let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -182,7 +177,7 @@ impl TestDb {
                 url,
                 name: build.clone(),
                 client,
-                admin_url: base.clone(),
+                admin_url: None,
             })
             .await;
             drop(filled);
@@ -212,6 +207,20 @@ impl TestDb {
             .execute("SELECT pg_advisory_unlock(4243)", &[])
             .await
             .expect("unlock");
+        Self::clone_of(&admin, base, template).await
+    }
+
+    /// Create `t_<uuid>` from the migrated template and connect to it.
+    pub async fn new() -> TestDb {
+        let base = base_url();
+        let admin = harness_session(&base).await;
+        ensure_template(&admin, &base).await;
+        Self::clone_of(&admin, base, TEMPLATE).await
+    }
+
+    /// Create `t_<uuid>` from `template` through `admin` (a session to `base`) and
+    /// connect to it.
+    async fn clone_of(admin: &Client, base: String, template: &str) -> TestDb {
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         admin
             .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
@@ -223,27 +232,7 @@ impl TestDb {
             url,
             name,
             client,
-            admin_url: base,
-        }
-    }
-
-    /// Create `t_<uuid>` from the migrated template and connect to it.
-    pub async fn new() -> TestDb {
-        let base = base_url();
-        let admin = harness_session(&base).await;
-        ensure_template(&admin, &base).await;
-        let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}"))
-            .await
-            .expect("create test database");
-        let url = with_db(&base, &name);
-        let client = harness_session(&url).await;
-        TestDb {
-            url,
-            name,
-            client,
-            admin_url: base,
+            admin_url: Some(base),
         }
     }
 
