@@ -74,33 +74,36 @@ impl Drop for TestDb {
             );
             return;
         }
-        // Drop may run inside the test's runtime, which cannot be blocked on: the
-        // statement runs on a thread and runtime of its own. `WITH (FORCE)` ends the
-        // sessions the test left open (its own client among them).
-        let name = self.name.clone();
-        let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async {
-                let admin = harness_connector(&admin_url)
-                    .connect("tests")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                admin
-                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("test database {} not dropped: {e}", self.name),
-            Err(_) => eprintln!("test database {} not dropped: the drop panicked", self.name),
+        if let Err(e) = drop_database_blocking(&admin_url, &self.name) {
+            eprintln!("test database {} not dropped: {e}", self.name);
         }
     }
+}
+
+/// `DROP DATABASE IF EXISTS name WITH (FORCE)` through a harness session to
+/// `admin_url`, blocking until done, for `Drop` implementations: `Drop` may run inside
+/// a test's runtime, which cannot be blocked on, so the statement runs on a thread and
+/// runtime of its own. `WITH (FORCE)` ends the sessions a test left open on it.
+pub fn drop_database_blocking(admin_url: &str, name: &str) -> Result<(), String> {
+    let (admin_url, name) = (admin_url.to_string(), name.to_string());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let admin = harness_connector(&admin_url)
+                .connect("tests")
+                .await
+                .map_err(|e| e.to_string())?;
+            admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the drop panicked".to_string()))
 }
 
 async fn ensure_template(admin: &Client, base: &str) {

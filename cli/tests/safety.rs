@@ -75,22 +75,10 @@ impl PlainDb {
 
 impl Drop for PlainDb {
     fn drop(&mut self) {
-        let base = integration_tests::db::base_url();
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(c) = Connector::from_url(&base).unwrap().connect("t").await {
-                    let _ = c
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .await;
-                }
-            });
-        })
-        .join();
+        let _ = integration_tests::db::drop_database_blocking(
+            &integration_tests::db::base_url(),
+            &self.name,
+        );
     }
 }
 
