@@ -160,13 +160,19 @@ async fn runtime_api(
     Ok((addr, rx, task))
 }
 
-/// Peak and current resident set of a process, in MiB (`VmHWM`, `VmRSS`).
-fn rss_mib(pid: u32) -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+/// Peak and current resident set of a process, in decimal MB, the unit of the
+/// footprint targets (`VmHWM`, `VmRSS`; `/proc` counts them in KiB). Before 2026-11-25
+/// these rows printed MiB under the label MB.
+fn rss_mb(pid: u32) -> Option<(f64, f64)> {
+    rss_mb_of_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// [`rss_mb`] from the text of a `/proc/<pid>/status`.
+fn rss_mb_of_status(status: &str) -> Option<(f64, f64)> {
     let field = |name: &str| -> Option<f64> {
         let line = status.lines().find(|l| l.starts_with(name))?;
-        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kb / 1024.0)
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024.0 / 1_000_000.0)
     };
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
@@ -216,7 +222,7 @@ async fn start_once(bin: &Path, f: Function, database_url: &str) -> Result<(Dura
         .map_err(|e| io("spawn", e))?;
     let seen = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await;
     let pid = child.id().unwrap_or(0);
-    let rss = rss_mib(pid).map(|(_, now)| now).unwrap_or(f64::NAN);
+    let rss = rss_mb(pid).map(|(_, now)| now).unwrap_or(f64::NAN);
     let _ = child.kill().await;
     task.abort();
     match seen {
@@ -284,7 +290,7 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
     }
     // The response is posted after the page: the peak is final; read it before the
     // process is gone.
-    let peak = rss_mib(pid).map(|(hwm, _)| hwm).unwrap_or(f64::NAN);
+    let peak = rss_mb(pid).map(|(hwm, _)| hwm).unwrap_or(f64::NAN);
     let _ = child.kill().await;
     task.abort();
     let logged = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -525,4 +531,20 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
     dbs.drop_db("fp_b38").await?;
     rows.extend(cold_start_with_db(&dir, opts).await?);
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rss_mb_of_status;
+
+    #[test]
+    fn rss_is_read_in_decimal_megabytes_from_kib() {
+        let status =
+            "Name:\tbootstrap\nVmPeak:\t  20000 kB\nVmHWM:\t   12500 kB\nVmRSS:\t   10000 kB\n";
+        let (peak, now) = rss_mb_of_status(status).unwrap();
+        // 12,500 KiB = 12,800,000 bytes = 12.8 MB (12.2 MiB); 10,000 KiB = 10.24 MB.
+        assert!((peak - 12.8).abs() < 1e-9, "{peak}");
+        assert!((now - 10.24).abs() < 1e-9, "{now}");
+        assert_eq!(rss_mb_of_status("Name:\tx\nVmRSS:\t1 kB\n"), None);
+    }
 }
