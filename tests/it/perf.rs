@@ -486,7 +486,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     // One group-size row per size, and the impact of ours, the floor and the baseline.
     assert_eq!(
         by["b38-groups"].len(),
-        hk::bench::b38_scale::GROUP_SIZES.len()
+        hk::bench::b38::scale::GROUP_SIZES.len()
     );
     assert_eq!(by["b38-impact"].len(), 3);
     // Linearity: ours and the floor, each against its own runs at a tenth of the size

@@ -16,7 +16,6 @@
 
 pub mod b28;
 pub mod b38;
-pub mod b38_scale;
 mod data;
 pub mod footprint;
 pub mod keyset;

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::b38::{baseline, floor, ours, Side};
-use super::data::{self, B38Sizes};
-use super::wire::{Counts, Wire};
-use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
+use super::sides::{baseline, floor, ours, Side};
+use crate::bench::data::{self, B38Sizes};
+use crate::bench::wire::{Counts, Wire};
+use crate::bench::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
 use shared::batches::remove_expired_members as rem;
 use shared::error::{Error, Result};
 
