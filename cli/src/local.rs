@@ -34,7 +34,7 @@ use shared::messages::Envelope;
 use shared::notify::Notifier;
 use shared::queue::OutMessage;
 use shared::runtime::{
-    process_record_with, Deadline, DoneReport, Invocation, RecordMeta, RecordOutcome, Report,
+    process_record_with, Deadline, Invocation, RecordMeta, RecordOutcome, Report,
 };
 use tokio_postgres::GenericClient;
 
@@ -76,7 +76,7 @@ pub struct Run {
     /// `success`, `retryable` or `permanent`.
     pub outcome: &'static str,
     /// The handler's typed `done` result, if it produced one.
-    pub report: Option<DoneReport>,
+    pub report: Option<Report>,
     /// The error text of a failed run.
     pub error: Option<String>,
     /// Messages the run sent.
@@ -92,7 +92,7 @@ impl Run {
             "hop": self.hop,
             "now": shared::clock::rfc3339(self.now),
             "outcome": self.outcome,
-            "report": self.report.as_ref().map(DoneReport::to_json),
+            "report": self.report.as_ref().map(Report::to_json),
             "error": self.error,
             "sent": self.sent.iter().map(sent_json).collect::<Vec<_>>(),
         })
@@ -484,12 +484,10 @@ fn run_of(
     sent: Vec<SentRecord>,
 ) -> Run {
     let (label, report, error) = match outcome {
-        RecordOutcome::Success(r) => ("success", Some(r.done()), None),
-        RecordOutcome::Retryable { error, report, .. } => (
-            "retryable",
-            report.as_ref().map(Report::done),
-            Some(error.clone()),
-        ),
+        RecordOutcome::Success(r) => ("success", Some(r.clone()), None),
+        RecordOutcome::Retryable { error, report, .. } => {
+            ("retryable", report.clone(), Some(error.clone()))
+        }
         RecordOutcome::Permanent { error } => ("permanent", None, Some(error.clone())),
     };
     Run {

@@ -394,7 +394,7 @@ async fn a_session_opens_without_a_named_prepared_statement() {
     let sent = Arc::new(Mutex::new(Vec::new()));
     let recorded = sent.clone();
     let client = connector
-        .connect_wrapped("hk-test", move |inner| Recorded {
+        .connect_through("hk-test", move |inner| Recorded {
             inner,
             sent: recorded,
         })

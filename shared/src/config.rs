@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod notify;
+
 use crate::error::{Error, Result};
 use crate::function::Function;
 
@@ -69,6 +71,9 @@ pub struct Settings {
     pub pat_expiring_budget: Duration,
     /// `GROUP_DESTROY_BUDGET_S` (default 600).
     pub group_destroy_budget: Duration,
+    /// `remove-expired-members`' members per grouped transaction (default
+    /// [`MEMBER_GROUP_SIZE`]; not read from the environment: `hk bench` varies it).
+    pub member_group_size: usize,
 }
 
 impl Default for Settings {
@@ -79,9 +84,19 @@ impl Default for Settings {
             prune_deletions_budget: Duration::from_secs(60),
             pat_expiring_budget: Duration::from_secs(180),
             group_destroy_budget: Duration::from_secs(600),
+            member_group_size: MEMBER_GROUP_SIZE,
         }
     }
 }
+
+/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000).
+///
+/// Measured with `hk bench b38-groups` at full scale (docs/benchmarks.md, "B38 after
+/// issue 19"): 100, 250, 500 and 1,000 members per transaction cost 81.1, 76.9, 75.2
+/// and 76.0 µs per member, with a longest transaction of 16.5, 36.1, 56.3 and 106.1 ms.
+/// Past 250 the time per member no longer falls, while a group holds its members' row
+/// locks on the production database until COMMIT twice or four times as long.
+pub const MEMBER_GROUP_SIZE: usize = 250;
 
 /// Everything a function needs from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +112,7 @@ pub struct Config {
     /// Budgets and the deadline margin.
     pub settings: Settings,
     /// B28 notification settings (instance, email, web hooks).
-    pub notify: crate::notify::config::NotifyConfig,
+    pub notify: notify::NotifyConfig,
     /// `SERVICE_NAME`: the metrics' `Service` dimension (the stack). Required under
     /// Lambda (`TRANSPORT=sqs`); `local` in `hk` and tests.
     pub service: String,
@@ -188,6 +203,7 @@ impl Config {
             prune_deletions_budget: secs(&get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
             pat_expiring_budget: secs(&get, "PAT_EXPIRING_BUDGET_S", 180)?,
             group_destroy_budget: secs(&get, "GROUP_DESTROY_BUDGET_S", 600)?,
+            member_group_size: MEMBER_GROUP_SIZE,
         };
         Ok(Config {
             database,
@@ -195,7 +211,7 @@ impl Config {
             queues,
             scheduler,
             settings,
-            notify: crate::notify::config::NotifyConfig::from_lookup(&get)?,
+            notify: notify::NotifyConfig::from_lookup(&get)?,
             service,
         })
     }

@@ -314,17 +314,17 @@ impl Connector {
     }
 
     /// Open a session for `application_name` over a plain TCP socket that `wrap`
-    /// wraps, with the settings of behaviour §7.1. Only the local chaos mode uses it
-    /// ([`crate::chaos::TappedStream`] sees the protocol), so it refuses TLS (whose
-    /// bytes a tap could not read) and Unix sockets.
-    pub async fn connect_wrapped<S, F>(&self, application_name: &str, wrap: F) -> Result<Client>
+    /// wraps, with the settings of behaviour §7.1: for a caller that must read the
+    /// protocol on the wire (local tooling, tests), so it refuses TLS (whose bytes a
+    /// wrapper could not read) and Unix sockets. Functions never call it.
+    pub async fn connect_through<S, F>(&self, application_name: &str, wrap: F) -> Result<Client>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
         F: FnOnce(tokio::net::TcpStream) -> S,
     {
         if self.pg.get_ssl_mode() == SslMode::Require {
             return Err(Error::Config(
-                "chaos mode taps the database protocol: use a local database without sslmode=require"
+                "a wrapped session reads the database protocol: use a database without sslmode=require"
                     .into(),
             ));
         }
@@ -332,7 +332,7 @@ impl Connector {
             Some(Host::Tcp(h)) => h.clone(),
             _ => {
                 return Err(Error::Config(
-                    "chaos mode needs a TCP database host, not a Unix socket".into(),
+                    "a wrapped session needs a TCP database host, not a Unix socket".into(),
                 ))
             }
         };

@@ -1,14 +1,12 @@
 //! Which handler serves which function, as types (issue 8, footprint).
 //!
-//! Owns: one zero-sized [`FunctionHandler`] per [`Function`] (same name as the
-//! variant), which is what a function binary hands to [`crate::lambda::run`], and
+//! Owns: the list of every function's [`Job`] type, re-exported under the name of its
+//! [`Function`] variant (what a function binary hands to [`crate::lambda::run`]), and
 //! [`Dispatch`], the match over [`Function`] that `hk`, the local runner, the benches
 //! and the tests use. Because the choice is a type, a function binary instantiates
-//! (and links) its own handler and nothing else, and builds B28's delivery means only
-//! when it is `deliver-notification`; the choice cannot be a Cargo feature, since one
+//! (and links) its own job and nothing else, and builds B28's delivery means only when
+//! it is `deliver-notification`; the choice cannot be a Cargo feature, since one
 //! `cargo lambda build` of every function unifies the features of `shared`.
-//!
-//! Adding a function means adding a line to the [`handlers!`] list below.
 
 use std::future::Future;
 
@@ -16,65 +14,55 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::messages::Envelope;
+use crate::job::{drive, Job};
+use crate::messages::{Envelope, Message};
 use crate::notify::{Notifier, NotifyConfig};
-use crate::runtime::{Handler, Invocation, Report};
+use crate::runtime::{Ended, Handler, Invocation};
 
-/// The handler of exactly one function: what a function binary runs.
+/// The handler of exactly one function: what a function binary runs. Every [`Job`]
+/// is one.
 pub trait FunctionHandler: Handler + Default + Send + 'static {
     /// The function it serves.
     const FUNCTION: Function;
 
-    /// B28's means, built once at cold start into `Deps::notifier`: the instance for
-    /// `pat-expiring`, the instance and delivery means for `deliver-notification`,
-    /// nothing for the others. Secrets behind ARNs are read through `aws`.
+    /// Its B28 means, built once at cold start ([`Job::notifier`]).
+    fn notifier(
+        cfg: &NotifyConfig,
+        aws: &aws_config::SdkConfig,
+    ) -> impl Future<Output = Result<Option<Notifier>>> + Send;
+}
+
+impl<J: Job + Default> Handler for J {
+    fn handle<C>(
+        &self,
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        message: Message,
+    ) -> impl Future<Output = Result<Ended>> + Send
+    where
+        C: GenericClient + Send + Sync,
+    {
+        drive::<J, C>(inv, client, env, message)
+    }
+}
+
+impl<J: Job + Default> FunctionHandler for J {
+    const FUNCTION: Function = J::FUNCTION;
+
     fn notifier(
         cfg: &NotifyConfig,
         aws: &aws_config::SdkConfig,
     ) -> impl Future<Output = Result<Option<Notifier>>> + Send {
-        let _ = (cfg, aws);
-        async { Ok(None) }
+        J::notifier(cfg, aws)
     }
 }
 
-/// Declares the per-function handler types and [`Dispatch`] from one list:
-/// `Variant => handler module [, notifier: builder]`, where the module has
-/// `async fn handle(inv, client, env)` and the builder is an
-/// `async fn(&NotifyConfig, &SdkConfig) -> Result<Notifier>`.
+/// Re-exports each function's [`Job`] under the name of its [`Function`] variant and
+/// declares [`Dispatch`] from one list: `Variant => job type`.
 macro_rules! handlers {
-    ($($function:ident => $module:path $(, notifier: $build:path)?;)*) => {
-        $(
-            #[doc = concat!("The handler of [`Function::", stringify!($function), "`].")]
-            #[derive(Debug, Clone, Copy, Default)]
-            pub struct $function;
-
-            impl Handler for $function {
-                fn handle<C>(
-                    &self,
-                    inv: &Invocation<'_>,
-                    client: &mut C,
-                    env: &Envelope,
-                ) -> impl Future<Output = Result<Report>> + Send
-                where
-                    C: GenericClient + Send + Sync,
-                {
-                    use $module as m;
-                    m::handle(inv, client, env)
-                }
-            }
-
-            impl FunctionHandler for $function {
-                const FUNCTION: Function = Function::$function;
-                $(
-                    async fn notifier(
-                        cfg: &NotifyConfig,
-                        aws: &aws_config::SdkConfig,
-                    ) -> Result<Option<Notifier>> {
-                        $build(cfg, aws).await.map(Some)
-                    }
-                )?
-            }
-        )*
+    ($($function:ident => $job:path;)*) => {
+        $(pub use $job;)*
 
         /// Every function's handler, chosen by `inv.function` at run time (`hk`, the
         /// local runner, benches, tests). Function binaries never name it.
@@ -87,13 +75,14 @@ macro_rules! handlers {
                 inv: &Invocation<'_>,
                 client: &mut C,
                 env: &Envelope,
-            ) -> impl Future<Output = Result<Report>> + Send
+                message: Message,
+            ) -> impl Future<Output = Result<Ended>> + Send
             where
                 C: GenericClient + Send + Sync,
             {
                 async move {
                     match inv.function {
-                        $(Function::$function => $function.handle(inv, client, env).await,)*
+                        $(Function::$function => drive::<$function, C>(inv, client, env, message).await,)*
                     }
                 }
             }
@@ -102,26 +91,16 @@ macro_rules! handlers {
 }
 
 handlers! {
-    RemoveExpiredMembers => crate::batches::remove_expired_members;
-    DeleteUser => crate::workers::delete_user;
-    SchedulePruneDeletions => crate::batches::schedule_prune_deletions;
-    PruneDeletions => crate::workers::prune_deletions;
-    AdjournedGroupDeletion => crate::batches::adjourned_group_deletion;
-    GroupDestroy => crate::workers::group_destroy;
-    PlaceholderUserCleanup => crate::batches::placeholder_user_cleanup;
-    DeletePlaceholderUser => crate::workers::delete_placeholder_user;
-    PatExpiring => crate::batches::pat_expiring, notifier: instance_only;
-    DeliverNotification => crate::workers::deliver_notification, notifier: full;
-}
-
-/// `pat-expiring`'s notifier: the instance only.
-async fn instance_only(cfg: &NotifyConfig, _aws: &aws_config::SdkConfig) -> Result<Notifier> {
-    Notifier::instance_only(cfg)
-}
-
-/// `deliver-notification`'s notifier: the instance and the delivery means.
-async fn full(cfg: &NotifyConfig, aws: &aws_config::SdkConfig) -> Result<Notifier> {
-    Notifier::full(cfg, Some(aws)).await
+    RemoveExpiredMembers => crate::batches::remove_expired_members::RemoveExpiredMembers;
+    DeleteUser => crate::workers::delete_user::DeleteUser;
+    SchedulePruneDeletions => crate::batches::schedule_prune_deletions::SchedulePruneDeletions;
+    PruneDeletions => crate::workers::prune_deletions::PruneDeletions;
+    AdjournedGroupDeletion => crate::batches::adjourned_group_deletion::AdjournedGroupDeletion;
+    GroupDestroy => crate::workers::group_destroy::GroupDestroy;
+    PlaceholderUserCleanup => crate::batches::placeholder_user_cleanup::PlaceholderUserCleanup;
+    DeletePlaceholderUser => crate::workers::delete_placeholder_user::DeletePlaceholderUser;
+    PatExpiring => crate::batches::pat_expiring::PatExpiring;
+    DeliverNotification => crate::workers::deliver_notification::DeliverNotification;
 }
 
 #[cfg(test)]
@@ -131,16 +110,16 @@ mod tests {
     #[test]
     fn each_handler_type_serves_the_function_of_its_name() {
         let all = [
-            RemoveExpiredMembers::FUNCTION,
-            DeleteUser::FUNCTION,
-            SchedulePruneDeletions::FUNCTION,
-            PruneDeletions::FUNCTION,
-            AdjournedGroupDeletion::FUNCTION,
-            GroupDestroy::FUNCTION,
-            PlaceholderUserCleanup::FUNCTION,
-            DeletePlaceholderUser::FUNCTION,
-            PatExpiring::FUNCTION,
-            DeliverNotification::FUNCTION,
+            <RemoveExpiredMembers as FunctionHandler>::FUNCTION,
+            <DeleteUser as FunctionHandler>::FUNCTION,
+            <SchedulePruneDeletions as FunctionHandler>::FUNCTION,
+            <PruneDeletions as FunctionHandler>::FUNCTION,
+            <AdjournedGroupDeletion as FunctionHandler>::FUNCTION,
+            <GroupDestroy as FunctionHandler>::FUNCTION,
+            <PlaceholderUserCleanup as FunctionHandler>::FUNCTION,
+            <DeletePlaceholderUser as FunctionHandler>::FUNCTION,
+            <PatExpiring as FunctionHandler>::FUNCTION,
+            <DeliverNotification as FunctionHandler>::FUNCTION,
         ];
         assert_eq!(all.len(), Function::ALL.len());
         for (f, g) in all.iter().zip(Function::ALL) {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod function;
 pub mod gitlab;
 pub mod handlers;
+pub mod job;
 pub mod lambda;
 pub mod locks;
 pub mod messages;

@@ -410,15 +410,6 @@ impl OutcomeKind {
         (OutcomeKind::Panic, OUTCOME_PANIC),
         (OutcomeKind::Deadline, OUTCOME_DEADLINE),
     ];
-
-    /// The outcome of an acknowledged result with `status`.
-    pub fn of_status(status: &str) -> OutcomeKind {
-        match status {
-            "stale" => OutcomeKind::Stale,
-            "skipped" | "hop_limit_reached" => OutcomeKind::Skipped,
-            _ => OutcomeKind::Done,
-        }
-    }
 }
 
 /// One record's EMF line (behaviour §8): `records` = 1, `records_failed` (1 when the

@@ -10,7 +10,6 @@
 //! handler under `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
 //! the local runner both call it.
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -26,9 +25,9 @@ use crate::clock::rfc3339;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::messages::Envelope;
+use crate::messages::{Envelope, Message};
 use crate::metrics::{emit_record_metrics, Metric, OutcomeKind};
-use crate::queue::{OutMessage, Queue};
+use crate::queue::Queue;
 
 /// The monotonic deadline of one invocation: Lambda's remaining time, or in `hk` the
 /// function's timeout measured from the handler's start (behaviour §6).
@@ -97,60 +96,105 @@ impl Invocation<'_> {
     pub fn today(&self) -> chrono::NaiveDate {
         self.now.date_naive()
     }
+}
 
-    /// Send a continuation or re-send unless the hop limit forbids it (behaviour §9.8). Returns
-    /// whether it was sent. A send failure is an error (the record is retryable).
-    pub async fn continue_with(&self, next: OutMessage) -> Result<bool> {
-        let max_hops = u64::from(self.function.max_hops());
-        if next.envelope.hop > max_hops {
-            tracing::error!(
-                hop = next.envelope.hop.saturating_sub(1),
-                max_hops,
-                "continuation not sent: hop limit reached"
-            );
-            return Ok(false);
+/// The `status` of a `done` line: how one invocation of a function ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The work of the message is finished.
+    Completed,
+    /// The run goes on in a continuation or re-send (behaviour §9.8).
+    LimitReached,
+    /// `prune-deletions`: more schedules wait, a continuation was sent.
+    MoreWork,
+    /// Another invocation holds the overlap lock (behaviour §9.10).
+    Skipped,
+    /// Received above the function's hop limit: no work (behaviour §9.8).
+    HopLimitReached,
+    /// The database no longer wants the work.
+    Stale,
+    /// The work is refused by a rule (the ghost user, a sole owner).
+    Refused,
+    /// Rows that need an operator keep the work from going on.
+    Blocked,
+    /// `group-destroy`: the group was restored instead.
+    Restored,
+    /// `prune-deletions`: some schedules failed; the record is retried.
+    Stopped,
+    /// The work failed in a way the record is retried for.
+    Failed,
+}
+
+impl Status {
+    /// The status as the `done` line writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Completed => "completed",
+            Status::LimitReached => "limit_reached",
+            Status::MoreWork => "more_work",
+            Status::Skipped => "skipped",
+            Status::HopLimitReached => "hop_limit_reached",
+            Status::Stale => "stale",
+            Status::Refused => "refused",
+            Status::Blocked => "blocked",
+            Status::Restored => "restored",
+            Status::Stopped => "stopped",
+            Status::Failed => "failed",
         }
-        self.queue.send(std::slice::from_ref(&next)).await?;
-        Ok(true)
+    }
+
+    /// The record outcome an acknowledged record with this status counts as.
+    pub fn outcome(self) -> OutcomeKind {
+        match self {
+            Status::Stale => OutcomeKind::Stale,
+            Status::Skipped | Status::HopLimitReached => OutcomeKind::Skipped,
+            _ => OutcomeKind::Done,
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
 /// A handler's typed `done` result: one `#[derive(Serialize)]` struct per function
 /// (or per outcome shape), whose fields are the `done` line's result fields and whose
-/// metrics and counters are declared with it. The runner and `hk` read these methods,
-/// never the JSON.
+/// metrics are declared with it. The runtime and `hk` read these methods, never the
+/// JSON.
 pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
-    /// The `status` field of `done`.
-    fn status(&self) -> &'static str;
+    /// The `status` of `done` when the work of the message ended here.
+    fn status(&self) -> Status;
+    /// The `status` when the run goes on in a continuation or re-send.
+    fn continued_status(&self) -> Status {
+        Status::LimitReached
+    }
     /// Metrics for this invocation's EMF line (besides the per-record ones of
     /// [`emit_record_metrics`]), from the catalogue ([`crate::metrics`]).
     fn metrics(&self) -> Vec<(Metric, f64)> {
         Vec::new()
     }
     /// The keys GitLab's worker logs with `log_extra_metadata_on_done`, with their
-    /// values: the `done` line carries each as `extra.<worker>.<key>`.
-    fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
-        Vec::new()
-    }
-    /// The items this invocation processed, by name, that `hk`'s summary adds up.
-    fn counts(&self) -> Vec<(&'static str, u64)> {
+    /// values, for a result that ended with `status`: the `done` line carries each as
+    /// `extra.<worker>.<key>`.
+    fn gitlab_extras(&self, status: Status) -> Vec<(String, Value)> {
+        let _ = status;
         Vec::new()
     }
 }
 
-/// Object-safe view of a [`Done`] (the report holds any function's result).
+/// Object-safe view of a [`Done`] (a report holds any function's result).
 trait AnyDone: std::fmt::Debug + Send + Sync {
-    fn status(&self) -> &'static str;
+    fn as_any(&self) -> &dyn std::any::Any;
     fn fields(&self) -> Map<String, Value>;
     fn metrics(&self) -> Vec<(Metric, f64)>;
-    fn gitlab_extras(&self) -> Vec<(&'static str, Value)>;
-    fn counts(&self) -> Vec<(&'static str, u64)>;
-    fn as_any(&self) -> &dyn Any;
+    fn gitlab_extras(&self, status: Status) -> Vec<(String, Value)>;
 }
 
 impl<T: Done> AnyDone for T {
-    fn status(&self) -> &'static str {
-        Done::status(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
     fn fields(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
@@ -161,14 +205,8 @@ impl<T: Done> AnyDone for T {
     fn metrics(&self) -> Vec<(Metric, f64)> {
         Done::metrics(self)
     }
-    fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
-        Done::gitlab_extras(self)
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        Done::counts(self)
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn gitlab_extras(&self, status: Status) -> Vec<(String, Value)> {
+        Done::gitlab_extras(self, status)
     }
 }
 
@@ -177,8 +215,8 @@ impl<T: Done> AnyDone for T {
 pub struct Skipped;
 
 impl Done for Skipped {
-    fn status(&self) -> &'static str {
-        "skipped"
+    fn status(&self) -> Status {
+        Status::Skipped
     }
 }
 
@@ -187,80 +225,37 @@ impl Done for Skipped {
 pub struct HopLimitReached;
 
 impl Done for HopLimitReached {
-    fn status(&self) -> &'static str {
-        "hop_limit_reached"
+    fn status(&self) -> Status {
+        Status::HopLimitReached
     }
 }
 
-/// A typed [`Done`] result behind a shared pointer: what the local runner keeps of
-/// each run and `hk` reads (status, counters, typed access), cheap to clone.
+/// What one invocation did: its typed [`Done`] result and the status it ended with,
+/// cheap to clone (what Lambda logs and `hk` keeps of each run).
 #[derive(Debug, Clone)]
-pub struct DoneReport(std::sync::Arc<dyn AnyDone>);
-
-impl DoneReport {
-    /// The `status` field of `done`.
-    pub fn status(&self) -> &'static str {
-        self.0.status()
-    }
-
-    /// The typed result, when it is a `T`.
-    pub fn get<T: Done>(&self) -> Option<&T> {
-        self.0.as_any().downcast_ref::<T>()
-    }
-
-    /// Metrics for the invocation's EMF line (besides the per-record ones).
-    pub fn metrics(&self) -> Vec<(Metric, f64)> {
-        self.0.metrics()
-    }
-
-    /// The counters `hk`'s summary adds up.
-    pub fn counts(&self) -> Vec<(&'static str, u64)> {
-        self.0.counts()
-    }
-
-    /// The result as one JSON object (status first): the `done` line's fields.
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("status".into(), Value::from(self.status()));
-        m.extend(self.0.fields());
-        Value::Object(m)
-    }
-}
-
-/// What a handler did: its typed [`Done`] result, and whether the record must
-/// still be retried.
-#[derive(Debug)]
 pub struct Report {
     done: std::sync::Arc<dyn AnyDone>,
-    /// Set when the work ended in a way the batch file calls retryable while still
-    /// producing a report (the record is then reported as a failure).
-    pub retry: Option<Error>,
+    status: Status,
 }
 
 impl Report {
-    /// A report of a typed result.
+    /// A report of a result whose work ended here.
     pub fn new<T: Done>(done: T) -> Report {
+        let status = done.status();
+        Report::with_status(done, status)
+    }
+
+    /// A report of `done` that ended with `status`.
+    pub fn with_status<T: Done>(done: T, status: Status) -> Report {
         Report {
             done: std::sync::Arc::new(done),
-            retry: None,
+            status,
         }
     }
 
-    /// The same report, to be retried because of `e`.
-    pub fn retrying(mut self, e: Error) -> Report {
-        self.retry = Some(e);
-        self
-    }
-
-    /// The `skipped: already running` report (behaviour §9.10).
-    pub fn skipped() -> Report {
-        tracing::info!("skipped: already running");
-        Report::new(Skipped)
-    }
-
     /// The `status` field of `done`.
-    pub fn status(&self) -> &'static str {
-        self.done.status()
+    pub fn status(&self) -> Status {
+        self.status
     }
 
     /// The typed result, when it is a `T`.
@@ -273,54 +268,70 @@ impl Report {
         self.done.metrics()
     }
 
-    /// GitLab's `log_extra_metadata_on_done` keys and values of this result.
-    pub fn gitlab_extras(&self) -> Vec<(&'static str, Value)> {
-        self.done.gitlab_extras()
-    }
-
     /// The `done` line's fields: [`Report::to_json`] plus GitLab's
     /// `extra.<worker>.<key>` fields for `class`.
     pub fn done_fields(&self, class: &str) -> Value {
         let mut v = self.to_json();
         let prefix = crate::telemetry::gitlab_extra_prefix(class);
         if let Value::Object(m) = &mut v {
-            for (k, x) in self.gitlab_extras() {
+            for (k, x) in self.done.gitlab_extras(self.status) {
                 m.insert(format!("{prefix}{k}"), x);
             }
         }
         v
     }
 
-    /// The counters `hk`'s summary adds up.
-    pub fn counts(&self) -> Vec<(&'static str, u64)> {
-        self.done.counts()
+    /// The items this invocation processed, by name, that `hk`'s summary adds up: the
+    /// integer fields of the `done` line that are not identifiers (`…_id`).
+    pub fn counts(&self) -> Vec<(String, u64)> {
+        self.done
+            .fields()
+            .into_iter()
+            .filter(|(k, _)| !k.ends_with("_id"))
+            .filter_map(|(k, v)| v.as_u64().map(|n| (k, n)))
+            .collect()
     }
 
     /// The report as one JSON object (status first): the `done` line's fields.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
-        m.insert("status".into(), Value::from(self.status()));
+        m.insert("status".into(), Value::from(self.status.name()));
         m.extend(self.done.fields());
         Value::Object(m)
     }
+}
 
-    /// The typed result alone, shareable (what `hk`'s runner keeps).
-    pub fn done(&self) -> DoneReport {
-        DoneReport(self.done.clone())
+/// How a handler ended: its report, and the error the record is retried for when the
+/// work ended in a way the batch file calls retryable while still producing a report.
+#[derive(Debug)]
+pub struct Ended {
+    /// What it did.
+    pub report: Report,
+    /// Set when the record must still be reported as a failure.
+    pub retry: Option<Error>,
+}
+
+impl From<Report> for Ended {
+    fn from(report: Report) -> Ended {
+        Ended {
+            report,
+            retry: None,
+        }
     }
 }
 
-/// What serves a function's parsed messages: one function's handler
+/// What serves a function's decoded messages: one function's handler
 /// ([`crate::handlers`], what a function binary links) or all of them
 /// ([`crate::handlers::Dispatch`]).
 pub trait Handler: Sync {
-    /// Handle one parsed, validated message of `inv.function`.
+    /// Handle one decoded, validated message of `inv.function`.
     fn handle<C>(
         &self,
         inv: &Invocation<'_>,
         client: &mut C,
         env: &Envelope,
-    ) -> impl Future<Output = Result<Report>> + Send
+        message: Message,
+    ) -> impl Future<Output = Result<Ended>> + Send
     where
         C: GenericClient + Send + Sync;
 }
@@ -403,7 +414,7 @@ where
     async move {
         let started = Instant::now();
         let function = inv.function;
-        let env = match Envelope::parse(body, function) {
+        let (env, message) = match Envelope::decode(body, function) {
             Ok(e) => e,
             Err(m) => {
                 log_malformed(meta, &m.error, m.message_key.as_deref());
@@ -419,8 +430,8 @@ where
         span.record("message_key", env.message_key.as_str());
         span.record("hop", env.hop);
         let run_started = Some(env.hop == 0);
-        // Validated by `Envelope::parse` and rebuilt from its type: bounded.
-        let cursor = env.validated_cursor().unwrap_or(Value::Null);
+        // Validated on decoding and rebuilt from its type: bounded.
+        let cursor = message.cursor().unwrap_or(Value::Null);
         tracing::info!(
             now = %rfc3339(inv.now),
             message_type = env.kind.as_str(),
@@ -450,7 +461,7 @@ where
             );
             return RecordOutcome::Success(report);
         }
-        let result = AssertUnwindSafe(handler.handle(inv, client, &env))
+        let result = AssertUnwindSafe(handler.handle(inv, client, &env, message))
             .catch_unwind()
             .await;
         let duration_s = started.elapsed().as_secs_f64();
@@ -459,15 +470,15 @@ where
             emit_record_metrics(function, kind, failed, duration_s, run_started, extra)
         };
         match result {
-            Ok(Ok(report)) => {
-                let job_status = if report.retry.is_some() { "fail" } else { "done" };
+            Ok(Ok(Ended { report, retry })) => {
+                let job_status = if retry.is_some() { "fail" } else { "done" };
                 tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status, "done");
-                match report.retry {
+                match retry {
                     None => {
-                        emit(OutcomeKind::of_status(report.status()), false, Some(&report));
+                        emit(report.status().outcome(), false, Some(&report));
                         RecordOutcome::Success(report)
                     }
-                    Some(ref e) => {
+                    Some(e) => {
                         let (error_class, error) = (e.class().to_string(), e.to_string());
                         tracing::error!(
                             error = error.as_str(),

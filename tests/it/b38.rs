@@ -760,11 +760,11 @@ async fn pages_within_one_crowded_date_are_the_keyset_pages() {
     assert_eq!(same[0].get::<_, i64>(1), all[BATCH_SIZE].1);
 }
 
-/// A page runs in groups of the size in force, whatever it is (the bench's knob), and
-/// the group figures record the longest group and the rows it locked.
+/// A page runs in groups of the configured size, whatever it is (the bench's knob), and
+/// the typed result records the longest group and the rows it locked.
 #[tokio::test]
-async fn a_page_runs_in_groups_of_the_size_in_force() {
-    use shared::batches::remove_expired_members as rem;
+async fn a_page_runs_in_groups_of_the_configured_size() {
+    use shared::batches::remove_expired_members::ExpiredMembersDone;
     let db = fixture().await;
     db.exec(
         "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
@@ -772,11 +772,16 @@ async fn a_page_runs_in_groups_of_the_size_in_force() {
            FROM generate_series(1000, 1009) i",
     )
     .await;
-    rem::set_group_size(4);
-    rem::reset_group_stats();
-    let (_, log) = cron_once(&db).await;
-    let (longest, locked) = rem::group_stats();
-    rem::set_group_size(rem::GROUP_SIZE);
+    let settings = shared::config::Settings {
+        member_group_size: 4,
+        ..Default::default()
+    };
+    let (log, _g) = capture();
+    let mut r = db.runner_with(t(NOW), settings);
+    let body = r.cron_message(F).to_body();
+    let (run, _) = r.invoke(F, &body, 1).await.unwrap();
+    let done = run.report.as_ref().unwrap();
+    let (longest, locked) = done.get::<ExpiredMembersDone>().unwrap().longest_group;
     assert_eq!(log.done()["updated_rows"], 10);
     assert_eq!(db.count("members WHERE id >= 1000").await, 0);
     assert_eq!(locked, 4);

@@ -17,7 +17,7 @@ use shared::db::{Connector, Session};
 use shared::lambda::Deps;
 use shared::messages::Envelope;
 use shared::metrics::{self, CATALOGUE};
-use shared::runtime::{Deadline, Handler, Invocation, RecordMeta, Report};
+use shared::runtime::{Deadline, Handler, Invocation, RecordMeta};
 use shared::telemetry::{capture, gitlab_extra_prefix};
 use shared::Function;
 
@@ -116,7 +116,8 @@ impl Handler for Panics {
         _inv: &Invocation<'_>,
         _client: &mut C,
         _env: &Envelope,
-    ) -> shared::error::Result<Report>
+        _message: shared::messages::Message,
+    ) -> shared::error::Result<shared::runtime::Ended>
     where
         C: tokio_postgres::GenericClient + Send + Sync,
     {

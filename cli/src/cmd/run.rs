@@ -8,7 +8,6 @@ use super::*;
 use comfy_table::Cell;
 use hk::chaos::ChaosSpec;
 use hk::local::{Plan, Run, Runner};
-use shared::runtime::DoneReport;
 use shared::Function;
 use std::collections::BTreeMap;
 
@@ -144,7 +143,7 @@ pub(crate) fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
 }
 
 pub(crate) fn print_run(r: &Run) {
-    let status = r.report.as_ref().map(DoneReport::status).unwrap_or("-");
+    let status = r.report.as_ref().map(|r| r.status().name()).unwrap_or("-");
     // The `done` line's result fields, as the log shows them.
     let fields = r
         .report
@@ -186,7 +185,7 @@ pub(crate) fn print_run(r: &Run) {
 }
 
 /// Per-function totals: runs, outcomes, statuses, messages sent, and the item
-/// counters each handler's typed report declares ([`DoneReport::counts`]).
+/// counters each handler's typed report declares (`shared::runtime::Report::counts`).
 pub(crate) fn summarize(runs: &[Run]) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut t: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for r in runs {

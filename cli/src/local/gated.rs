@@ -37,7 +37,7 @@ impl Runner {
         let now = self.queue.now();
         let mut client = self
             .connector
-            .connect_wrapped(function.name(), move |s| TappedStream::new(s, tap))
+            .connect_through(function.name(), move |s| TappedStream::new(s, tap))
             .await?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])

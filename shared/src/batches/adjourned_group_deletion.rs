@@ -17,14 +17,14 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::group_deletion::{self, Expected, Restore, Schedule};
 use crate::gitlab::permissions;
-use crate::locks;
+use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{
     group_destroy_key, AdjournedGroupDeletionRun, Envelope, GroupCursor, GroupDestroyRun,
 };
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Done, Invocation, Report};
+use crate::runtime::{Done, Invocation, Status};
 
 /// Groups per keyset page.
 pub const BATCH_SIZE: i64 = 100;
@@ -149,12 +149,8 @@ pub struct AdjournedGroupDeletionDone {
 }
 
 impl Done for AdjournedGroupDeletionDone {
-    fn status(&self) -> &'static str {
-        if self.next_cursor.is_some() {
-            "limit_reached"
-        } else {
-            "completed"
-        }
+    fn status(&self) -> Status {
+        Status::Completed
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
@@ -163,15 +159,6 @@ impl Done for AdjournedGroupDeletionDone {
             (metrics::RESTORED, self.restored as f64),
             (metrics::SKIPPED_GROUPS, self.skipped_groups as f64),
             (metrics::FAILED, self.failed_groups as f64),
-        ]
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("groups_due", self.groups_due),
-            ("destroy_enqueued", self.destroy_enqueued),
-            ("restored", self.restored),
-            ("skipped_groups", self.skipped_groups),
-            ("failed_groups", self.failed_groups),
         ]
     }
 }
@@ -258,52 +245,57 @@ where
     }
 }
 
-/// Handle one `adjourned-group-deletion.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let payload: AdjournedGroupDeletionRun = env.payload()?;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        return Ok(Report::skipped());
+/// The `adjourned-group-deletion` job: one run at a time, continued with its cursor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdjournedGroupDeletion;
+
+impl Job for AdjournedGroupDeletion {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = AdjournedGroupDeletionRun;
+    type Outcome = AdjournedGroupDeletionDone;
+
+    fn overlap(_: &AdjournedGroupDeletionRun) -> Overlap {
+        Overlap::Function
     }
-    let result = async {
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        payload: AdjournedGroupDeletionRun,
+    ) -> Result<Step<AdjournedGroupDeletionDone, AdjournedGroupDeletionRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
         let period = group_deletion::deletion_adjourned_period(&*client).await?;
         let cutoff = group_deletion::cutoff(inv.today(), period);
         let r = run(inv, env, client, payload.cursor, cutoff).await?;
-        Ok::<_, crate::Error>((cutoff, r))
-    }
-    .await;
-    // Released before any continuation is sent, on error paths too (behaviour §9.10).
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let (cutoff, r) = result?;
-    unlocked?;
-    if let Some(cursor) = r.next {
-        let next = env.continuation(
-            FUNCTION,
-            inv.now,
-            AdjournedGroupDeletionRun {
-                cursor: Some(cursor),
+        let done = AdjournedGroupDeletionDone {
+            groups_due: r.due,
+            destroy_enqueued: r.enqueued,
+            restored: r.restored,
+            skipped_groups: r.skipped,
+            failed_groups: r.failed,
+            cutoff,
+            next_cursor: r.next,
+        };
+        Ok(match r.next {
+            None => Step::Done(done),
+            Some(cursor) => Step::Continue {
+                outcome: done,
+                next: Next::Payload(AdjournedGroupDeletionRun {
+                    cursor: Some(cursor),
+                }),
+                delay_s: 0,
             },
-        );
-        inv.continue_with(OutMessage::new(FUNCTION, 0, next))
-            .await?;
+        })
     }
-    Ok(Report::new(AdjournedGroupDeletionDone {
-        groups_due: r.due,
-        destroy_enqueued: r.enqueued,
-        restored: r.restored,
-        skipped_groups: r.skipped,
-        failed_groups: r.failed,
-        cutoff,
-        next_cursor: r.next,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
@@ -356,8 +348,7 @@ mod tests {
             group_id: 7,
             index: 2,
         });
-        let r = Report::new(done);
-        assert_eq!(r.status(), "limit_reached");
+        let r = Report::with_status(done, Status::LimitReached);
         assert_eq!(
             r.to_json()["next_cursor"],
             json!({"group_id": 7, "index": 2})

@@ -22,14 +22,14 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::locks;
+use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{
     delete_placeholder_user_key, DeletePlaceholderUserRun, DetailCursor, Envelope,
     PlaceholderUserCleanupRun,
 };
 use crate::metrics::{self, Metric};
 use crate::queue::{self, OutMessage};
-use crate::runtime::{Done, Invocation, Report};
+use crate::runtime::{Done, Invocation, Status};
 
 pub(crate) mod sql;
 
@@ -192,9 +192,6 @@ struct Progress {
 /// deadline guard stopped it (a continuation was then sent).
 #[derive(Debug, Clone, Serialize)]
 pub struct PlaceholderUserCleanupDone {
-    /// Whether the deadline guard stopped the run (`limit_reached`).
-    #[serde(skip)]
-    pub limit_reached: bool,
     /// Children sent (attempts counted).
     pub enqueued_count: u64,
     /// Of those, final attempts (step 3's warning).
@@ -206,12 +203,8 @@ pub struct PlaceholderUserCleanupDone {
 }
 
 impl Done for PlaceholderUserCleanupDone {
-    fn status(&self) -> &'static str {
-        if self.limit_reached {
-            "limit_reached"
-        } else {
-            "completed"
-        }
+    fn status(&self) -> Status {
+        Status::Completed
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
@@ -222,17 +215,6 @@ impl Done for PlaceholderUserCleanupDone {
                 metrics::MAX_ATTEMPTS_REACHED,
                 self.max_attempts_reached_count as f64,
             ),
-        ]
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("enqueued_count", self.enqueued_count),
-            (
-                "max_attempts_reached_count",
-                self.max_attempts_reached_count,
-            ),
-            ("stale_count", self.stale_count),
-            ("failed_count", self.failed_count),
         ]
     }
 }
@@ -347,50 +329,57 @@ where
     }
 }
 
-/// Handle one `placeholder-user-cleanup.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let payload: PlaceholderUserCleanupRun = env.payload()?;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        return Ok(Report::skipped());
+/// The `placeholder-user-cleanup` job: one run at a time, continued with its cursor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlaceholderUserCleanup;
+
+impl Job for PlaceholderUserCleanup {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = PlaceholderUserCleanupRun;
+    type Outcome = PlaceholderUserCleanupDone;
+
+    fn overlap(_: &PlaceholderUserCleanupRun) -> Overlap {
+        Overlap::Function
     }
-    let mut p = Progress {
-        index: payload.cursor.map_or(0, |c| c.index),
-        last_visited: payload.cursor.map_or(0, |c| c.detail_id),
-        ..Progress::default()
-    };
-    let result = run(inv, env, client, &mut p).await;
-    // Released before any continuation is sent, on error paths too (behaviour §9.10).
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let next = result?;
-    unlocked?;
-    let limit_reached = next.is_some();
-    if let Some(cursor) = next {
-        let message = env.continuation(
-            FUNCTION,
-            inv.now,
-            PlaceholderUserCleanupRun {
-                cursor: Some(cursor),
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        payload: PlaceholderUserCleanupRun,
+    ) -> Result<Step<PlaceholderUserCleanupDone, PlaceholderUserCleanupRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let mut p = Progress {
+            index: payload.cursor.map_or(0, |c| c.index),
+            last_visited: payload.cursor.map_or(0, |c| c.detail_id),
+            ..Progress::default()
+        };
+        let next = run(inv, env, client, &mut p).await?;
+        let done = PlaceholderUserCleanupDone {
+            enqueued_count: p.enqueued,
+            max_attempts_reached_count: p.max_attempts_reached,
+            stale_count: p.stale,
+            failed_count: p.failed,
+        };
+        Ok(match next {
+            None => Step::Done(done),
+            Some(cursor) => Step::Continue {
+                outcome: done,
+                next: Next::Payload(PlaceholderUserCleanupRun {
+                    cursor: Some(cursor),
+                }),
+                delay_s: 0,
             },
-        );
-        inv.continue_with(OutMessage::new(FUNCTION, 0, message))
-            .await?;
+        })
     }
-    Ok(Report::new(PlaceholderUserCleanupDone {
-        limit_reached,
-        enqueued_count: p.enqueued,
-        max_attempts_reached_count: p.max_attempts_reached,
-        stale_count: p.stale,
-        failed_count: p.failed,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
@@ -425,13 +414,12 @@ mod tests {
     #[test]
     fn the_done_line_keeps_its_fields() {
         let done = PlaceholderUserCleanupDone {
-            limit_reached: true,
             enqueued_count: 4,
             max_attempts_reached_count: 1,
             stale_count: 2,
             failed_count: 3,
         };
-        let r = Report::new(done);
+        let r = Report::with_status(done, Status::LimitReached);
         assert_eq!(
             r.to_json(),
             json!({"status": "limit_reached", "enqueued_count": 4,

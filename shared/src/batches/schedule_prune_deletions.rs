@@ -13,13 +13,13 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::locks;
+use crate::job::{Job, Overlap, Step};
 use crate::messages::{
     prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
 };
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
-use crate::runtime::{Done, Invocation, Report};
+use crate::runtime::{Done, Invocation, Report, Status};
 
 pub mod sql;
 
@@ -60,11 +60,11 @@ pub struct ScheduleDone {
 }
 
 impl Done for ScheduleDone {
-    fn status(&self) -> &'static str {
+    fn status(&self) -> Status {
         if self.backlog.is_some() {
-            "completed"
+            Status::Completed
         } else {
-            "skipped"
+            Status::Skipped
         }
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
@@ -101,29 +101,41 @@ async fn enqueue_if_needed<C: GenericClient>(
     Ok((true, b))
 }
 
-/// Handle one `schedule-prune-deletions.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let _: SchedulePruneDeletionsRun = env.payload()?;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        tracing::info!("skipped: already running");
-        return Ok(Report::new(ScheduleDone {
+/// The `schedule-prune-deletions` job: one run at a time, never continued.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SchedulePruneDeletions;
+
+impl Job for SchedulePruneDeletions {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = SchedulePruneDeletionsRun;
+    type Outcome = ScheduleDone;
+
+    fn overlap(_: &SchedulePruneDeletionsRun) -> Overlap {
+        Overlap::Function
+    }
+
+    fn busy(_: &SchedulePruneDeletionsRun) -> Report {
+        Report::new(ScheduleDone {
             enqueued: false,
             backlog: None,
-        }));
+        })
     }
-    let result = enqueue_if_needed(inv, &*client, env).await;
-    // Released on error paths too (behaviour §9.10); a send failure is then a retryable failure.
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let (enqueued, b) = result?;
-    unlocked?;
-    Ok(Report::new(ScheduleDone {
-        enqueued,
-        backlog: Some(b),
-    }))
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        _: SchedulePruneDeletionsRun,
+    ) -> Result<Step<ScheduleDone, SchedulePruneDeletionsRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let (enqueued, b) = enqueue_if_needed(inv, &*client, env).await?;
+        Ok(Step::Done(ScheduleDone {
+            enqueued,
+            backlog: Some(b),
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::keys::{valid_key, valid_run_id};
-use super::payloads::{payload_cursor, validate_payload, Payload};
+use super::message::{FromMessage, Message};
 use super::strict::{Strict, DUPLICATE_KEY};
 use crate::clock::{key_time, rfc3339};
 use crate::error::{Error, Result};
@@ -53,6 +53,15 @@ impl Envelope {
     /// Parse and validate a body for `receiver`. Every rule of behaviour §9.1 and §9.4 is checked;
     /// the error names the first violation and never quotes the body.
     pub fn parse(body: &str, receiver: Function) -> std::result::Result<Envelope, Malformed> {
+        Envelope::decode(body, receiver).map(|(env, _)| env)
+    }
+
+    /// [`Envelope::parse`], keeping the payload as the [`Message`] it was decoded to:
+    /// what the runtime hands to a handler, so a payload is decoded once.
+    pub fn decode(
+        body: &str,
+        receiver: Function,
+    ) -> std::result::Result<(Envelope, Message), Malformed> {
         let value: Value = match serde_json::from_str::<Strict>(body) {
             Ok(Strict(v)) => v,
             Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
@@ -143,8 +152,8 @@ impl Envelope {
             Some(_) => return Err(fail("field `payload` is not an object".into())),
             None => return Err(fail("missing field `payload`".into())),
         };
-        validate_payload(&kind, &payload).map_err(|e| fail(e.to_string()))?;
-        Ok(Envelope {
+        let message = Message::decode(&kind, &payload).map_err(|e| fail(e.to_string()))?;
+        let env = Envelope {
             version: VERSION,
             kind,
             message_key: key,
@@ -152,19 +161,21 @@ impl Envelope {
             hop,
             issued_at,
             payload,
-        })
+        };
+        Ok((env, message))
     }
 
-    /// Decode and validate the payload as `T` ([`Payload::from_payload`]). An error
-    /// makes the message malformed (behaviour §9.4) and names the field, never its value.
-    pub fn payload<T: Payload>(&self) -> Result<T> {
-        T::from_value(&self.payload).map_err(|e| Error::Malformed(e.to_string()))
-    }
-
-    /// The payload's cursor, validated and re-serialized from its type (so bounded:
-    /// only the cursor's own fields), for the `start` line; `None` without one.
-    pub fn validated_cursor(&self) -> Option<Value> {
-        payload_cursor(&self.kind, &self.payload).ok().flatten()
+    /// The payload as `T`, decoded and validated (tests and tools; the runtime uses the
+    /// [`Message`] of [`Envelope::decode`]). An error makes the message malformed
+    /// (behaviour §9.4) and names the field, never its value.
+    pub fn payload<T: FromMessage>(&self) -> Result<T> {
+        Message::decode(&self.kind, &self.payload)
+            .map_err(|e| Error::Malformed(e.to_string()))
+            .and_then(|m| {
+                T::from_message(m).ok_or_else(|| {
+                    Error::Malformed(format!("message type `{}` has another payload", self.kind))
+                })
+            })
     }
 
     /// Serialize to the wire body.

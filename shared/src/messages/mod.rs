@@ -4,6 +4,7 @@
 //! API. The parts live in submodules:
 //! * `envelope`: the [`Envelope`] every message travels in, its parsing and the
 //!   validation of its fields (malformed = permanent failure), hops, continuations.
+//! * `message`: [`Message`], the list from message type to payload type, decoded once.
 //! * `payloads`: the payload types of each message type and their validating decoders.
 //! * `keys`: message keys, the `run_id` rule and the key alphabet.
 //!
@@ -23,6 +24,7 @@
 
 mod envelope;
 mod keys;
+mod message;
 mod payloads;
 mod strict;
 
@@ -31,10 +33,11 @@ pub use keys::{
     bot_email_key, delete_placeholder_user_key, delete_user_key, group_destroy_key,
     prune_deletions_key, user_email_key, webhook_event_key, webhook_key,
 };
+pub use message::{FromMessage, Message, Notification};
 pub use payloads::{
-    payload_cursor, AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun,
-    DetailCursor, EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor,
-    PatExpiringRun, Payload, PayloadError, PlaceholderUserCleanupRun, PruneDeletionsRun,
-    RemoveExpiredMembersRun, ResourceType, SchedulePruneDeletionsRun, WebhookNotification,
-    ATTEMPT_MAX, DAYS_TO_EXPIRE, NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
+    AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
+    EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor, PatExpiringRun, Payload,
+    PayloadError, PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun,
+    ResourceType, SchedulePruneDeletionsRun, WebhookNotification, ATTEMPT_MAX, DAYS_TO_EXPIRE,
+    NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
 };

@@ -22,9 +22,9 @@ use lettre::message::{header::ContentType, Mailbox};
 use lettre::Message;
 use sha2::{Digest, Sha256};
 
-use super::config::{EmailTransportKind, NotifyConfig, Secret};
 use super::Instance;
 use crate::aws::SecretSource;
+use crate::config::notify::{EmailTransportKind, NotifyConfig, Secret};
 use crate::error::{Error, Result};
 use crate::messages::{EmailNotification, ResourceType};
 

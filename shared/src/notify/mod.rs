@@ -8,14 +8,13 @@
 //! SMTP secret again, bounded, when the server refuses its credentials). The
 //! handlers receive it through `Invocation::notifier`; nothing here reads the database.
 
-pub mod config;
 pub mod crypto;
 pub mod mail;
 pub mod webhook;
 
+pub use crate::config::notify::{NotifyConfig, Secret};
 use crate::error::{Error, Result};
 use crate::function::Function;
-pub use config::{NotifyConfig, Secret};
 
 /// Facts about the GitLab instance used in links, payloads and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]

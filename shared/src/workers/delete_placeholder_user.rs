@@ -14,12 +14,14 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
+use crate::function::Function;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::gitlab::user_type;
+use crate::job::{Job, Overlap, Step};
 use crate::messages::{DeletePlaceholderUserRun, Envelope};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Done, Invocation, Report};
+use crate::runtime::{Done, Invocation, Status};
 
 pub(crate) mod sql;
 
@@ -55,11 +57,11 @@ pub struct DeletePlaceholderUserDone {
 }
 
 impl Done for DeletePlaceholderUserDone {
-    fn status(&self) -> &'static str {
+    fn status(&self) -> Status {
         match self.outcome {
-            Outcome::NotFound | Outcome::NotPlaceholder => "stale",
-            Outcome::Referenced | Outcome::Scheduled => "completed",
-            Outcome::Refused => "refused",
+            Outcome::NotFound | Outcome::NotPlaceholder => Status::Stale,
+            Outcome::Referenced | Outcome::Scheduled => Status::Completed,
+            Outcome::Refused => Status::Refused,
         }
     }
 }
@@ -103,12 +105,43 @@ where
     })
 }
 
-/// Handle one `delete-placeholder-user.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+/// The `delete-placeholder-user` job: no overlap lock (one transaction re-checks the
+/// placeholder), never continued.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeletePlaceholderUser;
+
+impl Job for DeletePlaceholderUser {
+    const FUNCTION: Function = Function::DeletePlaceholderUser;
+    type Payload = DeletePlaceholderUserRun;
+    type Outcome = DeletePlaceholderUserDone;
+
+    fn overlap(_: &DeletePlaceholderUserRun) -> Overlap {
+        Overlap::None
+    }
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        p: DeletePlaceholderUserRun,
+    ) -> Result<Step<DeletePlaceholderUserDone, DeletePlaceholderUserRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        run(inv, client, env, p).await.map(Step::Done)
+    }
+}
+
+/// Steps 1–4 of behaviour §B70.4 for one message, with their log lines.
+async fn run<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    env: &Envelope,
+    p: DeletePlaceholderUserRun,
+) -> Result<DeletePlaceholderUserDone>
 where
     C: GenericClient + Send + Sync,
 {
-    let p: DeletePlaceholderUserRun = env.payload()?;
     let u = p.placeholder_user_id;
     let outcome = retry_transient!(process(inv, &env.run_id, client, u).await)?;
     match outcome {
@@ -141,15 +174,16 @@ where
         // Phase 1 has logged why.
         Outcome::Refused => {}
     }
-    Ok(Report::new(DeletePlaceholderUserDone {
+    Ok(DeletePlaceholderUserDone {
         outcome,
         placeholder_user_id: u,
-    }))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]

@@ -15,11 +15,11 @@ use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::user_removal::{self, Refusal};
 use crate::gitlab::{permissions, user_type};
+use crate::job::{Job, Next, Overlap, Step};
 use crate::locks;
 use crate::messages::{DeleteUserRun, Envelope};
-use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Budget, Done, Invocation, Report};
+use crate::runtime::{Budget, Done, Invocation, Status};
 
 pub mod sql;
 
@@ -74,11 +74,9 @@ impl Reassigned {
 /// reassigned so far, `completed` both.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeleteUserDone {
-    #[serde(skip)]
-    status: &'static str,
     /// The user of the message.
     pub user_id: i64,
-    /// How it ended (absent for `limit_reached`).
+    /// How it ended (absent while the reassignment goes on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
     /// Rows reassigned (absent for `stale` and `refused`).
@@ -87,52 +85,35 @@ pub struct DeleteUserDone {
 }
 
 impl DeleteUserDone {
-    fn stale(user_id: i64, outcome: Outcome) -> Report {
-        Report::new(DeleteUserDone {
-            status: "stale",
+    fn ended(user_id: i64, outcome: Outcome) -> DeleteUserDone {
+        DeleteUserDone {
             user_id,
             outcome: Some(outcome),
             reassigned: None,
-        })
+        }
     }
-    fn refused(user_id: i64, outcome: Outcome) -> Report {
-        Report::new(DeleteUserDone {
-            status: "refused",
-            user_id,
-            outcome: Some(outcome),
-            reassigned: None,
-        })
-    }
-    fn limit_reached(user_id: i64, counts: [u64; 3]) -> Report {
-        Report::new(DeleteUserDone {
-            status: "limit_reached",
+    fn reassigning(user_id: i64, counts: [u64; 3]) -> DeleteUserDone {
+        DeleteUserDone {
             user_id,
             outcome: None,
             reassigned: Some(Reassigned::from_counts(counts)),
-        })
+        }
     }
-    fn completed(user_id: i64, counts: [u64; 3]) -> Report {
-        Report::new(DeleteUserDone {
-            status: "completed",
-            user_id,
+    fn completed(user_id: i64, counts: [u64; 3]) -> DeleteUserDone {
+        DeleteUserDone {
             outcome: Some(Outcome::Deleted),
-            reassigned: Some(Reassigned::from_counts(counts)),
-        })
+            ..DeleteUserDone::reassigning(user_id, counts)
+        }
     }
 }
 
 impl Done for DeleteUserDone {
-    fn status(&self) -> &'static str {
-        self.status
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        match self.reassigned {
-            Some(r) => vec![
-                ("issues_reassigned", r.issues_reassigned),
-                ("merge_requests_reassigned", r.merge_requests_reassigned),
-                ("notes_reassigned", r.notes_reassigned),
-            ],
-            None => Vec::new(),
+    fn status(&self) -> Status {
+        match self.outcome {
+            Some(Outcome::NotFound | Outcome::NoMigration) => Status::Stale,
+            Some(Outcome::Ghost | Outcome::Refused) => Status::Refused,
+            Some(Outcome::Deleted) => Status::Completed,
+            None => Status::LimitReached,
         }
     }
 }
@@ -215,38 +196,72 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     Ok(Final::Deleted)
 }
 
-/// Handle one `delete-user.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+/// The `delete-user` job: no overlap lock (its final transaction re-checks under row
+/// locks), re-sent while the reassignment goes on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeleteUser;
+
+impl Job for DeleteUser {
+    const FUNCTION: Function = Function::DeleteUser;
+    type Payload = DeleteUserRun;
+    type Outcome = DeleteUserDone;
+
+    fn overlap(_: &DeleteUserRun) -> Overlap {
+        Overlap::None
+    }
+
+    fn continuing(done: &DeleteUserDone, hop: u64) {
+        tracing::info!(user_id = done.user_id, hop, "delete-user continuing");
+    }
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        _: &Envelope,
+        p: DeleteUserRun,
+    ) -> Result<Step<DeleteUserDone, DeleteUserRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        run(inv, client, p).await
+    }
+}
+
+/// Steps 1–7 of behaviour §5.2 for one message.
+async fn run<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    p: DeleteUserRun,
+) -> Result<Step<DeleteUserDone, DeleteUserRun>>
 where
     C: GenericClient + Send + Sync,
 {
-    let p: DeleteUserRun = env.payload()?;
     let u = p.user_id;
     let budget = Budget::start(inv.settings.delete_user_budget);
     match retry_transient!(precheck(client, u).await)? {
         Pre::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
-            return Ok(DeleteUserDone::stale(u, Outcome::NotFound));
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)));
         }
         Pre::NoMigration => {
             tracing::info!(
                 user_id = u,
                 "delete-user skipped: no pending ghost user migration"
             );
-            return Ok(DeleteUserDone::stale(u, Outcome::NoMigration));
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)));
         }
         Pre::Present { user_type } if user_type == user_type::GHOST => {
             tracing::error!(
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            return Ok(DeleteUserDone::refused(u, Outcome::Ghost));
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)));
         }
         Pre::Present { .. } => {}
     }
     if let Some(r) = user_removal::refusal(&*client, u, false).await? {
         log_refusal(u, &r);
-        return Ok(DeleteUserDone::refused(u, Outcome::Refused));
+        return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)));
     }
     let ghost = retry_transient!(
         user_removal::ensure_ghost_user(client.transaction().await?, inv.now).await
@@ -262,21 +277,11 @@ where
             }
             counts[i] += n;
             if budget.exhausted() || inv.deadline.reached() {
-                let sent = inv
-                    .continue_with(OutMessage::new(
-                        Function::DeleteUser,
-                        0,
-                        env.resend(inv.now),
-                    ))
-                    .await?;
-                if sent {
-                    tracing::info!(
-                        user_id = u,
-                        hop = env.hop.saturating_add(1),
-                        "delete-user continuing"
-                    );
-                }
-                return Ok(DeleteUserDone::limit_reached(u, counts));
+                return Ok(Step::Continue {
+                    outcome: DeleteUserDone::reassigning(u, counts),
+                    next: Next::Resend,
+                    delay_s: 0,
+                });
             }
         }
     }
@@ -292,29 +297,29 @@ where
                 reason = p.reason.as_deref(),
                 "User deleted"
             );
-            Ok(DeleteUserDone::completed(u, counts))
+            Ok(Step::Done(DeleteUserDone::completed(u, counts)))
         }
         Final::Missing => {
             tracing::info!(user_id = u, "delete-user skipped: user not found");
-            Ok(DeleteUserDone::stale(u, Outcome::NotFound))
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)))
         }
         Final::NoMigration => {
             tracing::info!(
                 user_id = u,
                 "delete-user skipped: no pending ghost user migration"
             );
-            Ok(DeleteUserDone::stale(u, Outcome::NoMigration))
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)))
         }
         Final::Ghost => {
             tracing::error!(
                 user_id = u,
                 "delete-user refused: ghost user cannot be deleted"
             );
-            Ok(DeleteUserDone::refused(u, Outcome::Ghost))
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)))
         }
         Final::Refused(r) => {
             log_refusal(u, &r);
-            Ok(DeleteUserDone::refused(u, Outcome::Refused))
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)))
         }
     }
 }
@@ -322,19 +327,21 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
     fn done_lines_keep_their_shapes() {
+        let json = |d: DeleteUserDone| Report::new(d).to_json();
         assert_eq!(
-            DeleteUserDone::stale(7, Outcome::NoMigration).to_json(),
+            json(DeleteUserDone::ended(7, Outcome::NoMigration)),
             json!({"status": "stale", "user_id": 7, "outcome": "no_migration"})
         );
         assert_eq!(
-            DeleteUserDone::refused(7, Outcome::Ghost).to_json(),
+            json(DeleteUserDone::ended(7, Outcome::Ghost)),
             json!({"status": "refused", "user_id": 7, "outcome": "ghost"})
         );
-        let r = DeleteUserDone::limit_reached(7, [1, 2, 3]);
+        let r = Report::new(DeleteUserDone::reassigning(7, [1, 2, 3]));
         assert_eq!(
             r.to_json(),
             json!({"status": "limit_reached", "user_id": 7, "issues_reassigned": 1,
@@ -342,7 +349,7 @@ mod tests {
         );
         assert_eq!(r.counts().len(), 3);
         assert_eq!(
-            DeleteUserDone::completed(7, [0, 0, 4]).to_json(),
+            json(DeleteUserDone::completed(7, [0, 0, 4])),
             json!({"status": "completed", "user_id": 7, "outcome": "deleted",
                    "issues_reassigned": 0, "merge_requests_reassigned": 0,
                    "notes_reassigned": 4})

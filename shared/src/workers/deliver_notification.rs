@@ -8,155 +8,30 @@
 //! checked and pinned, the body is POSTed unchanged with GitLab's headers and an
 //! `Idempotency-Key`, and the outcome is recorded on the hook row (behaviour §B28.10.4) in its own
 //! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
-//! the host only when `WEBHOOK_LOG_HOST` is true. Also the typed `done` result
-//! ([`Delivered`], whose [`Outcome`] decides the status). Who may receive a notification
+//! the host only when `WEBHOOK_LOG_HOST` is true. The typed `done` result is in
+//! `report` ([`Delivered`], whose [`Outcome`] decides the status). Who may receive a notification
 //! is GitLab's rule in [`crate::gitlab::notifications`]; the statements are in `sql`.
 
+mod report;
 pub(crate) mod sql;
+
+pub use report::{Delivered, Outcome};
 
 use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
-use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
-use crate::messages::{EmailNotification, Envelope, WebhookNotification};
-use crate::metrics::{self, Metric};
+use crate::function::Function;
+use crate::job::{Job, Overlap, Step};
+use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
-use crate::notify::{Delivery, Instance, Notifier};
+use crate::notify::{Delivery, Instance, Notifier, NotifyConfig};
 use crate::retry_transient;
-use crate::runtime::{Done, Invocation, Report};
-
-/// How one delivery ended: the `outcome` field of `done`, which also decides its
-/// `status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The recipient is missing, cannot receive notifications or has no address
-    /// (`stale`).
-    RecipientCannotReceive,
-    /// The hook is missing or no longer subscribed (`stale`).
-    NotSubscribed,
-    /// The hook is disabled for now (`skipped`).
-    Disabled,
-    /// Rendered or checked, not sent: dry run.
-    DryRun,
-    /// Accepted by the mail server, or a 2xx/3xx answer from the hook.
-    Delivered,
-    /// The mail server rejected the message for good (5xx).
-    Rejected,
-    /// The hook's target is on a local network.
-    Refused,
-    /// The hook's URL is not a valid target.
-    InvalidUrl,
-    /// The hook answered with an error status or could not be reached.
-    Failed,
-    /// The mail server could not take the message now (4xx, connection): the record
-    /// is retried.
-    Deferred,
-}
-
-impl Outcome {
-    /// The `status` of `done` for this outcome.
-    pub fn status(self) -> &'static str {
-        match self {
-            Outcome::RecipientCannotReceive | Outcome::NotSubscribed => "stale",
-            Outcome::Disabled => "skipped",
-            Outcome::DryRun
-            | Outcome::Delivered
-            | Outcome::Rejected
-            | Outcome::Refused
-            | Outcome::InvalidUrl
-            | Outcome::Failed => "completed",
-            Outcome::Deferred => "failed",
-        }
-    }
-}
-
-/// The `done` result of one delivery: `{"kind": "email", "user_id", "template",
-/// "outcome"}` or `{"kind": "webhook", "hook_id", "outcome"}`. Ids only, never an
-/// address, URL or body; no item counters (one delivery per record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum Delivered {
-    /// A `deliver-notification.email`.
-    Email {
-        /// The recipient.
-        user_id: i64,
-        /// The email's template.
-        template: &'static str,
-        /// How it ended.
-        outcome: Outcome,
-    },
-    /// A `deliver-notification.webhook`.
-    Webhook {
-        /// The hook.
-        hook_id: i64,
-        /// How it ended.
-        outcome: Outcome,
-        /// For `failed`: whether the failure was temporary (no answer, 5xx, 408,
-        /// 429) rather than a final 4xx. Counted in the metrics, not logged.
-        #[serde(skip)]
-        temporary: bool,
-    },
-}
-
-impl Delivered {
-    /// How the delivery ended.
-    pub fn outcome(&self) -> Outcome {
-        match self {
-            Delivered::Email { outcome, .. } | Delivered::Webhook { outcome, .. } => *outcome,
-        }
-    }
-}
-
-impl Done for Delivered {
-    fn status(&self) -> &'static str {
-        self.outcome().status()
-    }
-
-    /// The mail counters on an email record, the web-hook counters on a web-hook
-    /// record: each 0 or 1, so a failure rate can be computed from them.
-    fn metrics(&self) -> Vec<(Metric, f64)> {
-        let flag = |b: bool| if b { 1.0 } else { 0.0 };
-        match *self {
-            Delivered::Email { outcome, .. } => vec![
-                (metrics::MAILS_SENT, flag(outcome == Outcome::Delivered)),
-                (
-                    metrics::MAILS_FAILED_TEMPORARY,
-                    flag(outcome == Outcome::Deferred),
-                ),
-                (
-                    metrics::MAILS_FAILED_PERMANENT,
-                    flag(outcome == Outcome::Rejected),
-                ),
-            ],
-            Delivered::Webhook {
-                outcome, temporary, ..
-            } => {
-                let failed = outcome == Outcome::Failed;
-                vec![
-                    (metrics::WEBHOOKS_SENT, flag(outcome == Outcome::Delivered)),
-                    (
-                        metrics::WEBHOOKS_REFUSED,
-                        flag(matches!(outcome, Outcome::Refused | Outcome::InvalidUrl)),
-                    ),
-                    (
-                        metrics::WEBHOOKS_FAILED_TEMPORARY,
-                        flag(failed && temporary),
-                    ),
-                    (
-                        metrics::WEBHOOKS_FAILED_PERMANENT,
-                        flag(failed && !temporary),
-                    ),
-                ]
-            }
-        }
-    }
-}
+use crate::runtime::Invocation;
 
 fn delivery<'a>(inv: &Invocation<'a>) -> Result<(&'a Instance, &'a Delivery)> {
     let n: &'a Notifier = inv.notifier.ok_or_else(|| {
@@ -184,22 +59,24 @@ async fn load_recipient<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<
     }))
 }
 
+/// A delivery's step: it ends here, whatever the outcome.
+type DeliveryStep = Step<Delivered, Notification>;
+
 async fn email<C: GenericClient>(
     inv: &Invocation<'_>,
     client: &C,
     env: &Envelope,
-) -> Result<Report> {
-    let n: EmailNotification = env.payload()?;
+    n: EmailNotification,
+) -> Result<DeliveryStep> {
     let (instance, d) = delivery(inv)?;
     let user_id = n.recipient_user_id();
     let template = n.template();
-    let report = |outcome: Outcome| {
-        Report::new(Delivered::Email {
-            user_id,
-            template,
-            outcome,
-        })
+    let delivered = |outcome: Outcome| Delivered::Email {
+        user_id,
+        template,
+        outcome,
     };
+    let report = |outcome: Outcome| Step::Done(delivered(outcome));
     let recipient = match load_recipient(client, user_id).await? {
         Some(r) if r.can_receive && !r.address.trim().is_empty() => r,
         _ => {
@@ -232,7 +109,10 @@ async fn email<C: GenericClient>(
     match sent {
         // A temporary failure is retried; the report carries it so the record's
         // metrics count it.
-        Err(e) if !matches!(e, Error::Malformed(_)) => Ok(report(Outcome::Deferred).retrying(e)),
+        Err(e) if !matches!(e, Error::Malformed(_)) => Ok(Step::Retry {
+            outcome: delivered(Outcome::Deferred),
+            error: e,
+        }),
         Err(e) => Err(e),
         Ok(SendOutcome::Accepted) => {
             tracing::info!(user_id, template, "Email delivered");
@@ -361,15 +241,19 @@ fn hook_headers(
     Ok(h)
 }
 
-async fn webhook<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
+async fn webhook<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    env: &Envelope,
+    p: WebhookNotification,
+) -> Result<DeliveryStep>
 where
     C: GenericClient + Send + Sync,
 {
-    let p: WebhookNotification = env.payload()?;
     let (instance, d) = delivery(inv)?;
     let hook_id = p.hook_id;
     let report = |outcome: Outcome| {
-        Report::new(Delivered::Webhook {
+        Step::Done(Delivered::Webhook {
             hook_id,
             outcome,
             temporary: false,
@@ -468,24 +352,44 @@ where
         }
     };
     retry_transient!(record(inv, client, hook_id, success).await)?;
-    Ok(Report::new(Delivered::Webhook {
+    Ok(Step::Done(Delivered::Webhook {
         hook_id,
         outcome: delivered,
         temporary,
     }))
 }
 
-/// Handle one `deliver-notification.email` or `.webhook` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    match env.kind.as_str() {
-        "deliver-notification.email" => email(inv, &*client, env).await,
-        "deliver-notification.webhook" => webhook(inv, client, env).await,
-        _ => Err(Error::Malformed(
-            "deliver-notification does not accept this message type".into(),
-        )),
+/// The `deliver-notification` job: one mail or one web hook per message, no overlap
+/// lock, never continued.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeliverNotification;
+
+impl Job for DeliverNotification {
+    const FUNCTION: Function = Function::DeliverNotification;
+    type Payload = Notification;
+    type Outcome = Delivered;
+
+    async fn notifier(cfg: &NotifyConfig, aws: &aws_config::SdkConfig) -> Result<Option<Notifier>> {
+        Notifier::full(cfg, Some(aws)).await.map(Some)
+    }
+
+    fn overlap(_: &Notification) -> Overlap {
+        Overlap::None
+    }
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        payload: Notification,
+    ) -> Result<DeliveryStep>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        match payload {
+            Notification::Email(n) => email(inv, &*client, env, n).await,
+            Notification::Webhook(p) => webhook(inv, client, env, p).await,
+        }
     }
 }
 
@@ -493,66 +397,6 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn the_done_line_keeps_its_fields_and_status() {
-        let email = Report::new(Delivered::Email {
-            user_id: 10,
-            template: "access_token_about_to_expire",
-            outcome: Outcome::RecipientCannotReceive,
-        });
-        assert_eq!(
-            email.to_json(),
-            json!({"status": "stale", "kind": "email", "user_id": 10,
-                   "template": "access_token_about_to_expire",
-                   "outcome": "recipient_cannot_receive"})
-        );
-        let hook = |outcome| {
-            Report::new(Delivered::Webhook {
-                hook_id: 3,
-                outcome,
-                temporary: false,
-            })
-        };
-        assert_eq!(
-            hook(Outcome::InvalidUrl).to_json(),
-            json!({"status": "completed", "kind": "webhook", "hook_id": 3,
-                   "outcome": "invalid_url"})
-        );
-        assert_eq!(hook(Outcome::Disabled).status(), "skipped");
-        assert_eq!(hook(Outcome::NotSubscribed).status(), "stale");
-        assert_eq!(hook(Outcome::DryRun).to_json()["outcome"], "dry_run");
-        assert!(hook(Outcome::Failed).counts().is_empty());
-        let counted = |r: Report| {
-            r.metrics()
-                .into_iter()
-                .filter(|(_, v)| *v == 1.0)
-                .map(|(m, _)| m.name)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            counted(hook(Outcome::Failed)),
-            ["webhooks_failed_permanent"]
-        );
-        assert_eq!(counted(hook(Outcome::Refused)), ["webhooks_refused"]);
-        let temporary = Report::new(Delivered::Webhook {
-            hook_id: 3,
-            outcome: Outcome::Failed,
-            temporary: true,
-        });
-        assert_eq!(counted(temporary), ["webhooks_failed_temporary"]);
-        let mail = |outcome| {
-            Report::new(Delivered::Email {
-                user_id: 10,
-                template: "t",
-                outcome,
-            })
-        };
-        assert_eq!(counted(mail(Outcome::Deferred)), ["mails_failed_temporary"]);
-        assert_eq!(mail(Outcome::Deferred).status(), "failed");
-        assert_eq!(counted(mail(Outcome::Delivered)), ["mails_sent"]);
-        assert_eq!(counted(mail(Outcome::Rejected)), ["mails_failed_permanent"]);
-    }
 
     #[test]
     fn headers_are_gitlabs_with_deterministic_uuids_and_the_key() {

@@ -25,12 +25,12 @@ use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
 use crate::gitlab::{authz, hierarchy};
+use crate::job::{self, Job, Next, Overlap};
 use crate::locks;
 use crate::messages::{Envelope, PruneDeletionsRun};
 use crate::metrics::{self, Metric};
-use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Budget, Done, Invocation, Report};
+use crate::runtime::{Budget, Done, Invocation, Report, Status};
 
 pub mod sql;
 
@@ -294,25 +294,12 @@ where
     Ok(t)
 }
 
-/// How an invocation ended (the `status` of `done`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PruneStatus {
-    /// Another invocation holds the lock.
-    Skipped,
-    /// A schedule batch failed: the record is retried.
-    Stopped,
-    /// No schedule is left.
-    Completed,
-    /// Schedules remain: a continuation was sent.
-    MoreWork,
-}
-
 /// The `done` result of one invocation.
 #[derive(Debug, Clone, Serialize)]
 pub struct PruneDone {
-    /// How it ended.
+    /// How it ended (`skipped`, `stopped` or `completed`; `more_work` when continued).
     #[serde(skip)]
-    pub status: PruneStatus,
+    pub status: Status,
     /// Schedule batches that committed.
     pub schedules_processed: u64,
     /// Memberships removed.
@@ -323,7 +310,7 @@ pub struct PruneDone {
 }
 
 impl PruneDone {
-    fn new(status: PruneStatus, t: &Totals) -> PruneDone {
+    fn new(status: Status, t: &Totals) -> PruneDone {
         PruneDone {
             status,
             schedules_processed: t.processed,
@@ -334,13 +321,11 @@ impl PruneDone {
 }
 
 impl Done for PruneDone {
-    fn status(&self) -> &'static str {
-        match self.status {
-            PruneStatus::Skipped => "skipped",
-            PruneStatus::Stopped => "stopped",
-            PruneStatus::Completed => "completed",
-            PruneStatus::MoreWork => "more_work",
-        }
+    fn status(&self) -> Status {
+        self.status
+    }
+    fn continued_status(&self) -> Status {
+        Status::MoreWork
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
@@ -355,48 +340,58 @@ impl Done for PruneDone {
             ),
         ]
     }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("schedules_processed", self.schedules_processed),
-            ("destroyed_count_total", self.destroyed_count_total),
-        ]
-    }
 }
 
-/// Handle one `prune-deletions.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let _: PruneDeletionsRun = env.payload()?;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        tracing::info!("skipped: already running");
-        let done = PruneDone::new(PruneStatus::Skipped, &Totals::default());
-        return Ok(Report::new(done));
+/// The `prune-deletions` job: single flight, continued while schedules remain.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PruneDeletions;
+
+impl Job for PruneDeletions {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = PruneDeletionsRun;
+    type Outcome = PruneDone;
+
+    fn overlap(_: &PruneDeletionsRun) -> Overlap {
+        Overlap::Function
     }
-    let budget = Budget::start(inv.settings.prune_deletions_budget);
-    let result = run(inv, client, &budget).await;
-    // Released before any continuation is sent, on error paths too (behaviour §9.10).
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let totals = result?;
-    unlocked?;
-    if totals.failed > 0 {
-        // Redelivery, or the next cron, starts again from the database state.
-        let done = PruneDone::new(PruneStatus::Stopped, &totals);
-        return Ok(Report::new(done).retrying(Error::Retryable(format!(
-            "{} scheduled member deletion(s) failed",
-            totals.failed
-        ))));
+
+    fn busy(_: &PruneDeletionsRun) -> Report {
+        Report::new(PruneDone::new(Status::Skipped, &Totals::default()))
     }
-    let more: bool = client.query_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
-    if !more {
-        return Ok(Report::new(PruneDone::new(PruneStatus::Completed, &totals)));
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        _: &Envelope,
+        _: PruneDeletionsRun,
+    ) -> Result<job::Step<PruneDone, PruneDeletionsRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let budget = Budget::start(inv.settings.prune_deletions_budget);
+        let totals = run(inv, client, &budget).await?;
+        if totals.failed > 0 {
+            // Redelivery, or the next cron, starts again from the database state.
+            return Ok(job::Step::Retry {
+                outcome: PruneDone::new(Status::Stopped, &totals),
+                error: Error::Retryable(format!(
+                    "{} scheduled member deletion(s) failed",
+                    totals.failed
+                )),
+            });
+        }
+        let more: bool = client.query_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
+        let done = PruneDone::new(Status::Completed, &totals);
+        Ok(if more {
+            job::Step::Continue {
+                outcome: done,
+                next: Next::Payload(PruneDeletionsRun {}),
+                delay_s: 0,
+            }
+        } else {
+            job::Step::Done(done)
+        })
     }
-    let next = env.continuation(FUNCTION, inv.now, PruneDeletionsRun {});
-    inv.continue_with(OutMessage::new(FUNCTION, 0, next))
-        .await?;
-    Ok(Report::new(PruneDone::new(PruneStatus::MoreWork, &totals)))
 }
 
 #[cfg(test)]
@@ -406,7 +401,7 @@ mod tests {
 
     #[test]
     fn skipped_carries_zero_counters_and_the_failed_metric() {
-        let r = Report::new(PruneDone::new(PruneStatus::Skipped, &Totals::default()));
+        let r = Report::new(PruneDone::new(Status::Skipped, &Totals::default()));
         assert_eq!(
             r.to_json(),
             json!({"status": "skipped", "schedules_processed": 0, "destroyed_count_total": 0})

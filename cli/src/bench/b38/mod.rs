@@ -66,7 +66,6 @@ pub async fn run(
         && !with_one_date
         && !with_linear
         && scale.baseline_pages.is_some();
-    shared::batches::remove_expired_members::reset_group_stats();
     let s0 = scale::snapshot(&check).await?;
     let ours_side = ours(
         dbs.handler_connector("b38_ours")?,
@@ -74,11 +73,11 @@ pub async fn run(
         opts,
         scale.baseline_pages,
         sample_only,
+        shared::batches::remove_expired_members::GROUP_SIZE,
     )
     .await?;
     let mut ours_imp = scale::since(&check, &s0).await?;
-    let (longest, locked) = shared::batches::remove_expired_members::group_stats();
-    (ours_imp.longest, ours_imp.rows_locked) = (Some(longest), Some(locked));
+    (ours_imp.longest, ours_imp.rows_locked) = (ours_side.longest_tx, ours_side.rows_locked);
     drop(check);
     if !sample_only && ours_side.removed != sizes.expired as i64 {
         return Err(Error::Invariant(format!(

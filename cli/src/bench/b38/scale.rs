@@ -78,23 +78,30 @@ pub async fn since(c: &Client, s: &Snapshot) -> Result<Impact> {
     })
 }
 
-/// Ours on a clone of `src` at the group size in force, with its impact.
+/// Ours on a clone of `src` with `group_size` members per transaction, with its impact.
 async fn ours_on(
     dbs: &mut BenchDbs,
     opts: &Options,
     src: &str,
     tag: &str,
+    group_size: usize,
 ) -> Result<(Side, Impact)> {
     dbs.clone_db(src, tag).await?;
     let check = dbs.connector(tag)?.connect("hk-bench").await?;
     prewarm(&check).await?;
-    rem::reset_group_stats();
     let s0 = snapshot(&check).await?;
-    let side = ours(dbs.handler_connector(tag)?, &check, opts, None, false).await?;
+    let side = ours(
+        dbs.handler_connector(tag)?,
+        &check,
+        opts,
+        None,
+        false,
+        group_size,
+    )
+    .await?;
     let mut imp = since(&check, &s0).await?;
-    let (longest, rows) = rem::group_stats();
-    imp.longest = Some(longest);
-    imp.rows_locked = Some(rows);
+    imp.longest = side.longest_tx;
+    imp.rows_locked = side.rows_locked;
     drop(check);
     dbs.drop_db(tag).await?;
     Ok((side, imp))
@@ -150,10 +157,7 @@ pub async fn run(
             let (side, imp) = if size == rem::GROUP_SIZE {
                 ours_default.clone()
             } else {
-                rem::set_group_size(size);
-                let r = ours_on(dbs, opts, "b38_src", "b38_group").await;
-                rem::set_group_size(rem::GROUP_SIZE);
-                r?
+                ours_on(dbs, opts, "b38_src", "b38_group", size).await?
             };
             let longest = imp.longest.unwrap_or_default();
             let default = if size == rem::GROUP_SIZE {
@@ -192,7 +196,7 @@ pub async fn run(
             let src = dbs.create("b38_one_src").await?;
             data::b38_dated(&src, opts.today(), sizes, false).await?;
         }
-        let (side, imp) = ours_on(dbs, opts, "b38_one_src", "b38_one").await?;
+        let (side, imp) = ours_on(dbs, opts, "b38_one_src", "b38_one", rem::GROUP_SIZE).await?;
         dbs.drop_db("b38_one_src").await?;
         let spread = &ours_default.0;
         if side.removed != spread.removed {
@@ -258,7 +262,7 @@ pub async fn linear(
     }
     let (mut ours_small, mut floor_small) = (Vec::new(), Vec::new());
     for _ in 0..LINEAR_RUNS {
-        let (side, _) = ours_on(dbs, opts, "b38_tenth_src", "b38_tenth").await?;
+        let (side, _) = ours_on(dbs, opts, "b38_tenth_src", "b38_tenth", rem::GROUP_SIZE).await?;
         ours_small.push(us_per_member(&side));
         dbs.clone_db("b38_tenth_src", "b38_tenth").await?;
         let mut c = dbs.connector("b38_tenth")?.connect("hk-bench").await?;
@@ -334,7 +338,7 @@ pub async fn trips(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<
     let wire = fresh_clone(dbs).await?;
     let check = dbs.connector(TRIPS)?.connect("hk-bench").await?;
     let handler = wire.connector(dbs, TRIPS, true)?;
-    let side = ours(handler, &check, opts, Some(pages), true).await?;
+    let side = ours(handler, &check, opts, Some(pages), true, rem::GROUP_SIZE).await?;
     drop(check);
     let what = format!("{scope}, {} handler runs", side.invocations);
     rows.push(trips_row("ours", &what, side.removed, wire.counts()?));

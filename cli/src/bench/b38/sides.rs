@@ -15,7 +15,7 @@ use tokio_postgres::Client;
 use crate::bench::data;
 use crate::bench::Options;
 use crate::local::Runner;
-use shared::batches::remove_expired_members::read_page;
+use shared::batches::remove_expired_members::{read_page, ExpiredMembersDone};
 use shared::config::Settings;
 use shared::db::Connector;
 use shared::error::{Error, Result};
@@ -39,8 +39,11 @@ pub struct Side {
     pub invocations: u64,
     /// Ours: the time at which the first `sample_pages` pages were done.
     pub sample: Option<Duration>,
-    /// The baseline: its longest transaction (one member's), BEGIN → COMMIT.
+    /// Its longest transaction, BEGIN → COMMIT (the baseline: one member's; ours: one
+    /// group's, from the handler's typed results).
     pub longest_tx: Option<Duration>,
+    /// Ours: the most member rows one grouped transaction locked.
+    pub rows_locked: Option<u64>,
 }
 
 /// Ours: `remove-expired-members` until idle through the local runner (virtual
@@ -55,9 +58,15 @@ pub async fn ours(
     opts: &Options,
     sample_pages: Option<u64>,
     stop_at_sample: bool,
+    group_size: usize,
 ) -> Result<Side> {
     let before = data::expired_count(check, opts.today()).await?;
-    let mut runner = Runner::new(connector, Settings::default(), opts.now).with_kept_sessions();
+    let settings = Settings {
+        member_group_size: group_size,
+        ..Settings::default()
+    };
+    let mut runner = Runner::new(connector, settings, opts.now).with_kept_sessions();
+    let (mut longest, mut rows_locked) = (Duration::ZERO, 0u64);
     let cron = runner.cron_message(F);
     runner
         .queue()
@@ -67,11 +76,19 @@ pub async fn ours(
     let mut runs = 0u64;
     while let Some(p) = runner.queue().pop() {
         let body = p.message.envelope.to_body();
-        let (_, outcome) = runner
+        let (run, outcome) = runner
             .invoke(p.message.receiver, &body, p.receive_count)
             .await?;
         if !outcome.is_success() {
             return Err(Error::Invariant("b38: a run failed".into()));
+        }
+        if let Some(done) = run
+            .report
+            .as_ref()
+            .and_then(|r| r.get::<ExpiredMembersDone>())
+        {
+            longest = longest.max(done.longest_group.0);
+            rows_locked = rows_locked.max(done.longest_group.1);
         }
         runs += 1;
         if Some(runs) == sample_pages {
@@ -89,7 +106,8 @@ pub async fn ours(
         checksum: data::checksum(check).await?,
         invocations: runs,
         sample,
-        longest_tx: None,
+        longest_tx: Some(longest),
+        rows_locked: Some(rows_locked),
     })
 }
 
@@ -131,6 +149,7 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
         invocations: 1,
         sample: None,
         longest_tx: None,
+        rows_locked: None,
     })
 }
 
@@ -225,6 +244,7 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
         invocations: pages,
         sample: None,
         longest_tx: Some(longest),
+        rows_locked: None,
     })
 }
 

@@ -49,12 +49,12 @@ pub use lookup::{bot_contexts, recipients, BotContext};
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::locks;
+use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
-use crate::notify::Instance;
+use crate::notify::{Instance, Notifier, NotifyConfig};
 use crate::queue::{self, OutMessage};
-use crate::runtime::{Budget, Done, Invocation, Report};
+use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
 pub const BATCH_SIZE: i64 = 100;
@@ -70,9 +70,6 @@ const FUNCTION: Function = Function::PatExpiring;
 /// run's totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PatExpiringDone {
-    /// Whether the budget or the deadline stopped the run.
-    #[serde(skip)]
-    pub limit_reached: bool,
     /// Bot tokens claimed.
     #[serde(rename = "total_notification_delivered_for_resource_access_tokens")]
     pub bot_tokens_marked: u64,
@@ -97,12 +94,8 @@ pub struct PatExpiringDone {
 }
 
 impl Done for PatExpiringDone {
-    fn status(&self) -> &'static str {
-        if self.limit_reached {
-            "limit_reached"
-        } else {
-            "completed"
-        }
+    fn status(&self) -> Status {
+        Status::Completed
     }
 
     fn metrics(&self) -> Vec<(Metric, f64)> {
@@ -118,32 +111,11 @@ impl Done for PatExpiringDone {
 
     /// `PersonalAccessTokens::ExpiringWorker` logs its `total_*` counters with
     /// `log_extra_metadata_on_done`: the same names as this `done` line's.
-    fn gitlab_extras(&self) -> Vec<(&'static str, serde_json::Value)> {
-        self.counts()
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::Value::from(v)))
-            .collect()
-    }
-
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            (
-                "total_notification_delivered_for_resource_access_tokens",
-                self.bot_tokens_marked,
-            ),
-            (
-                "total_resource_bot_without_membership",
-                self.bots_without_membership,
-            ),
-            (
-                "total_failed_notifications_for_resource_bots",
-                self.bot_failures,
-            ),
-            ("total_user_tokens_marked", self.user_tokens_marked),
-            ("total_user_emails_enqueued", self.user_emails_enqueued),
-            ("total_user_emails_suppressed", self.user_emails_suppressed),
-            ("total_user_failures", self.user_failures),
-        ]
+    fn gitlab_extras(&self, _: Status) -> Vec<(String, serde_json::Value)> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -370,47 +342,65 @@ where
     Ok(Flow::Done)
 }
 
-/// Handle one `pat-expiring.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let _: PatExpiringRun = env.payload()?;
-    let instance = &inv
-        .notifier
-        .ok_or_else(|| Error::Config("pat-expiring needs GITLAB_BASE_URL (no notifier)".into()))?
-        .instance;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        return Ok(Report::skipped());
+/// The `pat-expiring` job: one run at a time, continued after [`REQUEUE_DELAY_S`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PatExpiring;
+
+impl Job for PatExpiring {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = PatExpiringRun;
+    type Outcome = PatExpiringDone;
+
+    async fn notifier(
+        cfg: &NotifyConfig,
+        _aws: &aws_config::SdkConfig,
+    ) -> Result<Option<Notifier>> {
+        Notifier::instance_only(cfg).map(Some)
     }
-    let mut run = Run {
-        inv,
-        env,
-        instance,
-        budget: Budget::start(inv.settings.pat_expiring_budget),
-        progress: false,
-        totals: PatExpiringDone::default(),
-    };
-    let result = run_intervals(&mut run, client).await;
-    // Released before any continuation is sent, on error paths too (behaviour §9.10).
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let flow = result?;
-    unlocked?;
-    if flow == Flow::Stop {
-        let next = env.continuation(FUNCTION, inv.now, PatExpiringRun {});
-        inv.continue_with(OutMessage::new(FUNCTION, REQUEUE_DELAY_S, next))
-            .await?;
+
+    fn overlap(_: &PatExpiringRun) -> Overlap {
+        Overlap::Function
     }
-    Ok(Report::new(PatExpiringDone {
-        limit_reached: flow == Flow::Stop,
-        ..run.totals
-    }))
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        _: PatExpiringRun,
+    ) -> Result<Step<PatExpiringDone, PatExpiringRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let instance = &inv
+            .notifier
+            .ok_or_else(|| {
+                Error::Config("pat-expiring needs GITLAB_BASE_URL (no notifier)".into())
+            })?
+            .instance;
+        let mut run = Run {
+            inv,
+            env,
+            instance,
+            budget: Budget::start(inv.settings.pat_expiring_budget),
+            progress: false,
+            totals: PatExpiringDone::default(),
+        };
+        let flow = run_intervals(&mut run, client).await?;
+        Ok(match flow {
+            Flow::Done => Step::Done(run.totals),
+            Flow::Stop => Step::Continue {
+                outcome: run.totals,
+                next: Next::Payload(PatExpiringRun {}),
+                delay_s: REQUEUE_DELAY_S,
+            },
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
 
     #[test]
     fn users_are_taken_in_order_of_first_appearance() {
@@ -423,7 +413,6 @@ mod tests {
     #[test]
     fn the_done_line_keeps_its_fields_and_declares_its_metrics() {
         let done = PatExpiringDone {
-            limit_reached: true,
             bot_tokens_marked: 1,
             bots_without_membership: 2,
             bot_failures: 3,
@@ -432,7 +421,7 @@ mod tests {
             user_emails_suppressed: 6,
             user_failures: 7,
         };
-        let report = Report::new(done.clone());
+        let report = Report::with_status(done.clone(), Status::LimitReached);
         assert_eq!(
             report.to_json(),
             serde_json::json!({
@@ -455,8 +444,10 @@ mod tests {
             ]
         );
         assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);
-        assert_eq!(report.get::<PatExpiringDone>(), Some(&done));
-        let completed = Report::new(PatExpiringDone::default());
-        assert_eq!(completed.status(), "completed");
+        assert_eq!(
+            report.done_fields("PersonalAccessTokens::ExpiringWorker")
+                ["extra.personal_access_tokens_expiring_worker.total_user_failures"],
+            7
+        );
     }
 }

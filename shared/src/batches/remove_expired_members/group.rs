@@ -12,7 +12,7 @@
 //! triggers on `DELETE` of `members` that rules grouping out.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chrono::NaiveDate;
 use tokio_postgres::types::ToSql;
@@ -236,6 +236,10 @@ pub(super) enum GroupEnd {
     Committed {
         outcomes: Outcomes,
         stopped_at: Option<usize>,
+        /// BEGIN sent → COMMIT acknowledged.
+        took: Duration,
+        /// The member rows the group locked.
+        rows_locked: usize,
     },
     /// Rolled back (a failed statement, send or COMMIT): nothing of the group is kept,
     /// and the caller runs its members one by one.
@@ -271,10 +275,11 @@ where
         }) => match queue::send_outbox(inv.queue, &outbox).await {
             Ok(()) => match tx.commit().await {
                 Ok(()) => {
-                    super::note_group(began.elapsed(), rows_locked);
                     return GroupEnd::Committed {
                         outcomes,
                         stopped_at,
+                        took: began.elapsed(),
+                        rows_locked,
                     };
                 }
                 Err(e) => {

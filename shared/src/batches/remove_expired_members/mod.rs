@@ -43,7 +43,6 @@
 //! left undone. `updated_rows` counts only rows actually removed: a row kept by the
 //! last-owner rule is a skipped row (docs/gitlab-differences.md).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::NaiveDate;
@@ -52,11 +51,10 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::locks;
+use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
 use crate::metrics::{self, Metric};
-use crate::queue::OutMessage;
-use crate::runtime::{Done, Invocation, Report};
+use crate::runtime::{Done, Invocation, Status};
 
 mod group;
 mod member;
@@ -74,59 +72,14 @@ pub const BATCH_SIZE: usize = 1000;
 pub const BATCH_DELAY_S: u32 = 10;
 /// Reason passed to phase 1 for bots.
 pub const REMOVAL_REASON: &str = "Membership expired";
-/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000).
-///
-/// Measured with `hk bench b38-groups` at full scale (docs/benchmarks.md, "B38 after
-/// issue 19"): 100, 250, 500 and 1,000 members per transaction cost 81.1, 76.9, 75.2
-/// and 76.0 µs per member, with a longest transaction of 16.5, 36.1, 56.3 and 106.1 ms.
-/// Past 250 the time per member no longer falls, while a group holds its members' row
-/// locks on the production database until COMMIT twice or four times as long.
-pub const GROUP_SIZE: usize = 250;
+/// Members per grouped transaction by default: `Settings::member_group_size`.
+pub use crate::config::MEMBER_GROUP_SIZE as GROUP_SIZE;
 /// Ids below the cursor that [`read_page`] looks through by the primary key for the
 /// rest of the cursor's date: a whole page is found there when at least one id in
 /// four below the cursor expires on that date (one date shared by most expired rows).
 /// Reading 4,000 consecutive ids by the primary key costs about as much as the keyset
 /// read of one page, so a run over spread dates pays little for it.
 pub const SAME_DATE_WINDOW: usize = 4 * BATCH_SIZE;
-
-/// The group size in force: [`GROUP_SIZE`] unless the bench sets another
-/// ([`set_group_size`]).
-static GROUP_SIZE_IN_FORCE: AtomicUsize = AtomicUsize::new(GROUP_SIZE);
-/// The longest grouped transaction so far in this process, in microseconds (BEGIN sent
-/// → COMMIT acknowledged), and the most member rows one of them locked.
-static LONGEST_GROUP_US: AtomicU64 = AtomicU64::new(0);
-static MOST_ROWS_LOCKED: AtomicU64 = AtomicU64::new(0);
-
-/// Set the group size of this process (the bench's knob), clamped to 1..=[`BATCH_SIZE`].
-pub fn set_group_size(n: usize) {
-    GROUP_SIZE_IN_FORCE.store(n.clamp(1, BATCH_SIZE), Ordering::Relaxed);
-}
-
-/// The group size in force.
-pub fn group_size() -> usize {
-    GROUP_SIZE_IN_FORCE.load(Ordering::Relaxed)
-}
-
-/// The longest grouped transaction of this process and the most member rows a group
-/// locked at once, since the last [`reset_group_stats`].
-pub fn group_stats() -> (Duration, u64) {
-    (
-        Duration::from_micros(LONGEST_GROUP_US.load(Ordering::Relaxed)),
-        MOST_ROWS_LOCKED.load(Ordering::Relaxed),
-    )
-}
-
-/// Forget the figures of [`group_stats`].
-pub fn reset_group_stats() {
-    LONGEST_GROUP_US.store(0, Ordering::Relaxed);
-    MOST_ROWS_LOCKED.store(0, Ordering::Relaxed);
-}
-
-/// Note one grouped transaction's duration and the member rows it locked.
-pub(crate) fn note_group(took: Duration, rows_locked: usize) {
-    LONGEST_GROUP_US.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
-    MOST_ROWS_LOCKED.fetch_max(rows_locked as u64, Ordering::Relaxed);
-}
 
 const FUNCTION: Function = Function::RemoveExpiredMembers;
 
@@ -182,15 +135,16 @@ pub struct ExpiredMembersDone {
     pub failed_rows: u64,
     /// The last row read before the continuation (`null` when the run is complete).
     pub next_cursor: Option<MemberCursor>,
+    /// The longest grouped transaction of this invocation (BEGIN sent → COMMIT
+    /// acknowledged), and the most member rows one of them locked: what `hk bench`
+    /// reports against behaviour §7.2's bound (not on the `done` line).
+    #[serde(skip)]
+    pub longest_group: (Duration, u64),
 }
 
 impl Done for ExpiredMembersDone {
-    fn status(&self) -> &'static str {
-        if self.next_cursor.is_some() {
-            "limit_reached"
-        } else {
-            "completed"
-        }
+    fn status(&self) -> Status {
+        Status::Completed
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
@@ -205,23 +159,16 @@ impl Done for ExpiredMembersDone {
 
     /// `RemoveExpiredMembersWorker` logs `log_extra_metadata_on_done(:result,
     /// status:, updated_rows:)`; the skipped and failed rows are added beside them.
-    fn gitlab_extras(&self) -> Vec<(&'static str, serde_json::Value)> {
+    fn gitlab_extras(&self, status: Status) -> Vec<(String, serde_json::Value)> {
         vec![(
-            "result",
+            "result".into(),
             serde_json::json!({
-                "status": self.status(),
+                "status": status.name(),
                 "updated_rows": self.updated_rows,
                 "skipped_rows": self.skipped_rows,
                 "failed_rows": self.failed_rows,
             }),
         )]
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("updated_rows", self.updated_rows),
-            ("skipped_rows", self.skipped_rows),
-            ("failed_rows", self.failed_rows),
-        ]
     }
 }
 
@@ -230,6 +177,7 @@ struct PageResult {
     skipped: u64,
     failed: u64,
     next: Option<(MemberCursor, u32)>,
+    longest_group: (Duration, u64),
 }
 
 impl PageResult {
@@ -240,6 +188,7 @@ impl PageResult {
             skipped_rows: self.skipped,
             failed_rows: self.failed,
             next_cursor: self.next.map(|(c, _)| c),
+            longest_group: self.longest_group,
         }
     }
 
@@ -291,6 +240,7 @@ where
         skipped: 0,
         failed: 0,
         next: None,
+        longest_group: (Duration::ZERO, 0),
     };
     let statements = if page.len() > 1 && !members_have_delete_triggers(&*client).await? {
         Some(GroupStatements::prepare(&*client).await?)
@@ -309,7 +259,7 @@ where
         let end = if !grouped || inv.deadline.reached() {
             i + 1
         } else {
-            (i + group_size()).min(page.len())
+            (i + inv.settings.member_group_size.clamp(1, BATCH_SIZE)).min(page.len())
         };
         let ids: Vec<i64> = page[i..end].iter().map(|(_, id)| *id).collect();
         let group = match &statements {
@@ -321,7 +271,11 @@ where
             GroupEnd::Committed {
                 outcomes,
                 stopped_at,
+                took,
+                rows_locked,
             } => {
+                let (longest, most) = r.longest_group;
+                r.longest_group = (longest.max(took), most.max(rows_locked as u64));
                 for (id, outcome) in outcomes {
                     r.record(id, outcome);
                 }
@@ -359,47 +313,57 @@ where
     Ok(r)
 }
 
-/// Handle one `remove-expired-members.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let payload: RemoveExpiredMembersRun = env.payload()?;
-    let lock = locks::function_key(FUNCTION.name());
-    if !locks::try_session_lock(&*client, &lock).await? {
-        return Ok(Report::skipped());
+/// The `remove-expired-members` job: one run at a time, a page per invocation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RemoveExpiredMembers;
+
+impl Job for RemoveExpiredMembers {
+    const FUNCTION: Function = FUNCTION;
+    type Payload = RemoveExpiredMembersRun;
+    type Outcome = ExpiredMembersDone;
+
+    fn overlap(_: &RemoveExpiredMembersRun) -> Overlap {
+        Overlap::Function
     }
-    let result = run_page(inv, env, client, payload.cursor).await;
-    // Released before any continuation is sent, on error paths too (behaviour §9.10).
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let page = result?;
-    unlocked?;
-    if let Some((cursor, delay)) = page.next {
-        let next = env.continuation(
-            FUNCTION,
-            inv.now,
-            RemoveExpiredMembersRun {
-                cursor: Some(cursor),
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        payload: RemoveExpiredMembersRun,
+    ) -> Result<Step<ExpiredMembersDone, RemoveExpiredMembersRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let page = run_page(inv, env, client, payload.cursor).await?;
+        let done = page.done();
+        Ok(match page.next {
+            None => Step::Done(done),
+            Some((cursor, delay_s)) => Step::Continue {
+                outcome: done,
+                next: Next::Payload(RemoveExpiredMembersRun {
+                    cursor: Some(cursor),
+                }),
+                delay_s,
             },
-        );
-        inv.continue_with(OutMessage::new(FUNCTION, delay, next))
-            .await?;
+        })
     }
-    Ok(Report::new(page.done()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
-    fn done_is_completed_with_a_null_cursor_or_limit_reached_with_one() {
+    fn the_done_line_carries_the_counters_and_the_cursor() {
         let done = ExpiredMembersDone {
             updated_rows: 2,
             skipped_rows: 1,
             failed_rows: 0,
             next_cursor: None,
+            longest_group: (Duration::ZERO, 0),
         };
         assert_eq!(
             Report::new(done.clone()).to_json(),
@@ -410,11 +374,18 @@ mod tests {
             expires_at: NaiveDate::from_ymd_opt(2025, 3, 1).unwrap(),
             id: 9,
         };
-        let r = Report::new(ExpiredMembersDone {
-            next_cursor: Some(cursor),
-            ..done
-        });
-        assert_eq!(r.status(), "limit_reached");
+        let r = Report::with_status(
+            ExpiredMembersDone {
+                next_cursor: Some(cursor),
+                ..done
+            },
+            Status::LimitReached,
+        );
+        assert_eq!(
+            r.done_fields("RemoveExpiredMembersWorker")
+                ["extra.remove_expired_members_worker.result"]["status"],
+            "limit_reached"
+        );
         assert_eq!(
             r.to_json()["next_cursor"],
             json!({"expires_at": "2025-03-01", "id": 9})

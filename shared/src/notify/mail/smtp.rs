@@ -9,9 +9,9 @@ use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use super::super::config::{NotifyConfig, Secret, SmtpTls};
 use super::SendOutcome;
 use crate::aws::SecretSource;
+use crate::config::notify::{NotifyConfig, Secret, SmtpTls};
 use crate::error::{Error, Result};
 
 /// The SMTP transport, rebuilt with the password of a re-read `SMTP_SECRET_ARN` when

@@ -23,7 +23,7 @@
 //! ends the message as `blocked` with an error line naming the rows, never a retry
 //! loop (docs/gitlab-differences.md).
 //!
-//! Layout: this module holds the handler, the re-verification and the walk over the
+//! Layout: this module holds the job, the re-verification and the walk over the
 //! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
 //! typed `done` results.
 
@@ -33,9 +33,8 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::{hierarchy, permissions};
-use crate::locks;
+use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{Envelope, GroupDestroyRun};
-use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Budget, Invocation, Report};
 
@@ -314,72 +313,80 @@ where
     }
 }
 
-/// Handle one `group-destroy.run` message.
-pub async fn handle<C>(inv: &Invocation<'_>, client: &mut C, env: &Envelope) -> Result<Report>
-where
-    C: GenericClient + Send + Sync,
-{
-    let p: GroupDestroyRun = env.payload()?;
-    let budget = Budget::start(inv.settings.group_destroy_budget);
-    let lock = lock_key_string(p.group_id);
-    if !locks::try_session_lock(&*client, &lock).await? {
-        tracing::info!(
-            group_id = p.group_id,
-            "Group destroy skipped: already in progress"
-        );
-        return Ok(Report::new(GroupDestroyLocked::new(p.group_id)));
+/// The `group-destroy` job: one invocation per group at a time, re-sent while the
+/// destruction goes on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GroupDestroy;
+
+impl Job for GroupDestroy {
+    const FUNCTION: Function = Function::GroupDestroy;
+    const BUSY: &'static str = "Group destroy skipped: already in progress";
+    type Payload = GroupDestroyRun;
+    type Outcome = GroupDestroyDone;
+
+    fn overlap(p: &GroupDestroyRun) -> Overlap {
+        Overlap::Key(lock_key_string(p.group_id))
     }
-    let result = work(inv, env, client, &p, budget).await;
-    // Released before any re-send, on error paths too.
-    let unlocked = locks::session_unlock(&*client, &lock).await;
-    let (outcome, n) = match result {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(
-                group_id = p.group_id,
-                error = %e,
-                error_class = e.class(),
-                "Group destroy failed"
-            );
-            return Err(e);
-        }
-    };
-    unlocked?;
-    match outcome {
-        Outcome::Continuing => {
-            let sent = inv
-                .continue_with(OutMessage::new(
-                    Function::GroupDestroy,
-                    0,
-                    env.resend(inv.now),
-                ))
-                .await?;
-            if sent {
+
+    fn busy(p: &GroupDestroyRun) -> Report {
+        Report::new(GroupDestroyLocked::new(p.group_id))
+    }
+
+    fn continuing(done: &GroupDestroyDone, hop: u64) {
+        tracing::info!(
+            group_id = done.group_id,
+            hop,
+            projects_deleted = done.deleted.projects,
+            groups_deleted = done.deleted.groups,
+            "Group destroy continuing"
+        );
+    }
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        p: GroupDestroyRun,
+    ) -> Result<Step<GroupDestroyDone, GroupDestroyRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let budget = Budget::start(inv.settings.group_destroy_budget);
+        let (outcome, n) = match work(inv, env, client, &p, budget).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(
+                    group_id = p.group_id,
+                    error = %e,
+                    error_class = e.class(),
+                    "Group destroy failed"
+                );
+                return Err(e);
+            }
+        };
+        let done = GroupDestroyDone::new(&p, outcome, n);
+        Ok(match outcome {
+            Outcome::Continuing => Step::Continue {
+                outcome: done,
+                next: Next::Resend,
+                delay_s: 0,
+            },
+            Outcome::UserNotActive => Step::Retry {
+                outcome: done,
+                error: Error::Retryable("user is not active".into()),
+            },
+            Outcome::Destroyed => {
                 tracing::info!(
                     group_id = p.group_id,
-                    hop = env.hop.saturating_add(1),
+                    user_id = p.user_id,
                     projects_deleted = n.projects,
                     groups_deleted = n.groups,
-                    "Group destroy continuing"
+                    hop = env.hop,
+                    "Group destroyed"
                 );
+                Step::Done(done)
             }
-        }
-        Outcome::Destroyed => {
-            tracing::info!(
-                group_id = p.group_id,
-                user_id = p.user_id,
-                projects_deleted = n.projects,
-                groups_deleted = n.groups,
-                hop = env.hop,
-                "Group destroyed"
-            );
-        }
-        _ => {}
+            _ => Step::Done(done),
+        })
     }
-    let report = Report::new(GroupDestroyDone::new(&p, outcome, n));
-    Ok(if outcome == Outcome::UserNotActive {
-        report.retrying(Error::Retryable("user is not active".into()))
-    } else {
-        report
-    })
 }

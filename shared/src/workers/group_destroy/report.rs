@@ -1,12 +1,12 @@
 //! The `done` results of `group-destroy`: [`GroupDestroyDone`] (every outcome of a
 //! message that got the per-group try-lock) and [`GroupDestroyLocked`] (another
-//! invocation holds it), with the metrics and counters each declares.
+//! invocation holds it), with the metrics each declares.
 
 use serde::Serialize;
 
 use crate::messages::GroupDestroyRun;
 use crate::metrics::{self, Metric};
-use crate::runtime::Done;
+use crate::runtime::{Done, Status};
 
 /// Rows this invocation deleted, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -88,19 +88,19 @@ impl GroupDestroyDone {
 }
 
 impl Done for GroupDestroyDone {
-    fn status(&self) -> &'static str {
+    fn status(&self) -> Status {
         match self.outcome {
             Outcome::GroupNotFound
             | Outcome::NotScheduled
             | Outcome::UserChanged
             | Outcome::NotDue
             | Outcome::UserNotFound
-            | Outcome::Unscheduled => "stale",
-            Outcome::UserNotActive => "failed",
-            Outcome::Restored => "restored",
-            Outcome::Continuing => "limit_reached",
-            Outcome::Blocked => "blocked",
-            Outcome::Destroyed => "completed",
+            | Outcome::Unscheduled => Status::Stale,
+            Outcome::UserNotActive => Status::Failed,
+            Outcome::Restored => Status::Restored,
+            Outcome::Continuing => Status::LimitReached,
+            Outcome::Blocked => Status::Blocked,
+            Outcome::Destroyed => Status::Completed,
         }
     }
     fn metrics(&self) -> Vec<(Metric, f64)> {
@@ -115,13 +115,6 @@ impl Done for GroupDestroyDone {
             m.push((metrics::GROUPS_DELETED, self.deleted.groups as f64));
         }
         m
-    }
-    fn counts(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("projects_deleted", self.deleted.projects),
-            ("groups_deleted", self.deleted.groups),
-            ("contributions_deleted", self.deleted.contributions),
-        ]
     }
 }
 
@@ -145,8 +138,8 @@ impl GroupDestroyLocked {
 }
 
 impl Done for GroupDestroyLocked {
-    fn status(&self) -> &'static str {
-        "skipped"
+    fn status(&self) -> Status {
+        Status::Skipped
     }
 }
 

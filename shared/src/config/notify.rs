@@ -4,7 +4,7 @@
 //! `SMTP_*`, `MAIL_FROM` and `WEBHOOK_*`, with errors naming the variable, and
 //! [`Secret`], a string whose `Debug` never shows it. Parsing does no I/O besides
 //! checking that `SMTP_CA_BUNDLE` is a file; secrets behind ARNs are read when the
-//! [`super::Notifier`] is built. Which variables are required depends on the function
+//! [`crate::notify::Notifier`] is built. Which variables are required depends on the function
 //! ([`NotifyConfig::require_for`]), so the other functions never need them.
 
 use std::path::PathBuf;

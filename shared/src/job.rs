@@ -1,0 +1,194 @@
+//! The job protocol: what a function's handler is, and the one driver that runs it
+//! (behaviour §9.8, §9.10).
+//!
+//! Owns: [`Job`] (a function's payload and outcome types, its overlap key and its one
+//! `run`), [`Step`] (how a run ends), [`Overlap`], and [`drive`], the only code that
+//! takes and releases an overlap lock, builds a continuation or re-send, checks the
+//! hop limit before sending one, and turns a step into the typed [`Report`]. Two rules
+//! hold by construction here: the overlap lock is released before any continuation
+//! is sent, on error paths too, and a cron function has exactly one overlap guard.
+
+use std::future::Future;
+
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::locks;
+use crate::messages::{Envelope, FromMessage, Message};
+use crate::notify::{Notifier, NotifyConfig};
+use crate::queue::OutMessage;
+use crate::runtime::{Done, Ended, Invocation, Report, Skipped};
+
+/// Which overlap lock (a session-level advisory try-lock) guards a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlap {
+    /// None: every message runs.
+    None,
+    /// One run of the function at a time (behaviour §9.10): `function:<name>`.
+    Function,
+    /// One run per key derived from the payload (e.g. `group-destroy:<group_id>`).
+    Key(String),
+}
+
+/// What the next message of a run that goes on carries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next<P> {
+    /// A continuation: same run, `hop + 1`, key `<function>:<run_id>:<hop+1>`, this
+    /// payload (its cursor).
+    Payload(P),
+    /// A re-send: the same key and payload, `hop + 1`.
+    Resend,
+}
+
+/// How one run of a job ended.
+#[derive(Debug)]
+pub enum Step<O, P> {
+    /// The work of the message ended here.
+    Done(O),
+    /// The run goes on: [`drive`] sends `next` after `delay_s` seconds.
+    Continue {
+        /// What this invocation did.
+        outcome: O,
+        /// The next message.
+        next: Next<P>,
+        /// Its delay.
+        delay_s: u32,
+    },
+    /// The record must be retried although the run produced a result.
+    Retry {
+        /// What this invocation did.
+        outcome: O,
+        /// Why it is retried.
+        error: Error,
+    },
+}
+
+/// A function's handler: its payload, its outcome, its overlap key and its work.
+pub trait Job: Send + Sync + 'static {
+    /// The function it serves.
+    const FUNCTION: Function;
+    /// The log line when the overlap lock is held elsewhere.
+    const BUSY: &'static str = "skipped: already running";
+    /// The payload it receives (and continues with).
+    type Payload: FromMessage + Send + Sync;
+    /// Its `done` result.
+    type Outcome: Done;
+
+    /// B28's means, built once at cold start into `Deps::notifier`: the instance for
+    /// `pat-expiring`, the instance and delivery means for `deliver-notification`,
+    /// nothing for the others. Secrets behind ARNs are read through `aws`.
+    fn notifier(
+        cfg: &NotifyConfig,
+        aws: &aws_config::SdkConfig,
+    ) -> impl Future<Output = Result<Option<Notifier>>> + Send {
+        let _ = (cfg, aws);
+        async { Ok(None) }
+    }
+
+    /// The lock that keeps two runs apart.
+    fn overlap(payload: &Self::Payload) -> Overlap;
+
+    /// The result when the overlap lock is held elsewhere.
+    fn busy(payload: &Self::Payload) -> Report {
+        let _ = payload;
+        Report::new(Skipped)
+    }
+
+    /// Called once the continuation or re-send of `outcome` was sent as hop `hop`
+    /// (a function's own log line).
+    fn continuing(outcome: &Self::Outcome, hop: u64) {
+        let _ = (outcome, hop);
+    }
+
+    /// The work of one message, under the overlap lock.
+    fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        payload: Self::Payload,
+    ) -> impl Future<Output = Result<Step<Self::Outcome, Self::Payload>>> + Send
+    where
+        C: GenericClient + Send + Sync;
+}
+
+/// Run job `J` on one decoded message: take its overlap lock, run it, release the lock,
+/// send the continuation or re-send (unless the hop limit forbids it), and report.
+pub async fn drive<J, C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    env: &Envelope,
+    message: Message,
+) -> Result<Ended>
+where
+    J: Job,
+    C: GenericClient + Send + Sync,
+{
+    let kind = message.kind();
+    let payload = J::Payload::from_message(message).ok_or_else(|| {
+        Error::Malformed(format!(
+            "message type `{kind}` is not accepted by {}",
+            J::FUNCTION
+        ))
+    })?;
+    let lock = match J::overlap(&payload) {
+        Overlap::None => None,
+        Overlap::Function => Some(locks::function_key(J::FUNCTION.name())),
+        Overlap::Key(k) => Some(k),
+    };
+    if let Some(lock) = &lock {
+        if !locks::try_session_lock(&*client, lock).await? {
+            tracing::info!("{}", J::BUSY);
+            return Ok(J::busy(&payload).into());
+        }
+    }
+    let result = J::run(inv, client, env, payload).await;
+    // Released before any continuation is sent, on error paths too (behaviour §9.10).
+    let unlocked = match &lock {
+        Some(lock) => locks::session_unlock(&*client, lock).await,
+        None => Ok(()),
+    };
+    let step = result?;
+    unlocked?;
+    Ok(match step {
+        Step::Done(outcome) => Report::new(outcome).into(),
+        Step::Retry { outcome, error } => Ended {
+            report: Report::new(outcome),
+            retry: Some(error),
+        },
+        Step::Continue {
+            outcome,
+            next,
+            delay_s,
+        } => {
+            let envelope = match next {
+                Next::Payload(p) => {
+                    env.continuation(J::FUNCTION, inv.now, p.into().payload_value())
+                }
+                Next::Resend => env.resend(inv.now),
+            };
+            let hop = envelope.hop;
+            if send_continuation(inv, OutMessage::new(J::FUNCTION, delay_s, envelope)).await? {
+                J::continuing(&outcome, hop);
+            }
+            let status = outcome.continued_status();
+            Report::with_status(outcome, status).into()
+        }
+    })
+}
+
+/// Send a continuation or re-send unless the hop limit forbids it (behaviour §9.8);
+/// whether it was sent. A send failure is an error (the record is retryable).
+async fn send_continuation(inv: &Invocation<'_>, next: OutMessage) -> Result<bool> {
+    let max_hops = u64::from(inv.function.max_hops());
+    if next.envelope.hop > max_hops {
+        tracing::error!(
+            hop = next.envelope.hop.saturating_sub(1),
+            max_hops,
+            "continuation not sent: hop limit reached"
+        );
+        return Ok(false);
+    }
+    inv.queue.send(std::slice::from_ref(&next)).await?;
+    Ok(true)
+}

@@ -1,0 +1,202 @@
+//! The `done` result of `deliver-notification`: [`Delivered`] (one mail or one web
+//! hook) with its [`Outcome`], which decides the `status`, and the delivery metrics.
+
+use serde::Serialize;
+
+use crate::metrics::{self, Metric};
+use crate::runtime::{Done, Status};
+
+/// How one delivery ended: the `outcome` field of `done`, which also decides its
+/// `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The recipient is missing, cannot receive notifications or has no address
+    /// (`stale`).
+    RecipientCannotReceive,
+    /// The hook is missing or no longer subscribed (`stale`).
+    NotSubscribed,
+    /// The hook is disabled for now (`skipped`).
+    Disabled,
+    /// Rendered or checked, not sent: dry run.
+    DryRun,
+    /// Accepted by the mail server, or a 2xx/3xx answer from the hook.
+    Delivered,
+    /// The mail server rejected the message for good (5xx).
+    Rejected,
+    /// The hook's target is on a local network.
+    Refused,
+    /// The hook's URL is not a valid target.
+    InvalidUrl,
+    /// The hook answered with an error status or could not be reached.
+    Failed,
+    /// The mail server could not take the message now (4xx, connection): the record
+    /// is retried.
+    Deferred,
+}
+
+impl Outcome {
+    /// The `status` of `done` for this outcome.
+    pub fn status(self) -> Status {
+        match self {
+            Outcome::RecipientCannotReceive | Outcome::NotSubscribed => Status::Stale,
+            Outcome::Disabled => Status::Skipped,
+            Outcome::DryRun
+            | Outcome::Delivered
+            | Outcome::Rejected
+            | Outcome::Refused
+            | Outcome::InvalidUrl
+            | Outcome::Failed => Status::Completed,
+            Outcome::Deferred => Status::Failed,
+        }
+    }
+}
+
+/// The `done` result of one delivery: `{"kind": "email", "user_id", "template",
+/// "outcome"}` or `{"kind": "webhook", "hook_id", "outcome"}`. Ids only, never an
+/// address, URL or body; no item counters (one delivery per record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Delivered {
+    /// A `deliver-notification.email`.
+    Email {
+        /// The recipient.
+        user_id: i64,
+        /// The email's template.
+        template: &'static str,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// A `deliver-notification.webhook`.
+    Webhook {
+        /// The hook.
+        hook_id: i64,
+        /// How it ended.
+        outcome: Outcome,
+        /// For `failed`: whether the failure was temporary (no answer, 5xx, 408,
+        /// 429) rather than a final 4xx. Counted in the metrics, not logged.
+        #[serde(skip)]
+        temporary: bool,
+    },
+}
+
+impl Delivered {
+    /// How the delivery ended.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Delivered::Email { outcome, .. } | Delivered::Webhook { outcome, .. } => *outcome,
+        }
+    }
+}
+
+impl Done for Delivered {
+    fn status(&self) -> Status {
+        self.outcome().status()
+    }
+
+    /// The mail counters on an email record, the web-hook counters on a web-hook
+    /// record: each 0 or 1, so a failure rate can be computed from them.
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        let flag = |b: bool| if b { 1.0 } else { 0.0 };
+        match *self {
+            Delivered::Email { outcome, .. } => vec![
+                (metrics::MAILS_SENT, flag(outcome == Outcome::Delivered)),
+                (
+                    metrics::MAILS_FAILED_TEMPORARY,
+                    flag(outcome == Outcome::Deferred),
+                ),
+                (
+                    metrics::MAILS_FAILED_PERMANENT,
+                    flag(outcome == Outcome::Rejected),
+                ),
+            ],
+            Delivered::Webhook {
+                outcome, temporary, ..
+            } => {
+                let failed = outcome == Outcome::Failed;
+                vec![
+                    (metrics::WEBHOOKS_SENT, flag(outcome == Outcome::Delivered)),
+                    (
+                        metrics::WEBHOOKS_REFUSED,
+                        flag(matches!(outcome, Outcome::Refused | Outcome::InvalidUrl)),
+                    ),
+                    (
+                        metrics::WEBHOOKS_FAILED_TEMPORARY,
+                        flag(failed && temporary),
+                    ),
+                    (
+                        metrics::WEBHOOKS_FAILED_PERMANENT,
+                        flag(failed && !temporary),
+                    ),
+                ]
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Report;
+    use serde_json::json;
+
+    #[test]
+    fn the_done_line_keeps_its_fields_and_status() {
+        let email = Report::new(Delivered::Email {
+            user_id: 10,
+            template: "access_token_about_to_expire",
+            outcome: Outcome::RecipientCannotReceive,
+        });
+        assert_eq!(
+            email.to_json(),
+            json!({"status": "stale", "kind": "email", "user_id": 10,
+                   "template": "access_token_about_to_expire",
+                   "outcome": "recipient_cannot_receive"})
+        );
+        let hook = |outcome| {
+            Report::new(Delivered::Webhook {
+                hook_id: 3,
+                outcome,
+                temporary: false,
+            })
+        };
+        assert_eq!(
+            hook(Outcome::InvalidUrl).to_json(),
+            json!({"status": "completed", "kind": "webhook", "hook_id": 3,
+                   "outcome": "invalid_url"})
+        );
+        assert_eq!(hook(Outcome::Disabled).status(), Status::Skipped);
+        assert_eq!(hook(Outcome::NotSubscribed).status(), Status::Stale);
+        assert_eq!(hook(Outcome::DryRun).to_json()["outcome"], "dry_run");
+        assert!(hook(Outcome::Failed).counts().is_empty());
+        let counted = |r: Report| {
+            r.metrics()
+                .into_iter()
+                .filter(|(_, v)| *v == 1.0)
+                .map(|(m, _)| m.name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            counted(hook(Outcome::Failed)),
+            ["webhooks_failed_permanent"]
+        );
+        assert_eq!(counted(hook(Outcome::Refused)), ["webhooks_refused"]);
+        let temporary = Report::new(Delivered::Webhook {
+            hook_id: 3,
+            outcome: Outcome::Failed,
+            temporary: true,
+        });
+        assert_eq!(counted(temporary), ["webhooks_failed_temporary"]);
+        let mail = |outcome| {
+            Report::new(Delivered::Email {
+                user_id: 10,
+                template: "t",
+                outcome,
+            })
+        };
+        assert_eq!(counted(mail(Outcome::Deferred)), ["mails_failed_temporary"]);
+        assert_eq!(mail(Outcome::Deferred).status(), Status::Failed);
+        assert_eq!(counted(mail(Outcome::Delivered)), ["mails_sent"]);
+        assert_eq!(counted(mail(Outcome::Rejected)), ["mails_failed_permanent"]);
+    }
+}
