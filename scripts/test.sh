@@ -77,6 +77,9 @@ cargo fmt --all -- --check
 step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "rustdoc (every intra-doc link resolves; warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 step "build"
 cargo build --workspace --all-targets
 

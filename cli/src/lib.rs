@@ -4,8 +4,9 @@
 //! Owns: the local runner ([`local`]) and its in-process queue with virtual time
 //! ([`local_queue`]), fault injection ([`chaos`]), the demo data ([`demo`]), the schema
 //! subset migrations for local and test databases ([`migrate`]), the benchmarks
-//! ([`bench`]), `hk check`'s preflight ([`check`]), the throwaway PostgreSQL cluster ([`pg`]), the local AWS stand-ins
-//! around `cargo lambda watch` ([`aws_local`]) and one module per command ([`cmd`]).
+//! ([`mod@bench`]), `hk check`'s preflight ([`check`]), the throwaway PostgreSQL cluster
+//! ([`pg`]), the local AWS stand-ins around `cargo lambda watch` ([`aws_local`]); the
+//! binary's `cmd` module has one module per command.
 //! The Lambda functions never link this crate (an architecture test checks it); the
 //! integration tests use it for the runner, chaos and the migrations.
 #![warn(missing_docs)]

@@ -1,12 +1,12 @@
 //! Local mode: the driver behind `hk run` (behaviour §11).
 //!
 //! Owns: delivering messages from the in-process [`LocalQueue`] to the same
-//! [`runtime::process_record`] pipeline Lambda uses, one fresh database session per
+//! [`process_record_with`] pipeline Lambda uses, one fresh database session per
 //! handler run (or, with [`Runner::with_kept_sessions`], one session per function
 //! kept across runs as a warm Lambda keeps it), virtual time (`now` = `--now` +
 //! virtual time elapsed), the 30 s virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
-//! rolled back, nothing delivered; with `--until-idle` the whole run, in [`plan`]).
+//! rolled back, nothing delivered; with `--until-idle` the whole run, in `plan`).
 //! Tests drive batches "until idle" through it.
 //!
 //! With `--chaos` (or a planned crash in tests) every delivery runs behind a

@@ -113,6 +113,31 @@ async fn the_work_waiting_is_counted_at_the_given_time() {
     assert_eq!(waiting["detail"], "1 memberships expired", "{j}");
 }
 
+/// A deletion period past the calendar (a value the column accepts) is a count of no
+/// due group, not a panic of `hk check`.
+#[tokio::test]
+async fn a_deletion_period_past_the_calendar_counts_no_due_group() {
+    let db = TestDb::new().await;
+    db.exec(
+        "INSERT INTO application_settings (id, deletion_adjourned_period, created_at, updated_at)
+         VALUES (1, 2147483647, '2024-01-01', '2024-01-01')",
+    )
+    .await;
+    let o = hk_check(&db.url, true);
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", out(&o)));
+    let waiting = j["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "waiting adjourned-group-deletion")
+        .cloned()
+        .expect("the B51 count");
+    assert_eq!(
+        waiting["detail"], "0 groups due (marked on or before 0001-01-01)",
+        "{j}"
+    );
+}
+
 async fn assert_fails_naming(db: &TestDb, ddl: &str, names: &[&str]) {
     db.exec(ddl).await;
     let o = hk_check(&db.url, false);

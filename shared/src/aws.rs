@@ -116,7 +116,7 @@ pub async fn read_secret(
 pub enum Stage {
     /// `AWSCURRENT`: the value every reader should use.
     Current,
-    /// `AWSPENDING`: the value a rotation is installing (see [`SecretSource::reread`]).
+    /// `AWSPENDING`: the value a rotation is installing (see [`SecretSource`]).
     Pending,
 }
 

@@ -2,7 +2,7 @@
 //! GitLab database, by module and name.
 //!
 //! Owns: [`all`], the single list of every module's statements (each `sql`
-//! submodule declares its own with [`crate::statements::statements!`]; an
+//! submodule declares its own with `crate::statements::statements!`; an
 //! architecture test checks that every `sql` module is listed here). The catalogue test PREPAREs every entry against the migrated
 //! schema; `hk check` does the same against an operator's database. No SQL text lives
 //! anywhere else in this crate (an architecture test greps for it).

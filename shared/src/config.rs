@@ -2,7 +2,7 @@
 //!
 //! Owns: parsing every environment variable the functions use into [`Config`], with
 //! a clear error naming the variable when one is missing or invalid. It performs no
-//! I/O except [`DatabaseSource::resolve`], which may read a Secrets Manager secret.
+//! I/O except reading the database's [`DatabaseSource`], which may read a Secrets Manager secret.
 //! Tests build a `Config` with [`Config::from_lookup`] instead of mutating process env.
 
 use std::collections::HashMap;

@@ -1,7 +1,7 @@
 //! Which handler serves which function, as types (issue 8, footprint).
 //!
-//! Owns: the list of every function's [`Job`] type, re-exported under the name of its
-//! [`Function`] variant (what a function binary hands to [`crate::lambda::run`]), and
+//! Owns: every function's [`crate::job::Job`] type (from the function table),
+//! re-exported under the name of its [`Function`] variant (what a function binary hands to [`crate::lambda::run`]), and
 //! [`Dispatch`], the match over [`Function`] that `hk`, the local runner, the benches
 //! and the tests use. Because the choice is a type, a function binary instantiates
 //! (and links) its own job and nothing else, and builds B28's delivery means only when
@@ -14,55 +14,31 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::{drive, Job};
+use crate::job::drive;
 use crate::messages::{Envelope, Message};
-use crate::notify::{Notifier, NotifyConfig};
 use crate::runtime::{Ended, Handler, Invocation};
+use crate::{batches, workers};
 
-/// The handler of exactly one function: what a function binary runs. Every [`Job`]
-/// is one.
-pub trait FunctionHandler: Handler + Default + Send + 'static {
-    /// The function it serves.
-    const FUNCTION: Function;
-
-    /// Its B28 means, built once at cold start ([`Job::notifier`]).
-    fn notifier(
-        cfg: &NotifyConfig,
-        aws: &aws_config::SdkConfig,
-    ) -> impl Future<Output = Result<Option<Notifier>>> + Send;
-}
-
-impl<J: Job + Default> Handler for J {
-    fn handle<C>(
-        &self,
-        inv: &Invocation<'_>,
-        client: &mut C,
-        env: &Envelope,
-        message: Message,
-    ) -> impl Future<Output = Result<Ended>> + Send
-    where
-        C: GenericClient + Send + Sync,
-    {
-        drive::<J, C>(inv, client, env, message)
-    }
-}
-
-impl<J: Job + Default> FunctionHandler for J {
-    const FUNCTION: Function = J::FUNCTION;
-
-    fn notifier(
-        cfg: &NotifyConfig,
-        aws: &aws_config::SdkConfig,
-    ) -> impl Future<Output = Result<Option<Notifier>>> + Send {
-        J::notifier(cfg, aws)
-    }
-}
-
-/// Re-exports each function's [`Job`] under the name of its [`Function`] variant and
-/// declares [`Dispatch`] from one list: `Variant => job type`.
+/// Re-exports each function's [`crate::job::Job`] under the name of its [`Function`]
+/// variant and builds [`Dispatch`], from the function table.
 macro_rules! handlers {
-    ($($function:ident => $job:path;)*) => {
-        $(pub use $job;)*
+    ($(
+        $(#[$doc:meta])*
+        $function:ident = $name:literal {
+            class: $class:literal,
+            messages: [$($messages:tt)*],
+            cron: $cron:expr,
+            timeout_s: $timeout:literal,
+            max_hops: $hops:literal,
+            sends_to: [$($to:ident),*],
+            job: $($job:ident)::+,
+        }
+    )*) => {
+        $(pub use $($job)::+ as $function;)*
+
+        /// The function of each job of the list, in list order.
+        #[cfg(test)]
+        const JOBS: &[Function] = &[$(<$function as crate::job::Job>::FUNCTION),*];
 
         /// Every function's handler, chosen by `inv.function` at run time (`hk`, the
         /// local runner, benches, tests). Function binaries never name it.
@@ -90,40 +66,14 @@ macro_rules! handlers {
     };
 }
 
-handlers! {
-    RemoveExpiredMembers => crate::batches::remove_expired_members::RemoveExpiredMembers;
-    DeleteUser => crate::workers::delete_user::DeleteUser;
-    SchedulePruneDeletions => crate::batches::schedule_prune_deletions::SchedulePruneDeletions;
-    PruneDeletions => crate::workers::prune_deletions::PruneDeletions;
-    AdjournedGroupDeletion => crate::batches::adjourned_group_deletion::AdjournedGroupDeletion;
-    GroupDestroy => crate::workers::group_destroy::GroupDestroy;
-    PlaceholderUserCleanup => crate::batches::placeholder_user_cleanup::PlaceholderUserCleanup;
-    DeletePlaceholderUser => crate::workers::delete_placeholder_user::DeletePlaceholderUser;
-    PatExpiring => crate::batches::pat_expiring::PatExpiring;
-    DeliverNotification => crate::workers::deliver_notification::DeliverNotification;
-}
+crate::function::with_functions!(handlers);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn each_handler_type_serves_the_function_of_its_name() {
-        let all = [
-            <RemoveExpiredMembers as FunctionHandler>::FUNCTION,
-            <DeleteUser as FunctionHandler>::FUNCTION,
-            <SchedulePruneDeletions as FunctionHandler>::FUNCTION,
-            <PruneDeletions as FunctionHandler>::FUNCTION,
-            <AdjournedGroupDeletion as FunctionHandler>::FUNCTION,
-            <GroupDestroy as FunctionHandler>::FUNCTION,
-            <PlaceholderUserCleanup as FunctionHandler>::FUNCTION,
-            <DeletePlaceholderUser as FunctionHandler>::FUNCTION,
-            <PatExpiring as FunctionHandler>::FUNCTION,
-            <DeliverNotification as FunctionHandler>::FUNCTION,
-        ];
-        assert_eq!(all.len(), Function::ALL.len());
-        for (f, g) in all.iter().zip(Function::ALL) {
-            assert_eq!(f, g);
-        }
+    fn the_list_has_one_job_per_function_in_catalogue_order() {
+        assert_eq!(JOBS, Function::ALL);
     }
 }

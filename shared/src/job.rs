@@ -18,7 +18,7 @@ use crate::locks;
 use crate::messages::{Envelope, FromMessage, Message};
 use crate::notify::{Notifier, NotifyConfig};
 use crate::queue::OutMessage;
-use crate::runtime::{Done, Ended, Invocation, Report, Skipped};
+use crate::runtime::{Done, Ended, Handler, Invocation, Report, Skipped};
 
 /// Which overlap lock (a session-level advisory try-lock) guards a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,8 +64,22 @@ pub enum Step<O, P> {
     },
 }
 
+impl<O, P> Step<O, P> {
+    /// `Done`, or `Continue` with the payload `next` after `delay_s` when there is one.
+    pub fn then(outcome: O, next: Option<P>, delay_s: u32) -> Step<O, P> {
+        match next {
+            None => Step::Done(outcome),
+            Some(p) => Step::Continue {
+                outcome,
+                next: Next::Payload(p),
+                delay_s,
+            },
+        }
+    }
+}
+
 /// A function's handler: its payload, its outcome, its overlap key and its work.
-pub trait Job: Send + Sync + 'static {
+pub trait Job: Default + Send + Sync + 'static {
     /// The function it serves.
     const FUNCTION: Function;
     /// The log line when the overlap lock is held elsewhere.
@@ -86,8 +100,15 @@ pub trait Job: Send + Sync + 'static {
         async { Ok(None) }
     }
 
-    /// The lock that keeps two runs apart.
-    fn overlap(payload: &Self::Payload) -> Overlap;
+    /// The lock that keeps two runs apart: by default the function's own for a cron
+    /// function (one overlap guard per cron, behaviour §9.10), none for a child.
+    fn overlap(payload: &Self::Payload) -> Overlap {
+        let _ = payload;
+        match Self::FUNCTION.cron() {
+            Some(_) => Overlap::Function,
+            None => Overlap::None,
+        }
+    }
 
     /// The result when the overlap lock is held elsewhere.
     fn busy(payload: &Self::Payload) -> Report {
@@ -175,6 +196,23 @@ where
             Report::with_status(outcome, status).into()
         }
     })
+}
+
+/// Every job is a [`Handler`] (what `lambda::run` and the local runner call): it
+/// drives itself.
+impl<J: Job + Default> Handler for J {
+    fn handle<C>(
+        &self,
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        message: Message,
+    ) -> impl Future<Output = Result<Ended>> + Send
+    where
+        C: GenericClient + Send + Sync,
+    {
+        drive::<J, C>(inv, client, env, message)
+    }
 }
 
 /// Send a continuation or re-send unless the hop limit forbids it (behaviour §9.8);

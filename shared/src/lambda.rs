@@ -3,7 +3,7 @@
 //!
 //! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session,
 //! B28's means where the function needs them), turning an `SqsEvent` into one
-//! [`runtime::process_record_with`] call per record, in order, and the results into
+//! [`process_record_with`] call per record, in order, and the results into
 //! an `SqsBatchResponse` with partial batch failures. A malformed or failed record
 //! never fails the batch; a missing `messageId` does, because Lambda would otherwise
 //! treat the whole batch as failed anyway. After a failed record the session is reset
@@ -16,7 +16,7 @@
 //! whole invocation fails (one log line, the `schema_incompatible` metric) and no
 //! record is touched, until a later invocation finds the schema fixed.
 //!
-//! [`run`] is generic over the function's [`FunctionHandler`], so a function binary
+//! [`run`] is generic over the function's [`Job`], so a function binary
 //! links its own handler only; tests hand [`handle_event_with`] the
 //! every-function handler (`handlers::Dispatch`).
 
@@ -33,7 +33,7 @@ use crate::config::{Config, TransportKind};
 use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
-use crate::handlers::FunctionHandler;
+use crate::job::Job;
 use crate::metrics;
 use crate::preflight;
 use crate::queue::sqs::SqsQueue;
@@ -85,7 +85,7 @@ impl From<InvokeError> for Diagnostic {
 
 impl Deps {
     /// Build the dependencies of `H`'s function from configuration (cold start).
-    pub async fn new<H: FunctionHandler>(config: Config) -> Result<Deps, Error> {
+    pub async fn new<H: Job>(config: Config) -> Result<Deps, Error> {
         let function = H::FUNCTION;
         if config.transport != TransportKind::Sqs {
             return Err(Error::Config(
@@ -335,7 +335,7 @@ pub type FunctionError = lambda_runtime::Error;
 /// small function a fraction of a vCPU. It starts faster and keeps a smaller resident
 /// set than the multi-threaded runtime (no worker threads, no per-thread malloc arenas;
 /// issue 8, footprint).
-pub fn run<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime::Error> {
+pub fn run<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
@@ -344,7 +344,7 @@ pub fn run<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime::Error> 
 
 /// Logs, config, dependencies, then the runtime loop with `handler` serving the
 /// records.
-pub async fn serve<H: FunctionHandler>(handler: H) -> Result<(), lambda_runtime::Error> {
+pub async fn serve<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
     let function = H::FUNCTION;
     telemetry::init(telemetry::Sink::Stdout);
     let deps = match Config::from_env() {

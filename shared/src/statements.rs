@@ -1,4 +1,4 @@
-//! How a module declares its SQL statements: the [`statements!`] macro and the
+//! How a module declares its SQL statements: the `statements!` macro and the
 //! [`Statement`] the catalogue lists.
 //!
 //! Owns: the declaration form only (one `pub const NAME: &str` per statement plus the

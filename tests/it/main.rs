@@ -27,6 +27,7 @@ mod rotation;
 mod schema;
 mod secrets;
 mod ssrf;
+mod stored_values;
 mod template;
 
 /// The Lambda glue with every function's handler: what a function binary does with

@@ -6,7 +6,7 @@
 //! memberships: one `delete-user.run` per bot) and B70 (a page of eligible placeholder
 //! details: one `delete-placeholder-user.run` per detail, delayed `i × 1 s`, so the
 //! children past 900 s are one-time schedules, one call each by the API's design).
-//! Each producer runs its real handler through [`runtime::process_record`].
+//! Each producer runs its real handler through `shared::runtime::process_record_with`.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::group_deletion::{self, Expected, Restore, Schedule};
 use crate::gitlab::permissions;
-use crate::job::{Job, Next, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{
     group_destroy_key, AdjournedGroupDeletionRun, Envelope, GroupCursor, GroupDestroyRun,
 };
@@ -254,10 +254,6 @@ impl Job for AdjournedGroupDeletion {
     type Payload = AdjournedGroupDeletionRun;
     type Outcome = AdjournedGroupDeletionDone;
 
-    fn overlap(_: &AdjournedGroupDeletionRun) -> Overlap {
-        Overlap::Function
-    }
-
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
@@ -279,16 +275,10 @@ impl Job for AdjournedGroupDeletion {
             cutoff,
             next_cursor: r.next,
         };
-        Ok(match r.next {
-            None => Step::Done(done),
-            Some(cursor) => Step::Continue {
-                outcome: done,
-                next: Next::Payload(AdjournedGroupDeletionRun {
-                    cursor: Some(cursor),
-                }),
-                delay_s: 0,
-            },
-        })
+        let next = r
+            .next
+            .map(|c| AdjournedGroupDeletionRun { cursor: Some(c) });
+        Ok(Step::then(done, next, 0))
     }
 }
 

@@ -22,7 +22,7 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::job::{Job, Next, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{
     delete_placeholder_user_key, DeletePlaceholderUserRun, DetailCursor, Envelope,
     PlaceholderUserCleanupRun,
@@ -338,10 +338,6 @@ impl Job for PlaceholderUserCleanup {
     type Payload = PlaceholderUserCleanupRun;
     type Outcome = PlaceholderUserCleanupDone;
 
-    fn overlap(_: &PlaceholderUserCleanupRun) -> Overlap {
-        Overlap::Function
-    }
-
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
@@ -363,16 +359,8 @@ impl Job for PlaceholderUserCleanup {
             stale_count: p.stale,
             failed_count: p.failed,
         };
-        Ok(match next {
-            None => Step::Done(done),
-            Some(cursor) => Step::Continue {
-                outcome: done,
-                next: Next::Payload(PlaceholderUserCleanupRun {
-                    cursor: Some(cursor),
-                }),
-                delay_s: 0,
-            },
-        })
+        let next = next.map(|c| PlaceholderUserCleanupRun { cursor: Some(c) });
+        Ok(Step::then(done, next, 0))
     }
 }
 

@@ -13,7 +13,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::{Job, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{
     prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
 };
@@ -109,10 +109,6 @@ impl Job for SchedulePruneDeletions {
     const FUNCTION: Function = FUNCTION;
     type Payload = SchedulePruneDeletionsRun;
     type Outcome = ScheduleDone;
-
-    fn overlap(_: &SchedulePruneDeletionsRun) -> Overlap {
-        Overlap::Function
-    }
 
     fn busy(_: &SchedulePruneDeletionsRun) -> Report {
         Report::new(ScheduleDone {

@@ -42,12 +42,35 @@ pub struct Schedule {
 /// `:period`: `deletion_adjourned_period` of the highest-id settings row, or 7.
 pub async fn deletion_adjourned_period<C: GenericClient>(c: &C) -> Result<i32> {
     let row = c.query_opt(sql::DELETION_ADJOURNED_PERIOD, &[]).await?;
-    Ok(row.map(|r| r.get(0)).unwrap_or(DEFAULT_PERIOD_DAYS))
+    let period = row.map(|r| r.get(0)).unwrap_or(DEFAULT_PERIOD_DAYS);
+    if !PERIOD_RANGE.contains(&period) {
+        tracing::warn!(
+            deletion_adjourned_period = period,
+            "deletion_adjourned_period is outside GitLab's 1..=90 days: a period below 1 \
+             counts as 1 day, one past the calendar makes no group due"
+        );
+    }
+    Ok(period)
 }
 
-/// `:cutoff = :today − :period days`; a group marked on or before it is due.
+/// The periods GitLab's settings form accepts, in days.
+pub const PERIOD_RANGE: std::ops::RangeInclusive<i32> = 1..=90;
+
+/// The earliest cutoff: no group is marked before it (a period past the calendar).
+pub const EARLIEST_CUTOFF: NaiveDate = match NaiveDate::from_ymd_opt(1, 1, 1) {
+    Some(d) => d,
+    None => NaiveDate::MIN,
+};
+
+/// `:cutoff = :today − :period days`; a group marked on or before it is due. A stored
+/// period below 1 day counts as 1 (never a cutoff after today); one reaching past the
+/// calendar gives [`EARLIEST_CUTOFF`], so no group is due (behaviour §D13).
 pub fn cutoff(today: NaiveDate, period_days: i32) -> NaiveDate {
-    today - chrono::Duration::days(i64::from(period_days))
+    let days = u64::try_from(period_days.max(1)).unwrap_or(1);
+    today
+        .checked_sub_days(chrono::Days::new(days))
+        .filter(|d| *d >= EARLIEST_CUTOFF)
+        .unwrap_or(EARLIEST_CUTOFF)
 }
 
 /// One keyset page of due groups (behaviour §B51.3.1): groups with a schedule marked on or before
@@ -305,5 +328,9 @@ mod tests {
         let today: NaiveDate = "2025-03-10".parse().unwrap();
         assert_eq!(cutoff(today, 7).to_string(), "2025-03-03");
         assert_eq!(cutoff(today, 30).to_string(), "2025-02-08");
+        assert_eq!(cutoff(today, i32::MAX), EARLIEST_CUTOFF);
+        assert_eq!(cutoff(today, 800_000), EARLIEST_CUTOFF);
+        assert_eq!(cutoff(today, 0), cutoff(today, 1));
+        assert_eq!(cutoff(today, i32::MIN), cutoff(today, 1));
     }
 }

@@ -92,8 +92,7 @@ pub async fn schedule_removal<C: GenericClient>(
         tracing::info!(user_id = u, "User removal skipped: user not found");
         return Ok(PhaseOne::NotFound);
     }
-    // The user's membership rows first (ascending ids): the lock order puts row locks
-    // before group-owner locks (ARCHITECTURE.md), and step 5 deletes these rows. A
+    // Row locks first (ARCHITECTURE.md, lock order); step 5 deletes these rows. A
     // caller that nests phase 1 (B38 for a bot) already holds them.
     c.execute(sql::LOCK_MEMBERSHIPS, &[&u]).await?;
     match refusal(c, u, true).await? {

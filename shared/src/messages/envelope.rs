@@ -93,65 +93,53 @@ impl Envelope {
             error,
             message_key: message_key.clone(),
         };
-        match obj.get("version") {
-            Some(Value::Number(n)) if n.as_u64() == Some(VERSION) => {}
-            Some(_) => return Err(fail("unsupported version (must be 1)".into())),
-            None => return Err(fail("missing field `version`".into())),
-        }
-        let kind = match obj.get("type") {
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(fail("field `type` is not a string".into())),
-            None => return Err(fail("missing field `type`".into())),
+        // A field by its rule: `missing field` when absent, `rule` when it breaks it.
+        let field = |name: &str, rule: &str, ok: &dyn Fn(&Value) -> bool| match obj.get(name) {
+            Some(v) if ok(v) => Ok(v.clone()),
+            Some(_) => Err(fail(rule.to_string())),
+            None => Err(fail(format!("missing field `{name}`"))),
         };
+        let text = |v: Value| v.as_str().unwrap_or_default().to_string();
+        field("version", "unsupported version (must be 1)", &|v| {
+            v.as_u64() == Some(VERSION)
+        })?;
+        let kind = text(field(
+            "type",
+            "field `type` is not a string",
+            &Value::is_string,
+        )?);
         if !receiver.accepts().contains(&kind.as_str()) {
             let shown: String = kind.chars().take(64).collect();
             return Err(fail(format!(
                 "message type `{shown}` is not accepted by {receiver}"
             )));
         }
-        let key = match obj.get("message_key") {
-            Some(Value::String(s)) if valid_key(s) => s.clone(),
-            Some(_) => {
-                return Err(fail(
-                    "field `message_key` must be 1-256 characters of [A-Za-z0-9:._-]".into(),
-                ))
-            }
-            None => return Err(fail("missing field `message_key`".into())),
-        };
-        let run_id = match obj.get("run_id") {
-            Some(Value::String(s)) if valid_run_id(s) => s.clone(),
-            Some(_) => {
-                return Err(fail(
-                    "field `run_id` must be 1-128 characters of [A-Za-z0-9:._-]".into(),
-                ))
-            }
-            None => return Err(fail("missing field `run_id`".into())),
-        };
-        let hop = match obj.get("hop") {
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .ok_or_else(|| fail("field `hop` must be an integer >= 0".into()))?,
-            Some(_) => return Err(fail("field `hop` must be an integer >= 0".into())),
-            None => return Err(fail("missing field `hop`".into())),
-        };
-        let issued_at = match obj.get("issued_at") {
-            Some(Value::String(s))
-                if s.ends_with('Z') && DateTime::parse_from_rfc3339(s).is_ok() =>
-            {
-                s.clone()
-            }
-            Some(_) => {
-                return Err(fail(
-                    "field `issued_at` is not an RFC 3339 UTC time ending in `Z`".into(),
-                ))
-            }
-            None => return Err(fail("missing field `issued_at`".into())),
-        };
-        let payload = match obj.get("payload") {
-            Some(p @ Value::Object(_)) => p.clone(),
-            Some(_) => return Err(fail("field `payload` is not an object".into())),
-            None => return Err(fail("missing field `payload`".into())),
-        };
+        let key = text(field(
+            "message_key",
+            "field `message_key` must be 1-256 characters of [A-Za-z0-9:._-]",
+            &|v| v.as_str().is_some_and(valid_key),
+        )?);
+        let run_id = text(field(
+            "run_id",
+            "field `run_id` must be 1-128 characters of [A-Za-z0-9:._-]",
+            &|v| v.as_str().is_some_and(valid_run_id),
+        )?);
+        let hop = field("hop", "field `hop` must be an integer >= 0", &Value::is_u64)?
+            .as_u64()
+            .unwrap_or_default();
+        let issued_at = text(field(
+            "issued_at",
+            "field `issued_at` is not an RFC 3339 UTC time ending in `Z`",
+            &|v| {
+                v.as_str()
+                    .is_some_and(|s| s.ends_with('Z') && DateTime::parse_from_rfc3339(s).is_ok())
+            },
+        )?);
+        let payload = field(
+            "payload",
+            "field `payload` is not an object",
+            &Value::is_object,
+        )?;
         let message = Message::decode(&kind, &payload).map_err(|e| fail(e.to_string()))?;
         let env = Envelope {
             version: VERSION,

@@ -15,29 +15,36 @@ use super::payloads::{
     PruneDeletionsRun, RemoveExpiredMembersRun, SchedulePruneDeletionsRun, WebhookNotification,
 };
 
-/// Declares [`Message`] (serde-tagged by message type, the payload beside it, as the
-/// envelope carries them) and its type names from one list.
+/// Builds [`Message`] (serde-tagged by message type, the payload beside it, as the
+/// envelope carries them) from the messages of the function table.
 macro_rules! messages {
-    ($($variant:ident($payload:ty) = $kind:literal;)*) => {
+    ($(
+        $(#[$doc:meta])*
+        $function:ident = $name:literal {
+            class: $class:literal,
+            messages: [$($variant:ident($payload:ty) = $kind:literal),+ $(,)?],
+            $($rest:tt)*
+        }
+    )*) => {
         /// A validated payload with its message type.
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "type", content = "payload")]
         pub enum Message {
-            $(
+            $($(
                 #[doc = concat!("`", $kind, "`.")]
                 #[serde(rename = $kind)]
                 $variant($payload),
-            )*
+            )+)*
         }
 
         impl Message {
             /// Every message type.
-            pub const KINDS: &'static [&'static str] = &[$($kind),*];
+            pub const KINDS: &'static [&'static str] = &[$($($kind),+),*];
 
             /// The message type, e.g. `remove-expired-members.run`.
             pub fn kind(&self) -> &'static str {
                 match self {
-                    $(Message::$variant(_) => $kind,)*
+                    $($(Message::$variant(_) => $kind,)+)*
                 }
             }
 
@@ -45,7 +52,7 @@ macro_rules! messages {
             /// validating decoder; the error names the field and the rule.
             pub fn decode(kind: &str, payload: &Value) -> Result<Message, PayloadError> {
                 match kind {
-                    $($kind => Ok(Message::$variant(<$payload>::from_value(payload)?)),)*
+                    $($($kind => Ok(Message::$variant(<$payload>::from_value(payload)?)),)+)*
                     _ => Err(PayloadError {
                         field: "type".into(),
                         rule: "must be a known message type".into(),
@@ -56,35 +63,32 @@ macro_rules! messages {
             /// The payload as JSON (what the envelope carries).
             pub fn payload_value(&self) -> Value {
                 match self {
-                    $(Message::$variant(p) => serde_json::to_value(p),)*
+                    $($(Message::$variant(p) => serde_json::to_value(p),)+)*
                 }
                 .expect("payloads always serialize")
             }
         }
 
-        $(
+        $($(
             impl From<$payload> for Message {
                 fn from(p: $payload) -> Message {
                     Message::$variant(p)
                 }
             }
-        )*
+
+            impl FromMessage for $payload {
+                fn from_message(m: Message) -> Option<Self> {
+                    match m {
+                        Message::$variant(p) => Some(p),
+                        _ => None,
+                    }
+                }
+            }
+        )+)*
     };
 }
 
-messages! {
-    RemoveExpiredMembers(RemoveExpiredMembersRun) = "remove-expired-members.run";
-    DeleteUser(DeleteUserRun) = "delete-user.run";
-    SchedulePruneDeletions(SchedulePruneDeletionsRun) = "schedule-prune-deletions.run";
-    PruneDeletions(PruneDeletionsRun) = "prune-deletions.run";
-    AdjournedGroupDeletion(AdjournedGroupDeletionRun) = "adjourned-group-deletion.run";
-    GroupDestroy(GroupDestroyRun) = "group-destroy.run";
-    PlaceholderUserCleanup(PlaceholderUserCleanupRun) = "placeholder-user-cleanup.run";
-    DeletePlaceholderUser(DeletePlaceholderUserRun) = "delete-placeholder-user.run";
-    PatExpiring(PatExpiringRun) = "pat-expiring.run";
-    Email(EmailNotification) = "deliver-notification.email";
-    Webhook(WebhookNotification) = "deliver-notification.webhook";
-}
+crate::function::with_functions!(messages);
 
 impl Message {
     /// The cursor of a continuing run, re-serialized from its validated type (so
@@ -105,31 +109,6 @@ impl Message {
 pub trait FromMessage: Sized + Into<Message> {
     /// The payload, when `m` is of this type; `None` for a message of another type.
     fn from_message(m: Message) -> Option<Self>;
-}
-
-macro_rules! from_message {
-    ($($variant:ident($payload:ty);)*) => {$(
-        impl FromMessage for $payload {
-            fn from_message(m: Message) -> Option<Self> {
-                match m {
-                    Message::$variant(p) => Some(p),
-                    _ => None,
-                }
-            }
-        }
-    )*};
-}
-
-from_message! {
-    RemoveExpiredMembers(RemoveExpiredMembersRun);
-    DeleteUser(DeleteUserRun);
-    SchedulePruneDeletions(SchedulePruneDeletionsRun);
-    PruneDeletions(PruneDeletionsRun);
-    AdjournedGroupDeletion(AdjournedGroupDeletionRun);
-    GroupDestroy(GroupDestroyRun);
-    PlaceholderUserCleanup(PlaceholderUserCleanupRun);
-    DeletePlaceholderUser(DeletePlaceholderUserRun);
-    PatExpiring(PatExpiringRun);
 }
 
 /// `deliver-notification`'s payload: one mail or one web hook.

@@ -38,6 +38,6 @@ pub use payloads::{
     AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
     EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor, PatExpiringRun, Payload,
     PayloadError, PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun,
-    ResourceType, SchedulePruneDeletionsRun, WebhookNotification, ATTEMPT_MAX, DAYS_TO_EXPIRE,
-    NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
+    ResourceType, SchedulePruneDeletionsRun, WebhookNotification, ANCESTORS_MAX, ATTEMPT_MAX,
+    DAYS_TO_EXPIRE, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
 };

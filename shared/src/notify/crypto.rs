@@ -23,7 +23,7 @@
 //!   encryption and splits it off (`value[-16..-1]`) on decryption; `auth_data` is
 //!   empty by default.
 //! * Not confirmed: whether the target version accepts several `db_key_base` values;
-//!   decryption tries every configured key in order (behaviour §S3 [CONFIRM]).
+//!   decryption tries every configured key in order (behaviour §S3, marked CONFIRM there).
 
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};

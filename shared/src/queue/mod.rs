@@ -3,7 +3,7 @@
 //! Owns: [`Queue`], the one interface through which handlers send messages, the
 //! [`OutMessage`] they send, and the naming rule for long-delay schedules. Two
 //! adapters implement it: [`sqs::SqsQueue`] (SQS + EventBridge Scheduler, Lambda
-//! mode) and [`local::LocalQueue`] (in-process, virtual time, `hk` and tests).
+//! mode) and `hk::local_queue::LocalQueue` (in-process, virtual time, `hk` and tests).
 //! Handlers never know which one they talk to.
 
 pub mod sqs;

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::gitlab::user_type;
-use crate::job::{Job, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{DeletePlaceholderUserRun, Envelope};
 use crate::queue::OutMessage;
 use crate::retry_transient;
@@ -115,10 +115,6 @@ impl Job for DeletePlaceholderUser {
     type Payload = DeletePlaceholderUserRun;
     type Outcome = DeletePlaceholderUserDone;
 
-    fn overlap(_: &DeletePlaceholderUserRun) -> Overlap {
-        Overlap::None
-    }
-
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
@@ -128,56 +124,44 @@ impl Job for DeletePlaceholderUser {
     where
         C: GenericClient + Send + Sync,
     {
-        run(inv, client, env, p).await.map(Step::Done)
+        // Steps 1–4 of behaviour §B70.4, with their log lines.
+        let u = p.placeholder_user_id;
+        let outcome = retry_transient!(process(inv, &env.run_id, client, u).await)?;
+        match outcome {
+            Outcome::NotFound => {
+                tracing::debug!(
+                    placeholder_user_id = u,
+                    "delete-placeholder-user skipped: user not found"
+                );
+            }
+            Outcome::NotPlaceholder => {
+                tracing::debug!(
+                    placeholder_user_id = u,
+                    "delete-placeholder-user skipped: not a placeholder user"
+                );
+            }
+            Outcome::Referenced => {
+                tracing::warn!(
+                    placeholder_user_id = u,
+                    attempt = p.attempt,
+                    "{REFERENCED_WARNING}"
+                );
+            }
+            Outcome::Scheduled => {
+                tracing::info!(
+                    placeholder_user_id = u,
+                    attempt = p.attempt,
+                    "Placeholder user deletion scheduled"
+                );
+            }
+            // Phase 1 has logged why.
+            Outcome::Refused => {}
+        }
+        Ok(Step::Done(DeletePlaceholderUserDone {
+            outcome,
+            placeholder_user_id: u,
+        }))
     }
-}
-
-/// Steps 1–4 of behaviour §B70.4 for one message, with their log lines.
-async fn run<C>(
-    inv: &Invocation<'_>,
-    client: &mut C,
-    env: &Envelope,
-    p: DeletePlaceholderUserRun,
-) -> Result<DeletePlaceholderUserDone>
-where
-    C: GenericClient + Send + Sync,
-{
-    let u = p.placeholder_user_id;
-    let outcome = retry_transient!(process(inv, &env.run_id, client, u).await)?;
-    match outcome {
-        Outcome::NotFound => {
-            tracing::debug!(
-                placeholder_user_id = u,
-                "delete-placeholder-user skipped: user not found"
-            );
-        }
-        Outcome::NotPlaceholder => {
-            tracing::debug!(
-                placeholder_user_id = u,
-                "delete-placeholder-user skipped: not a placeholder user"
-            );
-        }
-        Outcome::Referenced => {
-            tracing::warn!(
-                placeholder_user_id = u,
-                attempt = p.attempt,
-                "{REFERENCED_WARNING}"
-            );
-        }
-        Outcome::Scheduled => {
-            tracing::info!(
-                placeholder_user_id = u,
-                attempt = p.attempt,
-                "Placeholder user deletion scheduled"
-            );
-        }
-        // Phase 1 has logged why.
-        Outcome::Refused => {}
-    }
-    Ok(DeletePlaceholderUserDone {
-        outcome,
-        placeholder_user_id: u,
-    })
 }
 
 #[cfg(test)]

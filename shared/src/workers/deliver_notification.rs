@@ -25,7 +25,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::job::{Job, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
@@ -371,10 +371,6 @@ impl Job for DeliverNotification {
 
     async fn notifier(cfg: &NotifyConfig, aws: &aws_config::SdkConfig) -> Result<Option<Notifier>> {
         Notifier::full(cfg, Some(aws)).await.map(Some)
-    }
-
-    fn overlap(_: &Notification) -> Overlap {
-        Overlap::None
     }
 
     async fn run<C>(

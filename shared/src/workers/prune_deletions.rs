@@ -25,7 +25,7 @@ use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
 use crate::gitlab::{authz, hierarchy};
-use crate::job::{self, Job, Next, Overlap};
+use crate::job::{self, Job, Overlap};
 use crate::locks;
 use crate::messages::{Envelope, PruneDeletionsRun};
 use crate::metrics::{self, Metric};
@@ -139,10 +139,9 @@ where
     let root = root_of(&tx, s.namespace_id).await?;
     let groups = hierarchy::descendant_groups(&tx, root).await?;
     let projects = hierarchy::projects_under(&tx, root).await?;
-    // c. The batch, by id (behaviour §D11). Its rows are locked here, ascending, and then the
-    // group-owner locks of every owner candidate among them, ascending: the lock order
-    // (rows, group owners, authorizations) holds for the batch as a whole, so it cannot
-    // deadlock against a B38 group or a phase 1. Each row is re-read in turn below.
+    // c. The batch, by id (behaviour §D11), its rows and then its owner candidates'
+    // group-owner locks taken up front (ARCHITECTURE.md, lock order). Each row is
+    // re-read in turn below.
     let batch = tx
         .query(
             sql::BATCH,
@@ -382,15 +381,11 @@ impl Job for PruneDeletions {
         }
         let more: bool = client.query_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
         let done = PruneDone::new(Status::Completed, &totals);
-        Ok(if more {
-            job::Step::Continue {
-                outcome: done,
-                next: Next::Payload(PruneDeletionsRun {}),
-                delay_s: 0,
-            }
-        } else {
-            job::Step::Done(done)
-        })
+        Ok(job::Step::then(
+            done,
+            more.then_some(PruneDeletionsRun {}),
+            0,
+        ))
     }
 }
 

@@ -463,3 +463,61 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::hook_body::Resource;
+    use super::*;
+    use crate::messages::{Envelope, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
+    use crate::notify::Instance;
+
+    fn notices_for_path(full_path: String) -> Vec<OutMessage> {
+        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+        let token = ClaimedToken {
+            id: 20,
+            name: "T20".into(),
+            created_at: "2025-01-02T09:00:00".parse().unwrap(),
+            expires_at: "2025-03-16".parse().unwrap(),
+            last_used_at: None,
+            user_id: 20,
+        };
+        let project = Resource::Project {
+            id: 200,
+            name: "site".into(),
+            description: None,
+            visibility_level: 0,
+            ci_config_path: None,
+            namespace_name: "web".into(),
+            full_path,
+        };
+        let now = "2025-03-10T01:00:00Z".parse().unwrap();
+        let ctx = (project, vec![1], vec![11, 12]);
+        bot_notices(Interval::SevenDays, 20, &token, &ctx, &instance, "r", now)
+    }
+
+    /// The receiver's limit is the sender's: every notice built for GitLab's longest
+    /// full path (20 ancestors and the project, 255 characters each) decodes at
+    /// `deliver-notification`, and one character more is refused there.
+    #[test]
+    fn every_notice_for_gitlabs_longest_path_decodes_at_the_receiver() {
+        let segment = "p".repeat(NAME_MAX_CHARS);
+        let longest = vec![segment.as_str(); 21].join("/");
+        assert_eq!(longest.chars().count(), FULL_PATH_MAX_CHARS);
+        let notices = notices_for_path(longest.clone());
+        assert_eq!(notices.len(), 3, "one web hook and two owner mails");
+        for m in &notices {
+            let body = m.envelope.to_body();
+            if let Err(e) = Envelope::decode(&body, Function::DeliverNotification) {
+                panic!("{}: {}", m.envelope.kind, e.error);
+            }
+        }
+        let too_long = notices_for_path(format!("{longest}x"));
+        let mail = too_long
+            .iter()
+            .find(|m| m.envelope.kind == "deliver-notification.email")
+            .unwrap();
+        let err =
+            Envelope::decode(&mail.envelope.to_body(), Function::DeliverNotification).unwrap_err();
+        assert!(err.error.contains("resource_full_path"), "{}", err.error);
+    }
+}

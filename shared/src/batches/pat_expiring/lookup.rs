@@ -108,7 +108,7 @@ pub async fn recipients<C: GenericClient>(
 /// A bot's resource, its subscribed hooks and its email recipients.
 pub type BotContext = (Resource, Vec<i64>, Vec<i64>);
 
-/// [`sql::BOT_CONTEXTS`] for `bots`, in one statement: the bots that have a resource.
+/// `sql::BOT_CONTEXTS` for `bots`, in one statement: the bots that have a resource.
 pub async fn bot_contexts<C: GenericClient>(
     c: &C,
     bots: &[i64],

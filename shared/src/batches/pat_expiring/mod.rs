@@ -49,7 +49,7 @@ pub use lookup::{bot_contexts, recipients, BotContext};
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::job::{Job, Next, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
 use crate::notify::{Instance, Notifier, NotifyConfig};
@@ -358,10 +358,6 @@ impl Job for PatExpiring {
         Notifier::instance_only(cfg).map(Some)
     }
 
-    fn overlap(_: &PatExpiringRun) -> Overlap {
-        Overlap::Function
-    }
-
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
@@ -386,14 +382,8 @@ impl Job for PatExpiring {
             totals: PatExpiringDone::default(),
         };
         let flow = run_intervals(&mut run, client).await?;
-        Ok(match flow {
-            Flow::Done => Step::Done(run.totals),
-            Flow::Stop => Step::Continue {
-                outcome: run.totals,
-                next: Next::Payload(PatExpiringRun {}),
-                delay_s: REQUEUE_DELAY_S,
-            },
-        })
+        let next = (flow == Flow::Stop).then_some(PatExpiringRun {});
+        Ok(Step::then(run.totals, next, REQUEUE_DELAY_S))
     }
 }
 

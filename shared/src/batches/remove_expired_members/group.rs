@@ -1,9 +1,9 @@
 //! B38's grouped transaction (behaviour §7.2): up to [`super::GROUP_SIZE`] consecutive
 //! members of a page in one transaction.
 //!
-//! Owns: the group's statements ([`GroupStatements`], prepared once per page), its
-//! lock order (rows, group owners, the bots' `users` rows, authorizations; each step
-//! ascending, for the group as a whole), the set-based deletion of every member no
+//! Owns: the group's statements ([`GroupStatements`], prepared once per page), the
+//! group's locks in the lock order of ARCHITECTURE.md, taken for the group as a whole
+//! (tested by `tests/it/lock_order.rs`), the set-based deletion of every member no
 //! per-member rule concerns (with the row locks, in one statement) and its one `authz`
 //! refresh, the per-member steps of the
 //! others in SAVEPOINTs, the deadline guard inside the group, and how the group ended
@@ -84,15 +84,10 @@ struct Locked {
     users: Vec<i64>,
 }
 
-/// Steps 1–3 of the group's lock order (behaviour §7.2 (d), §7.3): member rows (the
-/// members no per-member rule concerns are deleted with their notification settings
-/// in the same statement, under those row locks), then group-owner locks, then the
-/// bots' `users` rows. Step 4, the authorization locks of every other user whose
-/// membership the group removes or may remove, is taken by the caller together with
-/// the refresh, before any per-member step. The per-member steps that follow
-/// (`owner_protected`, `remove_membership`, phase 1) find these locks held and do not
-/// wait for them; only a phase 1 nested for a bot takes its bot's authorization lock
-/// itself (behaviour §7.3: never before phase 1).
+/// Steps 1–3 of the group's locks (behaviour §7.2 (d), §7.3): member rows (the
+/// members no per-member rule concerns are deleted in the same statement), group
+/// owners, the bots' `users` rows. The caller takes step 4, the authorization locks,
+/// with the refresh; only a phase 1 nested for a bot takes its bot's own.
 async fn lock_group(
     tx: &Transaction<'_>,
     st: &GroupStatements,

@@ -2,46 +2,20 @@
 //!
 //! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, one page
 //! of 1000 per invocation, read in one statement without locks), the page loop that
-//! runs it in groups or one member at a time, the typed `done` result
-//! ([`ExpiredMembersDone`]), and the continuation with the cursor of the last row read.
-//! The grouped transaction is in `group`, the per-member transaction (re-check under
-//! `FOR UPDATE` behaviour §D5, last-owner rule, removal, phase 1 for project bots) in `member`,
-//! the statements in [`sql`].
+//! runs it in groups of up to `Settings::member_group_size` members (behaviour §7.2;
+//! the transaction is in `group`) or one member per transaction (`member`: re-check
+//! under `FOR UPDATE` behaviour §D5, last-owner rule, removal, phase 1 for project
+//! bots), the typed `done` result ([`ExpiredMembersDone`]) and the job, which continues
+//! with the cursor of the last row read.
 //!
-//! Members are grouped as behaviour §7.2 allows: up to [`GROUP_SIZE`] consecutive
-//! members of a page share one transaction. The group takes every lock its members
-//! need in the lock order of ARCHITECTURE.md (rows, group owners, `users` rows,
-//! authorizations; each step ascending, for the group as a whole). Step 1 is one
-//! statement: it locks the rows of the group's still-expired members and every
-//! membership of a project bot among them, and deletes, under those locks, every
-//! locked member that needs no per-member rule (no project bot, no owner candidate of
-//! behaviour §2.5 — an active owner row of a non-bot user in any state: a blocked or
-//! deactivated sole owner is protected too) with its notification setting. Then the
-//! group-owner locks of each owner candidate's `owner_scope` and of the groups a bot
-//! owns; the bots' `users` rows; and the authorization locks of the other users, sent
-//! together with one set-based refresh of the deleted members' users
-//! (`authz::RemovedRefresher`). No member then takes a lock of an earlier step after
-//! one of a later step, so a group cannot deadlock against `prune-deletions`,
-//! `delete-user` or a phase 1 (only a bot's own authorization lock is left to its
-//! nested phase 1). The members left (owner candidates, bots, a row changed while the
-//! group waited for its lock) then run the per-member steps in page order, each in its
-//! own SAVEPOINT; rows no longer expired are skipped. The group's `delete-user`
-//! messages are sent in calls of ten before COMMIT.
-//!
-//! **A failed send, or any failure of the group** (an error in the set-based part, a
-//! failed COMMIT): the group is rolled back and its members run again one transaction
-//! each, exactly as behaviour §B38.5 describes, so a member's failure never affects another and every
-//! outcome (counts, log lines, effects) is the per-member one. The record never ends as
-//! a retryable failure because of a group.
-//!
-//! A user trigger on `DELETE` of `members` could make one member's deletion change
-//! another member of the same group; when one exists the page runs one transaction per
-//! member from the start. **The deadline guard** is checked before each item: before
-//! each group (its set-based statement is one item bounded by the group size) and
-//! before each per-member step inside it; when it fires inside a group, what the group
-//! did so far is sent and committed and the continuation resumes at the first member
-//! left undone. `updated_rows` counts only rows actually removed: a row kept by the
-//! last-owner rule is a skipped row (docs/gitlab-differences.md).
+//! A group that fails in any way (its set-based part, a send, COMMIT) is rolled back and
+//! its members run again one transaction each, exactly as behaviour §B38.5 describes,
+//! so a member's failure never affects another and the record never ends retryable
+//! because of a group. A user trigger on `DELETE` of `members` rules grouping out. The
+//! deadline guard is checked before each group and each per-member step; when it
+//! fires inside a group, what the group did is committed and the continuation resumes
+//! at the first member left undone. `updated_rows` counts only rows actually removed
+//! (docs/gitlab-differences.md).
 
 use std::time::Duration;
 
@@ -51,7 +25,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::{Job, Next, Overlap, Step};
+use crate::job::{Job, Step};
 use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
 use crate::metrics::{self, Metric};
 use crate::runtime::{Done, Invocation, Status};
@@ -309,8 +283,41 @@ where
     }
     if has_next {
         r.next = last.map(|c| (c, BATCH_DELAY_S));
+    } else {
+        infinitely_expired(inv, env, client, &mut r).await?;
     }
     Ok(r)
+}
+
+/// After the last page: the memberships expiring at `-infinity`, which the keyset (by
+/// date) cannot carry in a cursor, one transaction each, up to a page per run; a kept
+/// one (last owner) is read again the next day.
+async fn infinitely_expired<C>(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    client: &mut C,
+    r: &mut PageResult,
+) -> Result<()>
+where
+    C: GenericClient + Send + Sync,
+{
+    let limit = BATCH_SIZE as i64;
+    let rows = client.query(sql::INFINITELY_EXPIRED, &[&limit]).await?;
+    for row in &rows {
+        if inv.deadline.reached() {
+            break; // the next run goes on with them
+        }
+        let id: i64 = row.get(0);
+        tracing::warn!(
+            member_id = id,
+            "Expired Member ID={id} expires at -infinity"
+        );
+        match one_member(inv, &env.run_id, client, id).await {
+            MemberRun::Ended(outcome) => r.record(id, outcome),
+            MemberRun::ConnectionLost(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The `remove-expired-members` job: one run at a time, a page per invocation.
@@ -322,10 +329,6 @@ impl Job for RemoveExpiredMembers {
     type Payload = RemoveExpiredMembersRun;
     type Outcome = ExpiredMembersDone;
 
-    fn overlap(_: &RemoveExpiredMembersRun) -> Overlap {
-        Overlap::Function
-    }
-
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
@@ -336,17 +339,11 @@ impl Job for RemoveExpiredMembers {
         C: GenericClient + Send + Sync,
     {
         let page = run_page(inv, env, client, payload.cursor).await?;
-        let done = page.done();
-        Ok(match page.next {
-            None => Step::Done(done),
-            Some((cursor, delay_s)) => Step::Continue {
-                outcome: done,
-                next: Next::Payload(RemoveExpiredMembersRun {
-                    cursor: Some(cursor),
-                }),
-                delay_s,
-            },
-        })
+        let (next, delay_s) = match page.next {
+            Some((c, delay_s)) => (Some(RemoveExpiredMembersRun { cursor: Some(c) }), delay_s),
+            None => (None, 0),
+        };
+        Ok(Step::then(page.done(), next, delay_s))
     }
 }
 

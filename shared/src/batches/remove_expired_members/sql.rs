@@ -5,11 +5,11 @@ use crate::gitlab::membership::sql::member_columns;
 crate::statements::statements! {
     /// The first page (behaviour §B38.4): `$1` today, `$2` the limit.
     PAGE = "SELECT expires_at, id::bigint FROM members
-     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date AND isfinite(expires_at)
      ORDER BY expires_at DESC, id DESC LIMIT $2";
     /// A page after a cursor (behaviour §B38.4): `$1` today, `$2`/`$3` the cursor, `$4` the limit.
     PAGE_AFTER = "SELECT expires_at, id::bigint FROM members
-     WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+     WHERE expires_at IS NOT NULL AND expires_at <= $1::date AND isfinite(expires_at)
        AND (expires_at, id) < ($2::date, $3::bigint)
      ORDER BY expires_at DESC, id DESC LIMIT $4";
     /// The rest of a page within the cursor's date, by the primary key (behaviour §B38.4's
@@ -24,6 +24,10 @@ crate::statements::statements! {
      ) w
      WHERE expires_at = $1::date AND expires_at <= $5::date
      ORDER BY id DESC LIMIT $4";
+    /// The memberships that expire at `-infinity` (a date GitLab accepts, outside the
+    /// keyset's dates), lowest ids first, at most `$1`.
+    INFINITELY_EXPIRED = "SELECT id::bigint FROM members
+     WHERE expires_at = '-infinity'::date ORDER BY id LIMIT $1";
     /// Step 2 for one member: member `$1` if still expired on `$2::date`, locked.
     LOCK_MEMBER = concat!(
         "SELECT ",

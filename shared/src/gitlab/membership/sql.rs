@@ -11,7 +11,7 @@ macro_rules! member_columns {
 }
 pub(crate) use member_columns;
 
-/// The select list of [`member_columns!`] as a value (test code builds its own
+/// The select list of `member_columns!` as a value (test code builds its own
 /// queries from it).
 pub const MEMBER_COLUMNS: &str = member_columns!();
 

@@ -35,6 +35,12 @@ pub struct Fields<'a> {
 pub const TEXT_MAX_CHARS: usize = 1024;
 /// Longest name in a payload (GitLab's limit for token and resource names).
 pub const NAME_MAX_CHARS: usize = 255;
+/// Groups above a project or group at most (GitLab's `NUMBER_OF_ANCESTORS_ALLOWED`).
+pub const ANCESTORS_MAX: usize = 20;
+/// Longest full path GitLab can store: [`ANCESTORS_MAX`] groups and the resource
+/// itself, each path at most [`NAME_MAX_CHARS`], joined by `/`. Both ends use it: the
+/// receiver's decoder accepts every path the sender can read from GitLab.
+pub const FULL_PATH_MAX_CHARS: usize = (ANCESTORS_MAX + 1) * (NAME_MAX_CHARS + 1) - 1;
 
 impl<'a> Fields<'a> {
     fn top(v: &'a Value) -> Checked<Fields<'a>> {

@@ -15,7 +15,10 @@ mod members;
 mod pat_expiring;
 mod placeholders;
 
-pub use fields::{Fields, Payload, PayloadError, NAME_MAX_CHARS, TEXT_MAX_CHARS};
+pub use fields::{
+    Fields, Payload, PayloadError, ANCESTORS_MAX, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
+    TEXT_MAX_CHARS,
+};
 pub use groups::{AdjournedGroupDeletionRun, GroupCursor, GroupDestroyRun};
 pub use members::{
     DeleteUserRun, MemberCursor, PruneDeletionsRun, RemoveExpiredMembersRun,

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::fields::{Checked, Fields, Payload, NAME_MAX_CHARS, TEXT_MAX_CHARS};
+use super::fields::{Checked, Fields, Payload, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
 use crate::messages::keys::valid_key;
 
 /// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
@@ -169,7 +169,7 @@ impl Payload for EmailNotification {
                     token_name: f.text("token_name", NAME_MAX_CHARS)?,
                     resource_type,
                     resource_id: f.id("resource_id")?,
-                    resource_full_path: f.text("resource_full_path", TEXT_MAX_CHARS)?,
+                    resource_full_path: f.text("resource_full_path", FULL_PATH_MAX_CHARS)?,
                     resource_name: f.text("resource_name", NAME_MAX_CHARS)?,
                 })
             }

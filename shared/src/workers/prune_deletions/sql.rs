@@ -23,7 +23,7 @@ crate::statements::statements! {
              FROM members_deletion_schedules WHERE id = $1::bigint FOR UPDATE";
     /// `root($1)`: the first id of `traversal_ids` (the namespace itself when empty).
     ROOT_OF = "SELECT COALESCE(traversal_ids[1], id)::bigint FROM namespaces WHERE id = $1::bigint";
-    /// behaviour §B43.4.2 c: the batch, by id: up to `$4` of [`hierarchy_members!`], locked.
+    /// behaviour §B43.4.2 c: the batch, by id: up to `$4` of `hierarchy_members!`, locked.
     BATCH = concat!(
         "SELECT m.id::bigint FROM ",
         hierarchy_members!(),
@@ -49,7 +49,7 @@ crate::statements::statements! {
         " FROM members
                      WHERE id = $1::bigint AND user_id = $2::bigint FOR UPDATE"
     );
-    /// e: whether any of [`hierarchy_members!`] is left.
+    /// e: whether any of `hierarchy_members!` is left.
     ANY_LEFT = concat!("SELECT EXISTS (SELECT 1 FROM ", hierarchy_members!(), ")");
     /// f: delete schedule `$1`.
     DELETE_SCHEDULE = "DELETE FROM members_deletion_schedules WHERE id = $1::bigint";
