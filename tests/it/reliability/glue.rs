@@ -333,9 +333,12 @@ async fn a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line()
     if std::env::var_os(JSON_CHILD).is_some() {
         return panicking_function_writes_its_output().await;
     }
-    let name = "glue::a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line";
+    // The test's own path in this binary (`module_path!` starts with the crate, `it`).
+    let module = module_path!().split_once("::").unwrap().1;
+    let name =
+        format!("{module}::a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &name, "--nocapture", "--test-threads", "1"])
         .env(JSON_CHILD, "1")
         .env("RUST_LOG", "info")
         .env_remove("RUST_BACKTRACE")

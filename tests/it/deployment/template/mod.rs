@@ -288,8 +288,8 @@ fn cron_functions_have_a_schedule_putting_a_valid_cron_message_on_their_queue() 
 fn the_b43_alarms_read_metrics_the_code_emits() {
     let t = template();
     let sources = [
-        include_str!("../../shared/src/batches/schedule_prune_deletions.rs"),
-        include_str!("../../shared/src/workers/prune_deletions.rs"),
+        include_str!("../../../../shared/src/batches/schedule_prune_deletions.rs"),
+        include_str!("../../../../shared/src/workers/prune_deletions.rs"),
     ]
     .join("\n");
     for (alarm, metric, function, threshold) in [
@@ -800,7 +800,9 @@ fn every_function_logs_to_its_own_log_group_kept_for_the_retention_parameter() {
         tagged(&g["LoggingConfig"]["ApplicationLogLevel"]),
         ("!Ref".into(), "ApplicationLogLevel".into())
     );
-    assert!(include_str!("../../shared/src/telemetry.rs").contains("\"AWS_LAMBDA_LOG_LEVEL\""));
+    assert!(
+        include_str!("../../../../shared/src/telemetry.rs").contains("\"AWS_LAMBDA_LOG_LEVEL\"")
+    );
     for level in t["Parameters"]["ApplicationLogLevel"]["AllowedValues"]
         .as_sequence()
         .unwrap()

@@ -20,10 +20,12 @@ use shared::notify::Notifier;
 use shared::runtime::RecordOutcome;
 use shared::telemetry::{capture, Captured};
 
-use crate::b28::{
+use crate::pat_expiring::{
     cron_once, emails, fixture, hook, notify_config, scenario7, t20_body, tok, webhooks, On, D, F,
     NOW, TEST_KEY,
 };
+
+mod ssrf;
 
 const SMTP_USER: &str = "mailer";
 const SMTP_PASSWORD: &str = "smtp-pa55word";

@@ -14,6 +14,8 @@ use shared::queue::schedule_name;
 use shared::telemetry::{capture, Captured};
 use shared::Function;
 
+mod at_scale;
+
 const NOW: &str = "2025-03-10T02:00:00Z";
 const CRON: Function = Function::AdjournedGroupDeletion;
 const GD: Function = Function::GroupDestroy;
