@@ -1,6 +1,7 @@
 //! The common rules (behaviour §2–§5) exercised directly: the authorization refresh,
 //! the last-owner and sole-owner rules, and phase 1 of user removal.
 
+use crate::assert::assert_user_state;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
@@ -196,11 +197,7 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
     assert!(outbox.is_empty());
     let w = log.one("User removal refused: sole owner of group");
     assert_eq!(w["group_ids"], "[100]");
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 11")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 11, "active").await;
 }
 
 #[tokio::test]
@@ -291,11 +288,7 @@ async fn phase_one_is_idempotent() {
             .await,
         1
     );
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "blocked"
-    );
+    assert_user_state(&db, 20, "blocked").await;
 }
 
 mod permission_rules {

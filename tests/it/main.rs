@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
 mod architecture;
+mod assert;
 mod common_rules;
 mod delete_user;
 mod deliver_notification;

@@ -5,6 +5,7 @@
 //! transports; a dry run sends nothing.
 
 use super::*;
+use crate::assert::assert_fields;
 
 fn owned(sent: &[SentRecord], kind: &str) -> Vec<Envelope> {
     sent.iter()
@@ -63,10 +64,9 @@ async fn an_email_goes_over_starttls_with_the_spec_headers_body_and_message_id()
     assert!(body.contains("expire in 7 days or less"));
     assert!(body.contains("- deploy\n- ci\n"));
     assert!(body.contains("https://gitlab.example.com/-/user_settings/personal_access_tokens"));
-    let l = log.one("Email delivered");
-    assert_eq!(
-        (l["user_id"].as_i64(), l["template"].as_str()),
-        (Some(10), Some("access_token_about_to_expire"))
+    assert_fields(
+        &log.one("Email delivered"),
+        json!({"user_id": 10, "template": "access_token_about_to_expire"}),
     );
     assert_eq!(log.done()["status"], "completed");
 }
@@ -196,12 +196,10 @@ async fn a_5xx_rejection_is_logged_and_final_while_4xx_and_tls_failures_are_retr
     sink.reject("u10@", 550);
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success(), "a 5xx is not retried");
-    let l = log.one("Email rejected");
-    assert_eq!(
-        (l["user_id"].as_i64(), l["smtp_code"].as_i64()),
-        (Some(10), Some(550))
+    assert_fields(
+        &log.one("Email rejected"),
+        json!({"user_id": 10, "smtp_code": 550, "level": "error"}),
     );
-    assert_eq!(l["level"], "error");
     assert!(sink.received().is_empty());
     // An address no message can carry is final too, without a code.
     db.exec("UPDATE users SET notification_email = 'not an address' WHERE id = 10")
@@ -270,10 +268,9 @@ async fn an_email_to_a_recipient_blocked_since_the_claim_is_skipped() {
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
-    let l = log.one("Notification skipped: recipient cannot receive notifications");
-    assert_eq!(
-        (l["user_id"].as_i64(), l["template"].as_str()),
-        (Some(10), Some("access_token_about_to_expire"))
+    assert_fields(
+        &log.one("Notification skipped: recipient cannot receive notifications"),
+        json!({"user_id": 10, "template": "access_token_about_to_expire"}),
     );
     assert_eq!(sink.connections(), 0);
     // A deleted recipient, and one without any address, are skipped the same way.
@@ -321,12 +318,13 @@ async fn the_file_transport_writes_one_eml_per_message_id_and_the_log_transport_
     let n = notifier(&Wiring::default()).await; // EMAIL_TRANSPORT=log
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
-    let l = log.one("Email (log transport)");
-    assert_eq!(
-        l["subject"],
-        "Your personal access tokens will expire in 7 days or less"
+    assert_fields(
+        &log.one("Email (log transport)"),
+        json!({
+            "subject": "Your personal access tokens will expire in 7 days or less",
+            "user_id": 10
+        }),
     );
-    assert_eq!(l["user_id"], 10);
     assert!(!log.dump().contains("u10@example.com"));
 }
 

@@ -24,6 +24,7 @@ use integration_tests::sinks::http::HttpReceiver;
 use integration_tests::sinks::net::TestNetwork;
 use integration_tests::sinks::smtp::{SinkTls, SmtpSink};
 use integration_tests::{t, Fx, TestDb};
+use serde_json::json;
 use shared::messages::Envelope;
 use shared::notify::webhook::WebhookClient;
 use shared::notify::Notifier;

@@ -5,6 +5,7 @@
 //! not to; stale hooks are skipped and undecryptable secrets retried.
 
 use super::*;
+use crate::assert::assert_fields;
 
 /// Scenario 7 with H1 at `url` and token `s3cr3t`; returns the webhook message.
 async fn h1_message(db: &TestDb, url: &str) -> Envelope {
@@ -78,10 +79,7 @@ async fn a_webhook_is_posted_with_gitlabs_headers_to_the_pinned_public_address()
     assert_eq!(net.connects(), vec!["203.0.113.10:443".parse().unwrap()]);
     assert_eq!(hook_state(&db, 1).await, (0, None));
     let l = log.one("Webhook delivered");
-    assert_eq!(
-        (l["hook_id"].as_i64(), l["status"].as_i64()),
-        (Some(1), Some(200))
-    );
+    assert_fields(&l, json!({"hook_id": 1, "status": 200}));
     assert!(l["duration_ms"].is_u64());
     assert!(l.get("host").is_none(), "WEBHOOK_LOG_HOST is off");
 }
@@ -101,12 +99,14 @@ async fn a_disabled_hook_is_skipped_without_a_request() {
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
     assert!(rx.requests().is_empty());
-    let l = log.one("Webhook skipped: hook disabled");
-    assert_eq!(
-        (l["hook_id"].as_i64(), l["recent_failures"].as_i64()),
-        (Some(1), Some(5))
+    assert_fields(
+        &log.one("Webhook skipped: hook disabled"),
+        json!({
+            "hook_id": 1,
+            "recent_failures": 5,
+            "disabled_until": "2025-03-10T02:00:00.000000Z"
+        }),
     );
-    assert_eq!(l["disabled_until"], "2025-03-10T02:00:00.000000Z");
     // Permanently disabled (more than 3 failures and no end): skipped as well.
     db.exec("UPDATE web_hooks SET recent_failures = 4, disabled_until = NULL WHERE id = 1")
         .await;
@@ -136,12 +136,10 @@ async fn a_failing_endpoint_backs_the_hook_off_and_is_not_retried() {
         hook_state(&db, 1).await,
         (4, Some(t(NOW) + chrono::Duration::seconds(60)))
     );
-    let l = log.one("Webhook delivery failed");
-    assert_eq!(
-        (l["hook_id"].as_i64(), l["status"].as_i64()),
-        (Some(1), Some(500))
+    assert_fields(
+        &log.one("Webhook delivery failed"),
+        json!({"hook_id": 1, "status": 500, "level": "warn"}),
     );
-    assert_eq!(l["level"], "warn");
     // The hook is now disabled for a minute: the next delivery makes no request.
     let (_, log) = deliver(&db, &n, &env).await;
     log.one("Webhook skipped: hook disabled");
@@ -168,12 +166,10 @@ async fn local_targets_are_refused_unless_allowed_and_the_failure_is_recorded() 
     assert!(outcome.is_success());
     assert!(rx.requests().is_empty());
     assert!(net.connects().is_empty());
-    let l = log.one("Webhook target refused");
-    assert_eq!(
-        (l["hook_id"].as_i64(), l["reason"].as_str()),
-        (Some(1), Some("local_network"))
+    assert_fields(
+        &log.one("Webhook target refused"),
+        json!({"hook_id": 1, "reason": "local_network", "level": "warn"}),
     );
-    assert_eq!(l["level"], "warn");
     assert_eq!(hook_state(&db, 1).await, (1, None));
     // An IPv4-mapped IPv6 address is checked as its IPv4 address.
     net.name("internal.example.com", &["::ffff:127.0.0.1"]);
@@ -331,10 +327,9 @@ async fn stale_hooks_are_skipped_and_undecryptable_secrets_are_retried() {
         RecordOutcome::Retryable { error_class, .. } => assert_eq!(error_class, "decrypt"),
         other => panic!("expected retryable, got {other:?}"),
     }
-    let l = log.one("Webhook secret decryption failed");
-    assert_eq!(
-        (l["hook_id"].as_i64(), l["level"].as_str()),
-        (Some(1), Some("error"))
+    assert_fields(
+        &log.one("Webhook secret decryption failed"),
+        json!({"hook_id": 1, "level": "error"}),
     );
     assert_eq!(hook_state(&db, 1).await, (0, None));
 }

@@ -6,39 +6,41 @@
 //! run finding its overlap lock held does nothing.
 
 use super::*;
+use crate::assert::{
+    assert_fields, assert_message, assert_sent_one, assert_skipped_already_running,
+};
 
 #[tokio::test]
 async fn a_group_marked_exactly_period_days_ago_is_due_and_its_destroy_is_sent_at_once() {
     let db = fixture().await;
     let (r, log) = cron_once(&db).await;
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!((m.receiver, m.delay_s, m.envelope.hop), (GD, 0, 0));
-    assert_eq!(m.envelope.kind, "group-destroy.run");
-    assert_eq!(m.envelope.message_key, "group-destroy:100:2025-03-03:11");
-    assert_eq!(
-        m.envelope.payload,
-        json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
+    assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": GD.name(),
+            "delay_s": 0,
+            "hop": 0,
+            "type": "group-destroy.run",
+            "message_key": "group-destroy:100:2025-03-03:11",
+            "payload": {"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"}
+        }),
     );
-    let l = log.one("Group deletion scheduled");
-    assert_eq!(l["level"], "info");
-    assert_eq!(
-        (
-            l["group_id"].as_i64(),
-            l["user_id"].as_i64(),
-            l["delay_s"].as_i64()
-        ),
-        (Some(100), Some(11), Some(0))
+    assert_fields(
+        &log.one("Group deletion scheduled"),
+        json!({"level": "info", "group_id": 100, "user_id": 11, "delay_s": 0}),
     );
-    let done = log.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["groups_due"], 1);
-    assert_eq!(done["destroy_enqueued"], 1);
-    assert_eq!(done["restored"], 0);
-    assert_eq!(done["skipped_groups"], 0);
-    assert_eq!(done["failed_groups"], 0);
-    assert_eq!(done["cutoff"], "2025-03-03");
+    assert_fields(
+        &log.done(),
+        json!({
+            "status": "completed",
+            "groups_due": 1,
+            "destroy_enqueued": 1,
+            "restored": 0,
+            "skipped_groups": 0,
+            "failed_groups": 0,
+            "cutoff": "2025-03-03"
+        }),
+    );
     // The cron itself deletes nothing.
     assert!(db.exists("namespaces WHERE id = 100").await);
 }
@@ -50,9 +52,7 @@ async fn a_group_marked_one_day_after_the_cutoff_is_not_selected() {
         .await;
     let (r, log) = cron_once(&db).await;
     assert!(r.runs[0].sent.is_empty());
-    let done = log.done();
-    assert_eq!(done["groups_due"], 0);
-    assert_eq!(done["status"], "completed");
+    assert_fields(&log.done(), json!({"groups_due": 0, "status": "completed"}));
 }
 
 #[tokio::test]
@@ -61,9 +61,10 @@ async fn the_period_comes_from_the_highest_settings_row() {
     period(&db, 2, 30).await;
     let (r, log) = cron_once(&db).await;
     assert!(r.runs[0].sent.is_empty());
-    let done = log.done();
-    assert_eq!(done["cutoff"], "2025-02-08");
-    assert_eq!(done["groups_due"], 0);
+    assert_fields(
+        &log.done(),
+        json!({"cutoff": "2025-02-08", "groups_due": 0}),
+    );
     assert!(
         db.exists("group_deletion_schedules WHERE group_id = 100")
             .await
@@ -161,19 +162,13 @@ async fn a_missing_scheduling_user_is_skipped_with_a_warning() {
     )
     .await;
     let (r, log) = cron_once(&db).await;
-    let w = log.one("Adjourned group deletion skipped: scheduling user not found");
-    assert_eq!(w["level"], "warn");
-    assert_eq!(
-        (w["group_id"].as_i64(), w["user_id"].as_i64()),
-        (Some(400), Some(12))
+    assert_fields(
+        &log.one("Adjourned group deletion skipped: scheduling user not found"),
+        json!({"level": "warn", "group_id": 400, "user_id": 12}),
     );
     // G100 still gets its destroy at index 0; the skipped group used index 1.
     assert_eq!(r.runs[0].sent.len(), 1);
-    let done = log.done();
-    assert_eq!(
-        (done["groups_due"].as_i64(), done["skipped_groups"].as_i64()),
-        (Some(2), Some(1))
-    );
+    assert_fields(&log.done(), json!({"groups_due": 2, "skipped_groups": 1}));
 }
 
 #[tokio::test]
@@ -191,15 +186,9 @@ async fn a_failing_restore_is_logged_and_the_next_group_is_still_handled() {
     )
     .await;
     let (r, log) = cron_once(&db).await;
-    let e = log.one("Adjourned group deletion failed for group");
-    assert_eq!(e["level"], "error");
-    assert_eq!(
-        (
-            e["group_id"].as_i64(),
-            e["error"].as_str(),
-            e["error_class"].as_str()
-        ),
-        (Some(100), Some("boom"), Some("db"))
+    assert_fields(
+        &log.one("Adjourned group deletion failed for group"),
+        json!({"level": "error", "group_id": 100, "error": "boom", "error_class": "db"}),
     );
     // The restore rolled back as a whole.
     assert!(
@@ -220,13 +209,9 @@ async fn a_failing_restore_is_logged_and_the_next_group_is_still_handled() {
         ),
         (20, "group-destroy:400:2025-03-03:11")
     );
-    let done = log.done();
-    assert_eq!(
-        (
-            done["failed_groups"].as_i64(),
-            done["destroy_enqueued"].as_i64()
-        ),
-        (Some(1), Some(1))
+    assert_fields(
+        &log.done(),
+        json!({"failed_groups": 1, "destroy_enqueued": 1}),
     );
     assert_eq!(r.runs[0].outcome, "success");
 }
@@ -277,18 +262,20 @@ async fn the_deadline_guard_continues_with_the_cursor_and_the_run_wide_index() {
         "group-destroy:100:2025-03-03:11"
     );
     let c = &sent[1].message;
-    assert_eq!((c.receiver, c.delay_s, c.envelope.hop), (CRON, 0, 1));
-    assert_eq!(
-        c.envelope.payload,
-        json!({"cursor": {"group_id": 100, "index": 1}})
+    assert_message(
+        c,
+        json!({
+            "receiver": CRON.name(),
+            "delay_s": 0,
+            "hop": 1,
+            "payload": {"cursor": {"group_id": 100, "index": 1}},
+            "message_key": format!("adjourned-group-deletion:{}:1", cron.run_id)
+        }),
     );
-    assert_eq!(
-        c.envelope.message_key,
-        format!("adjourned-group-deletion:{}:1", cron.run_id)
+    assert_fields(
+        &log.done(),
+        json!({"status": "limit_reached", "next_cursor": {"group_id": 100, "index": 1}}),
     );
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(done["next_cursor"], json!({"group_id": 100, "index": 1}));
     // Invocation 2 carries the index on: G400 gets 20 s.
     let body = c.envelope.to_body();
     r.invoke(CRON, &body, 1).await.unwrap();
@@ -317,8 +304,5 @@ async fn a_cron_run_finding_its_overlap_lock_held_does_nothing() {
         .await
         .unwrap();
     let (r, log) = cron_once(&db).await;
-    log.one("skipped: already running");
-    assert_eq!(log.done()["status"], "skipped");
-    assert!(r.runs[0].sent.is_empty());
-    assert_eq!(r.runs[0].outcome, "success");
+    assert_skipped_already_running(&log, &r.runs[0]);
 }

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::assert::assert_fields;
 use aws_sdk_scheduler::types::ActionAfterCompletion;
 use hk::local::process_record;
 use integration_tests::aws::{
@@ -13,6 +14,7 @@ use integration_tests::aws::{
 };
 use integration_tests::fixtures::U;
 use integration_tests::{t, Fx, TestDb};
+use serde_json::json;
 use shared::clock::FixedClock;
 use shared::config::Settings;
 use shared::config::{QueueTarget, SchedulerTarget};
@@ -414,10 +416,10 @@ async fn a_three_level_tree_is_destroyed_until_idle_without_orphan_rows() {
     assert!(r.dead_letters().is_empty());
     // The root's destroy (index 0) took everything; the subgroup's (index 1, 20 s
     // later) found its group gone.
-    let destroyed = log.one("Group destroyed");
-    assert_eq!(destroyed["group_id"], 5000);
-    assert_eq!(destroyed["projects_deleted"], 50);
-    assert_eq!(destroyed["groups_deleted"], 10);
+    assert_fields(
+        &log.one("Group destroyed"),
+        json!({"group_id": 5000, "projects_deleted": 50, "groups_deleted": 10}),
+    );
     assert_eq!(
         log.one("Group destroy skipped: group not found")["group_id"],
         5001

@@ -3,6 +3,7 @@
 //! its next chunk.
 
 use super::*;
+use crate::assert::assert_fields;
 
 /// G100 (scheduled by U11, its owner) with subgroups G101 "one" and G102 "two", P201 in
 /// G101 and P202 in G102 with three issues each, and G900 "elsewhere" outside it.
@@ -74,22 +75,20 @@ async fn a_subgroup_transferred_out_mid_destroy_survives_with_its_project_and_is
     assert!(db.exists("projects WHERE id = 202").await);
     assert_eq!(db.ids("issues").await, vec![2000, 2001, 2002]);
     assert_eq!(route(&db, "Project", 202).await.0, "elsewhere/two/p202");
-    let w = log.one("Group destroy skipped: project no longer belongs to the group");
-    assert_eq!(
-        (w["group_id"].as_i64(), w["project_id"].as_i64()),
-        (Some(100), Some(202))
+    assert_fields(
+        &log.one("Group destroy skipped: project no longer belongs to the group"),
+        json!({"group_id": 100, "project_id": 202}),
     );
     let w = log.one("Group destroy skipped: subgroup no longer belongs to the group");
     assert_eq!(w["namespace_id"], 102);
-    let done = log.done();
-    assert_eq!(done["outcome"], "destroyed");
-    assert_eq!(
-        (
-            done["contributions_deleted"].as_i64(),
-            done["projects_deleted"].as_i64(),
-            done["groups_deleted"].as_i64()
-        ),
-        (Some(3), Some(1), Some(2))
+    assert_fields(
+        &log.done(),
+        json!({
+            "outcome": "destroyed",
+            "contributions_deleted": 3,
+            "projects_deleted": 1,
+            "groups_deleted": 2
+        }),
     );
 }
 
@@ -113,13 +112,9 @@ async fn a_project_transferred_out_mid_destroy_survives_with_its_issues() {
         Vec::<i64>::new()
     );
     log.one("Group destroy skipped: project no longer belongs to the group");
-    let done = log.done();
-    assert_eq!(
-        (
-            done["projects_deleted"].as_i64(),
-            done["groups_deleted"].as_i64()
-        ),
-        (Some(1), Some(3))
+    assert_fields(
+        &log.done(),
+        json!({"projects_deleted": 1, "groups_deleted": 3}),
     );
 }
 
@@ -182,9 +177,8 @@ async fn a_restore_mid_destroy_stops_it_before_the_next_chunk() {
     );
     let l = log.one("Group destroy stopped: group no longer scheduled for deletion");
     assert_eq!(l["groups_deleted"], 1);
-    let done = log.done();
-    assert_eq!(
-        (done["status"].as_str(), done["outcome"].as_str()),
-        (Some("stale"), Some("not_scheduled"))
+    assert_fields(
+        &log.done(),
+        json!({"status": "stale", "outcome": "not_scheduled"}),
     );
 }

@@ -7,6 +7,9 @@
 //! data.
 
 use super::*;
+use crate::assert::{
+    assert_fields, assert_hop_limit_reached, assert_message, assert_sent_one, assert_user_state,
+};
 
 /// The extra data of scenario 7.
 async fn full_fixture() -> TestDb {
@@ -62,11 +65,7 @@ async fn a_due_group_is_destroyed_depth_first_with_everything_that_refers_to_it(
             .await
     );
     // The bot: blocked, token revoked, ghost migration by U11, delete-user queued.
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "blocked"
-    );
+    assert_user_state(&db, 20, "blocked").await;
     assert!(
         db.scalar::<bool>("SELECT revoked FROM personal_access_tokens WHERE id = 1")
             .await
@@ -76,31 +75,30 @@ async fn a_due_group_is_destroyed_depth_first_with_everything_that_refers_to_it(
             .await,
         11
     );
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!((m.receiver, m.delay_s), (Function::DeleteUser, 30));
-    assert_eq!(m.envelope.message_key, "delete-user:20");
-    assert_eq!(
-        m.envelope.payload,
-        json!({"user_id": 20, "initiator_user_id": 11, "reason": "Group deleted"})
+    assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": Function::DeleteUser.name(),
+            "delay_s": 30,
+            "message_key": "delete-user:20",
+            "payload": {"user_id": 20, "initiator_user_id": 11, "reason": "Group deleted"}
+        }),
     );
     // Humans stay users.
     assert_eq!(
         db.ids("users WHERE state = 'active'").await,
         vec![10, 11, 12, 30]
     );
-    let l = log.one("Group destroyed");
-    assert_eq!(l["level"], "info");
-    assert_eq!(
-        (
-            l["group_id"].as_i64(),
-            l["user_id"].as_i64(),
-            l["projects_deleted"].as_i64(),
-            l["groups_deleted"].as_i64(),
-            l["hop"].as_i64()
-        ),
-        (Some(100), Some(11), Some(2), Some(2), Some(0))
+    assert_fields(
+        &log.one("Group destroyed"),
+        json!({
+            "level": "info",
+            "group_id": 100,
+            "user_id": 11,
+            "projects_deleted": 2,
+            "groups_deleted": 2,
+            "hop": 0
+        }),
     );
     assert_eq!(log.done()["status"], "completed");
     // A duplicate after completion is stale.
@@ -148,28 +146,19 @@ async fn with_no_budget_each_invocation_runs_one_chunk_deepest_first() {
     assert!(!db.exists("projects WHERE id = 200").await);
     assert!(db.exists("namespaces WHERE id = 101").await);
     assert!(db.exists("projects WHERE id = 201").await);
-    let resend = &r.runs[0].sent[0].message;
-    assert_eq!(
-        (resend.receiver, resend.delay_s, resend.envelope.hop),
-        (GD, 0, 1)
+    assert_message(
+        &r.runs[0].sent[0].message,
+        json!({
+            "receiver": GD.name(),
+            "delay_s": 0,
+            "hop": 1,
+            "message_key": "group-destroy:100:2025-03-03:11",
+            "payload": {"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"}
+        }),
     );
-    assert_eq!(
-        resend.envelope.message_key,
-        "group-destroy:100:2025-03-03:11"
-    );
-    assert_eq!(
-        resend.envelope.payload,
-        json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
-    );
-    let c = &log.with_message("Group destroy continuing")[0];
-    assert_eq!(
-        (
-            c["group_id"].as_i64(),
-            c["hop"].as_i64(),
-            c["projects_deleted"].as_i64(),
-            c["groups_deleted"].as_i64()
-        ),
-        (Some(100), Some(1), Some(1), Some(0))
+    assert_fields(
+        &log.with_message("Group destroy continuing")[0],
+        json!({"group_id": 100, "hop": 1, "projects_deleted": 1, "groups_deleted": 0}),
     );
     // Invocation 2: group G101.
     deliver_next(&mut r).await;
@@ -245,10 +234,7 @@ async fn a_resend_past_the_hop_limit_is_not_sent() {
     let mut env: Envelope = serde_json::from_str(&destroy_body(100, 11, "2025-03-03")).unwrap();
     env.hop = 1000;
     let (run, _) = r.invoke(GD, &env.to_body(), 1).await.unwrap();
-    assert_eq!(run.outcome, "success");
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(l["max_hops"], 1000);
-    assert!(run.sent.is_empty());
+    assert_hop_limit_reached(&log, &run, 1000);
     assert!(log.with_message("Group destroy continuing").is_empty());
 }
 
@@ -262,15 +248,9 @@ async fn a_destroy_interrupted_after_half_the_projects_finishes_on_redelivery() 
     .await;
     let (mut r, log, run) = destroy_once(&db).await;
     assert_eq!(run.outcome, "retryable");
-    let e = log.one("Group destroy failed");
-    assert_eq!(e["level"], "error");
-    assert_eq!(
-        (
-            e["group_id"].as_i64(),
-            e["error"].as_str(),
-            e["error_class"].as_str()
-        ),
-        (Some(100), Some("boom"), Some("db"))
+    assert_fields(
+        &log.one("Group destroy failed"),
+        json!({"level": "error", "group_id": 100, "error": "boom", "error_class": "db"}),
     );
     // P200 and G101 are gone; P201's chunk rolled back as a whole.
     assert!(!db.exists("projects WHERE id = 200").await);
@@ -290,10 +270,9 @@ async fn a_destroy_interrupted_after_half_the_projects_finishes_on_redelivery() 
         .await
         .unwrap();
     assert_eq!(run2.outcome, "success");
-    let l = log2.one("Group destroyed");
-    assert_eq!(
-        (l["projects_deleted"].as_i64(), l["groups_deleted"].as_i64()),
-        (Some(1), Some(1))
+    assert_fields(
+        &log2.one("Group destroyed"),
+        json!({"projects_deleted": 1, "groups_deleted": 1}),
     );
     assert!(
         !db.exists("namespaces WHERE type IN ('Group', 'Project')")
@@ -345,10 +324,9 @@ async fn a_group_with_an_orphan_project_namespace_is_destroyed_with_it_in_one_de
     assert_eq!(r.runs.len(), 1, "no retry");
     assert!(!db.exists("namespaces").await);
     assert!(!db.exists("routes").await);
-    let l = log.one("Group destroy removed an orphan project namespace");
-    assert_eq!(
-        (l["namespace_id"].as_i64(), l["parent_id"].as_i64()),
-        (Some(350), Some(101))
+    assert_fields(
+        &log.one("Group destroy removed an orphan project namespace"),
+        json!({"namespace_id": 350, "parent_id": 101}),
     );
     assert_eq!(log.done()["outcome"], "destroyed");
 }

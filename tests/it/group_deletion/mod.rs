@@ -144,6 +144,17 @@ async fn route(db: &TestDb, source_type: &str, id: i64) -> (String, String) {
     (r.get(0), r.get(1))
 }
 
+/// Each `(source_type, source_id, path, name)` is a route as it stands.
+async fn assert_routes(db: &TestDb, expected: &[(&str, i64, &str, &str)]) {
+    for &(source_type, id, path, name) in expected {
+        assert_eq!(
+            route(db, source_type, id).await,
+            (path.to_string(), name.to_string()),
+            "the route of {source_type} {id}"
+        );
+    }
+}
+
 async fn name_and_path(db: &TestDb, id: i64) -> (String, String) {
     let r = db
         .client

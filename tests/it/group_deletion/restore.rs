@@ -5,6 +5,7 @@
 //! is restored at the same time.
 
 use super::*;
+use crate::assert::assert_fields;
 
 #[tokio::test]
 async fn a_group_whose_scheduler_lost_owner_rights_is_restored_with_its_routes() {
@@ -16,39 +17,23 @@ async fn a_group_whose_scheduler_lost_owner_rights_is_restored_with_its_routes()
         name_and_path(&db, 100).await,
         ("acme".into(), "acme".into())
     );
-    assert_eq!(
-        route(&db, "Namespace", 100).await,
-        ("acme".into(), "acme".into())
-    );
-    assert_eq!(
-        route(&db, "Namespace", 101).await,
-        ("acme/web".into(), "acme / web".into())
-    );
-    assert_eq!(
-        route(&db, "Project", 200).await,
-        ("acme/web/site".into(), "acme / web / site".into())
-    );
-    assert_eq!(
-        route(&db, "Project", 201).await,
-        ("acme/p201".into(), "acme / p201".into())
-    );
+    assert_routes(
+        &db,
+        &[
+            ("Namespace", 100, "acme", "acme"),
+            ("Namespace", 101, "acme/web", "acme / web"),
+            ("Project", 200, "acme/web/site", "acme / web / site"),
+            ("Project", 201, "acme/p201", "acme / p201"),
+        ],
+    )
+    .await;
     assert!(!db.exists("group_deletion_schedules").await);
     assert!(r.runs[0].sent.is_empty());
-    let l = log.one("Group restored: scheduling user cannot remove group");
-    assert_eq!(l["level"], "info");
-    assert_eq!(
-        (
-            l["group_id"].as_i64(),
-            l["user_id"].as_i64(),
-            l["full_path"].as_str()
-        ),
-        (Some(100), Some(11), Some("acme"))
+    assert_fields(
+        &log.one("Group restored: scheduling user cannot remove group"),
+        json!({"level": "info", "group_id": 100, "user_id": 11, "full_path": "acme"}),
     );
-    let done = log.done();
-    assert_eq!(
-        (done["restored"].as_i64(), done["destroy_enqueued"].as_i64()),
-        (Some(1), Some(0))
-    );
+    assert_fields(&log.done(), json!({"restored": 1, "destroy_enqueued": 0}));
     // Nothing else was touched: the projects and the subgroup keep their own names.
     assert_eq!(name_and_path(&db, 101).await, ("web".into(), "web".into()));
     assert_eq!(db.count("projects").await, 2);
@@ -116,14 +101,14 @@ async fn a_restored_subgroup_keeps_its_parent_prefix() {
     schedule(&db, 101, 11, "2025-03-01").await;
     let (_, log) = cron_once(&db).await;
     assert_eq!(name_and_path(&db, 101).await, ("web".into(), "web".into()));
-    assert_eq!(
-        route(&db, "Namespace", 101).await,
-        ("acme/web".into(), "acme / web".into())
-    );
-    assert_eq!(
-        route(&db, "Project", 200).await,
-        ("acme/web/site".into(), "acme / web / site".into())
-    );
+    assert_routes(
+        &db,
+        &[
+            ("Namespace", 101, "acme/web", "acme / web"),
+            ("Project", 200, "acme/web/site", "acme / web / site"),
+        ],
+    )
+    .await;
     assert_eq!(route(&db, "Namespace", 100).await.0, "acme");
     // No application_settings row: the default period of 7 days applies.
     assert_eq!(log.done()["cutoff"], "2025-03-03");
@@ -135,11 +120,9 @@ async fn a_user_who_lost_permission_before_the_destroy_gets_the_group_restored()
     db.exec("DELETE FROM members WHERE id = 1").await;
     let (r, log, run) = destroy_once(&db).await;
     assert_eq!(run.outcome, "success");
-    let w = log.one("Group destroy unauthorized: group restored");
-    assert_eq!(w["level"], "warn");
-    assert_eq!(
-        (w["group_id"].as_i64(), w["user_id"].as_i64()),
-        (Some(100), Some(11))
+    assert_fields(
+        &log.one("Group destroy unauthorized: group restored"),
+        json!({"level": "warn", "group_id": 100, "user_id": 11}),
     );
     assert_eq!(
         name_and_path(&db, 100).await,
@@ -161,10 +144,10 @@ async fn a_blocked_user_is_a_retryable_failure_and_the_next_cron_restores_the_gr
     let before = snapshot(&db).await;
     let (mut r, log, run) = destroy_once(&db).await;
     assert_eq!(run.outcome, "retryable");
-    let e = log.one("Group destroy failed: user is not active");
-    assert_eq!(e["level"], "error");
-    assert_eq!(e["user_state"], "blocked");
-    assert_eq!(e["group_id"], 100);
+    assert_fields(
+        &log.one("Group destroy failed: user is not active"),
+        json!({"level": "error", "user_state": "blocked", "group_id": 100}),
+    );
     assert_eq!(log.one("record failed")["receive_count"], 1);
     assert_eq!(snapshot(&db).await, before);
     assert_eq!(r.exit_code(true), 1);
@@ -209,11 +192,7 @@ async fn a_schedule_changed_after_the_page_read_is_not_restored() {
             .await
     );
     assert!(r.runs[0].sent.is_empty());
-    let done = log.done();
-    assert_eq!(
-        (done["restored"].as_i64(), done["skipped_groups"].as_i64()),
-        (Some(1), Some(1))
-    );
+    assert_fields(&log.done(), json!({"restored": 1, "skipped_groups": 1}));
 }
 
 #[tokio::test]
@@ -291,18 +270,15 @@ async fn a_restore_racing_an_ancestors_restore_leaves_every_route_consistent_wit
             .len(),
         2
     );
-    assert_eq!(route(&db, "Namespace", 100).await, ("p".into(), "p".into()));
-    assert_eq!(
-        route(&db, "Namespace", 101).await,
-        ("p/g".into(), "p / g".into())
-    );
-    assert_eq!(
-        route(&db, "Namespace", 102).await,
-        ("p/g/leaf".into(), "p / g / leaf".into())
-    );
-    assert_eq!(
-        route(&db, "Project", 200).await,
-        ("p/g/leaf/site".into(), "p / g / leaf / site".into())
-    );
+    assert_routes(
+        &db,
+        &[
+            ("Namespace", 100, "p", "p"),
+            ("Namespace", 101, "p/g", "p / g"),
+            ("Namespace", 102, "p/g/leaf", "p / g / leaf"),
+            ("Project", 200, "p/g/leaf/site", "p / g / leaf / site"),
+        ],
+    )
+    .await;
     assert!(!db.exists("group_deletion_schedules").await);
 }

@@ -6,6 +6,7 @@
 //! once.
 
 use super::*;
+use crate::assert::assert_fields;
 
 #[tokio::test]
 async fn a_project_bot_fires_its_subscribed_project_hook_and_mails_maintainers_and_owners() {
@@ -193,10 +194,10 @@ async fn a_bot_without_a_membership_is_counted_and_left_unmarked() {
     let (r, log) = cron_once(&db).await;
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(row_text(&db, 23).await, before);
-    let d = done_totals(&log);
-    assert_eq!(d["no_membership"], 1);
-    assert_eq!(d["bots"], 0);
-    assert_eq!(d["status"], "completed");
+    assert_fields(
+        &done_totals(&log),
+        json!({"no_membership": 1, "bots": 0, "status": "completed"}),
+    );
     assert!(log.lines().iter().all(|l| l["level"] != "error"));
 }
 
@@ -214,17 +215,19 @@ async fn a_bot_whose_messages_cannot_be_sent_is_rolled_back_and_others_go_on() {
     assert_eq!(marks(&db, 20).await, (false, false, false, false));
     assert_eq!(marks(&db, 1).await, (true, false, false, true));
     assert_eq!(emails(&r.runs[0].sent).len(), 1);
-    let e = log.one("Failed to send notification about expiring resource access tokens");
-    assert_eq!(e["user_id"], 20);
-    assert_eq!(e["interval"], "seven_days");
-    assert_eq!(e["level"], "error");
-    assert_eq!(e["error_class"], "transport");
-    let d = done_totals(&log);
-    assert_eq!(
-        (d["bot_failures"].as_i64(), d["bots"].as_i64()),
-        (Some(1), Some(0))
+    assert_fields(
+        &log.one("Failed to send notification about expiring resource access tokens"),
+        json!({
+            "user_id": 20,
+            "interval": "seven_days",
+            "level": "error",
+            "error_class": "transport"
+        }),
     );
-    assert_eq!(d["user_tokens"], 1);
+    assert_fields(
+        &done_totals(&log),
+        json!({"bot_failures": 1, "bots": 0, "user_tokens": 1}),
+    );
     assert_eq!(r.runs[0].outcome, "success");
 }
 

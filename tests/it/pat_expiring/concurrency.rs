@@ -4,6 +4,7 @@
 //! sends nothing, and a lost commit repeats the same keys.
 
 use super::*;
+use crate::assert::{assert_fields, assert_skipped_already_running};
 
 #[tokio::test]
 async fn a_token_claimed_by_another_session_after_the_page_read_is_not_named() {
@@ -86,21 +87,14 @@ async fn a_user_whose_tokens_are_locked_elsewhere_fails_alone_and_the_page_goes_
             "pat-expiring:seven_days:user:14:2025-03-10"
         ]
     );
-    let e = log.one("Failed to send notification about expiring personal access tokens");
-    assert_eq!(
-        (e["user_id"].as_i64(), e["error_class"].as_str()),
-        (Some(12), Some("db"))
+    assert_fields(
+        &log.one("Failed to send notification about expiring personal access tokens"),
+        json!({"user_id": 12, "error_class": "db"}),
     );
-    let d = done_totals(&log);
-    assert_eq!(
-        (
-            d["user_tokens"].as_i64(),
-            d["user_emails"].as_i64(),
-            d["user_failures"].as_i64()
-        ),
-        (Some(2), Some(2), Some(1))
+    assert_fields(
+        &done_totals(&log),
+        json!({"user_tokens": 2, "user_emails": 2, "user_failures": 1, "status": "completed"}),
     );
-    assert_eq!(d["status"], "completed");
     // One send call for the page's two emails.
     assert_eq!(r.queue().send_calls(), 1);
 }
@@ -142,16 +136,11 @@ async fn a_bot_whose_token_is_locked_elsewhere_fails_alone_and_the_other_bot_is_
         emails(&r.runs[0].sent)[0].message_key,
         "pat-expiring:seven_days:bot:21:recipient:15:2025-03-10"
     );
-    let e = log.one("Failed to send notification about expiring resource access tokens");
-    assert_eq!(
-        (e["user_id"].as_i64(), e["error_class"].as_str()),
-        (Some(20), Some("db"))
+    assert_fields(
+        &log.one("Failed to send notification about expiring resource access tokens"),
+        json!({"user_id": 20, "error_class": "db"}),
     );
-    let d = done_totals(&log);
-    assert_eq!(
-        (d["bots"].as_i64(), d["bot_failures"].as_i64()),
-        (Some(1), Some(1))
-    );
+    assert_fields(&done_totals(&log), json!({"bots": 1, "bot_failures": 1}));
 }
 
 #[tokio::test]
@@ -167,9 +156,7 @@ async fn an_overlapping_run_is_skipped() {
         .await
         .unwrap();
     let (r, log) = cron_once(&db).await;
-    log.one("skipped: already running");
-    assert_eq!(log.done()["status"], "skipped");
-    assert!(r.runs[0].sent.is_empty());
+    assert_skipped_already_running(&log, &r.runs[0]);
     assert!(!marks(&db, 1).await.0);
 }
 

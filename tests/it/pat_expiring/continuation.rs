@@ -3,6 +3,7 @@
 //! mark); the deadline guard stops after one unit; the hop limit ends the run.
 
 use super::*;
+use crate::assert::{assert_fields, assert_message};
 
 /// 250 human tokens due in seven days, of users 1000..1249.
 async fn two_hundred_fifty(db: &TestDb) {
@@ -30,9 +31,10 @@ async fn an_exhausted_budget_stops_after_a_page_and_the_continuation_resumes_wit
     let (r, log) = cron_once_with(&db, zero_budget()).await;
     let cron_key = r.runs[0].message_key.clone().unwrap();
     assert!(cron_key.starts_with("pat-expiring:cron:"));
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(done["total_user_tokens_marked"], 100);
+    assert_fields(
+        &log.done(),
+        json!({"status": "limit_reached", "total_user_tokens_marked": 100}),
+    );
     assert_eq!(
         db.count("personal_access_tokens WHERE seven_days_notification_sent_at IS NOT NULL")
             .await,
@@ -42,9 +44,10 @@ async fn an_exhausted_budget_stops_after_a_page_and_the_continuation_resumes_wit
     let cont: Vec<_> = sent.iter().filter(|s| s.message.receiver == F).collect();
     assert_eq!(cont.len(), 1);
     let c = &cont[0].message;
-    assert_eq!((c.delay_s, c.envelope.hop), (120, 1));
-    assert_eq!(c.envelope.kind, "pat-expiring.run");
-    assert_eq!(c.envelope.payload, json!({}));
+    assert_message(
+        c,
+        json!({"delay_s": 120, "hop": 1, "type": "pat-expiring.run", "payload": {}}),
+    );
     let run_id = c.envelope.run_id.clone();
     assert_eq!(c.envelope.message_key, format!("pat-expiring:{run_id}:1"));
     // Invocation 2, given that message: the next page.
@@ -141,10 +144,9 @@ async fn the_hop_limit_ends_the_run_without_a_continuation() {
     env.hop = 100;
     env.message_key = format!("pat-expiring:{}:100", env.run_id);
     r.invoke(F, &env.to_body(), 1).await.unwrap();
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(
-        (l["hop"].as_i64(), l["max_hops"].as_i64()),
-        (Some(100), Some(100))
+    assert_fields(
+        &log.one("continuation not sent: hop limit reached"),
+        json!({"hop": 100, "max_hops": 100}),
     );
     assert!(r.runs[0].sent.iter().all(|s| s.message.receiver == D));
     assert_eq!(r.runs[0].outcome, "success");

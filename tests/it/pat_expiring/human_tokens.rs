@@ -5,6 +5,7 @@
 //! of ten; a user whose email cannot be sent stays unmarked.
 
 use super::*;
+use crate::assert::assert_fields;
 
 #[tokio::test]
 async fn a_human_gets_one_seven_day_email_naming_tokens_by_expiry_and_both_are_marked() {
@@ -35,12 +36,10 @@ async fn a_human_gets_one_seven_day_email_naming_tokens_by_expiry_and_both_are_m
             .await,
         2
     );
-    let l = log.one("Notifying User about expiring tokens");
-    assert_eq!(
-        (l["user_id"].as_i64(), l["token_count"].as_i64()),
-        (Some(10), Some(2))
+    assert_fields(
+        &log.one("Notifying User about expiring tokens"),
+        json!({"user_id": 10, "token_count": 2, "interval": "seven_days"}),
     );
-    assert_eq!(l["interval"], "seven_days");
     assert_eq!(
         done_totals(&log),
         json!({"status": "completed", "bots": 0, "no_membership": 0, "bot_failures": 0,
@@ -139,21 +138,17 @@ async fn a_blocked_users_tokens_are_marked_without_an_email() {
     let (r, log) = cron_once(&db).await;
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(marks(&db, 3).await, (true, false, false, true));
-    let l = log.one("Expiring token notification suppressed: user cannot receive notifications");
-    assert_eq!(
-        (l["user_id"].as_i64(), l["interval"].as_str()),
-        (Some(13), Some("seven_days"))
+    assert_fields(
+        &log.one("Expiring token notification suppressed: user cannot receive notifications"),
+        json!({"user_id": 13, "interval": "seven_days", "level": "info"}),
     );
-    assert_eq!(l["level"], "info");
     assert!(log
         .with_message("Notifying User about expiring tokens")
         .is_empty());
-    let d = done_totals(&log);
-    assert_eq!(
-        (d["user_tokens"].as_i64(), d["suppressed"].as_i64()),
-        (Some(1), Some(1))
+    assert_fields(
+        &done_totals(&log),
+        json!({"user_tokens": 1, "suppressed": 1, "user_emails": 0}),
     );
-    assert_eq!(d["user_emails"], 0);
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! continuation past the hop limit, and a dry run that changes nothing.
 
 use super::*;
+use crate::assert::{assert_fields, assert_message};
 
 /// A transport that records the size of every `send` call.
 struct Recording {
@@ -89,22 +90,23 @@ async fn the_deadline_guard_continues_after_each_detail_carrying_the_index() {
     // Progress rule: the first detail is processed although the guard has fired.
     assert_eq!(detail(&db, 1).await.0, 1);
     assert_eq!(detail(&db, 2).await.0, 0);
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(done["enqueued_count"], 1);
+    assert_fields(
+        &log.done(),
+        json!({"status": "limit_reached", "enqueued_count": 1}),
+    );
     let sent = &r.runs[0].sent;
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0].message.receiver, CHILD);
-    let c = &sent[1].message;
-    assert_eq!((c.receiver, c.delay_s, c.envelope.hop), (F, 0, 1));
-    assert_eq!(
-        c.envelope.payload,
-        json!({"cursor": {"detail_id": 1, "index": 1}})
-    );
-    assert_eq!(c.envelope.run_id, cron.run_id);
-    assert_eq!(
-        c.envelope.message_key,
-        format!("placeholder-user-cleanup:{}:1", cron.run_id)
+    assert_message(
+        &sent[1].message,
+        json!({
+            "receiver": F.name(),
+            "delay_s": 0,
+            "hop": 1,
+            "payload": {"cursor": {"detail_id": 1, "index": 1}},
+            "run_id": cron.run_id,
+            "message_key": format!("placeholder-user-cleanup:{}:1", cron.run_id)
+        }),
     );
     // Until idle: one detail per invocation, the children 0, 1 and 2 s after the run.
     r.drain().await.unwrap();
@@ -163,9 +165,10 @@ async fn a_continuation_past_the_hop_limit_logs_and_sends_only_the_child() {
     // Seven children were sent for details up to id 10 (an index is at most the id).
     env.payload = json!({"cursor": {"detail_id": 10, "index": 7}});
     r.invoke(F, &env.to_body(), 1).await.unwrap();
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(l["level"], "error");
-    assert_eq!(l["max_hops"], 1000);
+    assert_fields(
+        &log.one("continuation not sent: hop limit reached"),
+        json!({"level": "error", "max_hops": 1000}),
+    );
     let sent = &r.runs[0].sent;
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].message.receiver, CHILD);
@@ -186,9 +189,10 @@ async fn a_dry_run_reports_the_children_and_changes_nothing() {
     let body = r.cron_message(F).to_body();
     let run = r.dry_run(F, &body).await.unwrap();
     assert_eq!(run.outcome, "success");
-    let report = run.report.unwrap().to_json();
-    assert_eq!(report["enqueued_count"], 2);
-    assert_eq!(report["max_attempts_reached_count"], 1);
+    assert_fields(
+        &run.report.unwrap().to_json(),
+        json!({"enqueued_count": 2, "max_attempts_reached_count": 1}),
+    );
     assert_eq!(run.sent.len(), 2);
     assert_eq!(detail(&db, 1).await, untouched(0, None));
     assert_eq!(detail(&db, 5).await, untouched(14, None));

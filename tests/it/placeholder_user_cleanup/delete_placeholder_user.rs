@@ -5,6 +5,7 @@
 //! permanent failures.
 
 use super::*;
+use crate::assert::{assert_fields, assert_sent_one, assert_user_state};
 
 #[tokio::test]
 async fn s08_a_child_for_a_missing_user_succeeds_silently() {
@@ -28,11 +29,7 @@ async fn s09_a_child_for_a_human_succeeds_silently_and_changes_nothing() {
     assert!(r.runs[0].sent.is_empty());
     assert_silent(&log);
     assert_eq!(log.done()["outcome"], "not_placeholder");
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 56")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 56, "active").await;
     assert!(db.exists("members WHERE id = 70").await);
     assert!(!db.exists("ghost_user_migrations").await);
 }
@@ -72,11 +69,7 @@ async fn s11_a_deletable_placeholder_is_scheduled_for_removal_and_delete_user_fi
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     r.invoke(CHILD, &child_body(50, 1), 1).await.unwrap();
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 50")
-            .await,
-        "blocked"
-    );
+    assert_user_state(&db, 50, "blocked").await;
     assert!(!db.exists("members WHERE id = 60").await);
     assert!(db.pas().await.is_empty());
     let row = db
@@ -89,25 +82,28 @@ async fn s11_a_deletable_placeholder_is_scheduled_for_removal_and_delete_user_fi
         .unwrap();
     assert_eq!(row.get::<_, Option<i64>>(0), Some(50));
     assert!(!row.get::<_, bool>(1));
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!((m.receiver, m.delay_s), (Function::DeleteUser, 30));
-    assert_eq!(m.envelope.message_key, "delete-user:50");
-    assert_eq!(m.envelope.run_id, "run-1");
-    assert_eq!(
-        m.envelope.payload,
-        json!({"user_id": 50, "initiator_user_id": 50, "reason": "Placeholder user cleanup"})
+    assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": Function::DeleteUser.name(),
+            "delay_s": 30,
+            "message_key": "delete-user:50",
+            "run_id": "run-1",
+            "payload": {"user_id": 50, "initiator_user_id": 50, "reason": "Placeholder user cleanup"}
+        }),
     );
-    let l = log.one("Placeholder user deletion scheduled");
-    assert_eq!(l["level"], "info");
-    assert_eq!(l["placeholder_user_id"], 50);
-    let p1 = log.one("User scheduled for removal");
-    assert_eq!(p1["initiator_user_id"], 50);
-    assert_eq!(p1["reason"], "Placeholder user cleanup");
-    let done = log.done();
-    assert_eq!(done["outcome"], "scheduled");
-    assert_eq!(done["status"], "completed");
+    assert_fields(
+        &log.one("Placeholder user deletion scheduled"),
+        json!({"level": "info", "placeholder_user_id": 50}),
+    );
+    assert_fields(
+        &log.one("User scheduled for removal"),
+        json!({"initiator_user_id": 50, "reason": "Placeholder user cleanup"}),
+    );
+    assert_fields(
+        &log.done(),
+        json!({"outcome": "scheduled", "status": "completed"}),
+    );
     // The detail stays until phase 2.
     assert!(
         db.exists("import_placeholder_user_details WHERE id = 1")
@@ -124,9 +120,10 @@ async fn s11_a_deletable_placeholder_is_scheduled_for_removal_and_delete_user_fi
         db.exists("import_source_users WHERE id = 1 AND placeholder_user_id IS NULL")
             .await
     );
-    let deleted = log.one("User deleted");
-    assert_eq!(deleted["initiator_user_id"], 50);
-    assert_eq!(deleted["reason"], "Placeholder user cleanup");
+    assert_fields(
+        &log.one("User deleted"),
+        json!({"initiator_user_id": 50, "reason": "Placeholder user cleanup"}),
+    );
     assert_eq!(r.exit_code(false), 0);
 }
 
@@ -158,17 +155,14 @@ async fn a_placeholder_that_is_a_sole_owner_is_refused_by_phase_one() {
     assert_eq!(r.runs[0].outcome, "success");
     assert!(r.runs[0].sent.is_empty());
     log.one("User removal refused: sole owner of group");
-    let done = log.done();
-    assert_eq!(done["outcome"], "refused");
-    assert_eq!(done["status"], "refused");
+    assert_fields(
+        &log.done(),
+        json!({"outcome": "refused", "status": "refused"}),
+    );
     assert!(log
         .with_message("Placeholder user deletion scheduled")
         .is_empty());
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 50")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 50, "active").await;
     assert!(db.exists("members WHERE id = 61").await);
     assert!(!db.exists("ghost_user_migrations").await);
 }
@@ -181,11 +175,7 @@ async fn a_failed_delete_user_send_rolls_back_phase_one_and_the_child_is_retryab
         .fail_when(|m| m.envelope.message_key == "delete-user:50");
     let (run, _) = r.invoke(CHILD, &child_body(50, 1), 1).await.unwrap();
     assert_eq!(run.outcome, "retryable");
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 50")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 50, "active").await;
     assert!(db.exists("members WHERE id = 60").await);
     assert!(!db.exists("ghost_user_migrations").await);
     // The redelivery works once the transport is back.

@@ -5,6 +5,7 @@
 //! an attempt twice.
 
 use super::*;
+use crate::assert::{assert_fields, assert_skipped_already_running};
 
 #[tokio::test]
 async fn s13_a_run_finding_the_overlap_lock_held_changes_nothing() {
@@ -18,10 +19,7 @@ async fn s13_a_run_finding_the_overlap_lock_held_changes_nothing() {
         .await
         .unwrap();
     let (r, log) = cron_once(&db).await;
-    log.one("skipped: already running");
-    assert_eq!(log.done()["status"], "skipped");
-    assert_eq!(r.runs[0].outcome, "success");
-    assert!(r.runs[0].sent.is_empty());
+    assert_skipped_already_running(&log, &r.runs[0]);
     assert_eq!(detail(&db, 1).await, untouched(0, None));
     // Once the holder lets go, the next run claims PD1.
     other
@@ -139,12 +137,16 @@ async fn a_failing_detail_rolls_back_to_its_savepoint_and_the_group_goes_on() {
     .await;
     let (r, log) = cron_once(&db).await;
     assert_eq!(r.runs[0].outcome, "success");
-    let e = log.one(FAILED_DETAIL);
-    assert_eq!(e["level"], "error");
-    assert_eq!(e["detail_id"], 2);
-    assert_eq!(e["placeholder_user_id"], 51);
-    assert_eq!(e["error"], "boom");
-    assert_eq!(e["error_class"], "db");
+    assert_fields(
+        &log.one(FAILED_DETAIL),
+        json!({
+            "level": "error",
+            "detail_id": 2,
+            "placeholder_user_id": 51,
+            "error": "boom",
+            "error_class": "db"
+        }),
+    );
     assert_eq!(detail(&db, 1).await.0, 1);
     assert_eq!(detail(&db, 2).await, untouched(0, None));
     assert_eq!(detail(&db, 3).await.0, 1);

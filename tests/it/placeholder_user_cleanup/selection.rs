@@ -5,6 +5,7 @@
 //! is stale. And the function catalogue's entry for both functions.
 
 use super::*;
+use crate::assert::{assert_fields, assert_sent_one};
 
 #[test]
 fn the_catalogue_runs_the_cleanup_daily_at_midnight_and_routes_both_types() {
@@ -32,16 +33,17 @@ async fn s01_a_first_attempt_is_counted_and_its_child_is_sent_at_once() {
     let (r, log) = cron_once(&db).await;
     assert_eq!(detail(&db, 1).await, (1, Some(t(NOW)), t(NOW)));
     let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!((m.receiver, m.delay_s), (CHILD, 0));
-    assert_eq!(m.envelope.kind, "delete-placeholder-user.run");
-    assert_eq!(m.envelope.message_key, "delete-placeholder-user:50:1");
-    assert_eq!(
-        m.envelope.payload,
-        json!({"placeholder_user_id": 50, "attempt": 1})
+    let m = assert_sent_one(
+        sent,
+        json!({
+            "receiver": CHILD.name(),
+            "delay_s": 0,
+            "type": "delete-placeholder-user.run",
+            "message_key": "delete-placeholder-user:50:1",
+            "payload": {"placeholder_user_id": 50, "attempt": 1},
+            "hop": 0
+        }),
     );
-    assert_eq!(m.envelope.hop, 0);
     let start = log.one("start");
     assert_eq!(m.envelope.run_id, start["run_id"].as_str().unwrap());
     assert!(sent[0].schedule_name.is_none());
@@ -103,9 +105,10 @@ async fn s04_the_fifteenth_attempt_logs_the_final_attempt_warning_and_still_send
     pd(&db, 5, 54, None, 14, None).await;
     let (r, log) = cron_once(&db).await;
     assert_eq!(detail(&db, 5).await, (15, Some(t(NOW)), t(NOW)));
-    let w = log.one(FINAL_ATTEMPT);
-    assert_eq!(w["level"], "warn");
-    assert_eq!(w["placeholder_user_id"], 54);
+    assert_fields(
+        &log.one(FINAL_ATTEMPT),
+        json!({"level": "warn", "placeholder_user_id": 54}),
+    );
     let sent = &r.runs[0].sent;
     assert_eq!(sent.len(), 1);
     assert_eq!(
@@ -192,7 +195,8 @@ async fn s07_a_detail_claimed_by_another_session_before_the_claim_is_stale() {
     assert_eq!(detail(&db, 1).await, (1, Some(t(NOW)), t(NOW)));
     assert!(r.runs[0].sent.is_empty());
     assert_cron_done(&log, 0, 0, 1, 0);
-    let l = log.one("Placeholder user detail skipped: no longer eligible");
-    assert_eq!(l["level"], "debug");
-    assert_eq!(l["detail_id"], 1);
+    assert_fields(
+        &log.one("Placeholder user detail skipped: no longer eligible"),
+        json!({"level": "debug", "detail_id": 1}),
+    );
 }

@@ -2,6 +2,7 @@
 //! memberships drained until idle, and `int4` ids with `integer[]` traversal ids.
 
 use super::*;
+use crate::assert::assert_authorizations_of;
 
 /// Three levels: G100 > G101 and G102..G111 > G1000..G1189 (202 groups), with 1,798
 /// projects in the third level. U10 has a membership in every one of these groups and
@@ -49,14 +50,7 @@ async fn a_hierarchy_with_two_thousand_memberships_drains_until_idle() {
     // The schedule is gone, every membership of the hierarchy too; G500's stays.
     assert!(!db.exists("members_deletion_schedules").await);
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![14]);
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 10)
-            .collect::<Vec<_>>(),
-        vec![(10, 600, 30)]
-    );
+    assert_authorizations_of(&db, 10, &[(10, 600, 30)]).await;
     // One cron run, then twenty prune-deletions invocations of 100, hops 0..19.
     assert_eq!(r.runs.len(), 21);
     assert_eq!(r.runs[0].function, SCHED);
@@ -131,13 +125,6 @@ async fn prune_deletions_works_with_int4_ids_and_integer_traversal_ids() {
     assert_eq!(r.exit_code(false), 0);
     assert_eq!(r.runs.len(), 2);
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![14]);
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 10)
-            .collect::<Vec<_>>(),
-        vec![(10, 600, 30)]
-    );
+    assert_authorizations_of(&db, 10, &[(10, 600, 30)]).await;
     assert!(!db.exists("members_deletion_schedules").await);
 }

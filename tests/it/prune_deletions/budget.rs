@@ -4,6 +4,7 @@
 //! the hop limit).
 
 use super::*;
+use crate::assert::{assert_authorizations_of, assert_fields, assert_hop_limit_reached};
 
 // Scenario 11.
 #[tokio::test]
@@ -29,9 +30,10 @@ async fn a_zero_budget_processes_one_schedule_batch_and_continues_at_once() {
     assert!(db.exists("members WHERE id = 2").await);
     assert!(db.exists("members_deletion_schedules WHERE id = 6").await);
     assert!(db.pas().await.contains(&(12, 201, 10)));
-    let done = log.done();
-    assert_eq!(done["status"], "more_work");
-    assert_eq!(done["schedules_processed"], 1);
+    assert_fields(
+        &log.done(),
+        json!({"status": "more_work", "schedules_processed": 1}),
+    );
     assert_continuation(&r.runs[0].sent, "run-1", 1);
     // The continuation processes S6: M2 and S6 go, nothing more is sent.
     log.clear();
@@ -41,10 +43,10 @@ async fn a_zero_budget_processes_one_schedule_batch_and_continues_at_once() {
     assert!(!db.exists("members WHERE id = 2").await);
     assert!(!db.exists("members_deletion_schedules").await);
     assert!(!db.pas().await.iter().any(|p| p.0 == 12));
-    let p = log.one(PROCESSED);
-    assert_eq!(p["schedule_id"], 6);
-    assert_eq!(p["destroyed_count"], 1);
-    assert_eq!(p["outcome"], "completed");
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"schedule_id": 6, "destroyed_count": 1, "outcome": "completed"}),
+    );
     assert_eq!(log.done()["status"], "completed");
     assert!(r.runs[1].sent.is_empty());
 }
@@ -88,30 +90,21 @@ async fn a_budget_exhausted_mid_schedule_stops_the_batch_and_the_next_message_co
         (&json!(6), &json!(1), &json!("partial"))
     );
     // The batch's refresh ran: U12 keeps only what M50 and M51 grant.
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 12)
-            .collect::<Vec<_>>(),
-        vec![(12, 200, 30), (12, 201, 30)]
+    assert_authorizations_of(&db, 12, &[(12, 200, 30), (12, 201, 30)]).await;
+    assert_fields(
+        &log.done(),
+        json!({"status": "more_work", "schedules_processed": 2, "destroyed_count_total": 5}),
     );
-    let done = log.done();
-    assert_eq!(done["status"], "more_work");
-    assert_eq!(done["schedules_processed"], 2);
-    assert_eq!(done["destroyed_count_total"], 5);
     assert_continuation(&r.runs[0].sent, "run-1", 1);
     // The next message continues S6 where it stopped.
     log.clear();
     r.drain().await.unwrap();
     assert!(!db.exists("members WHERE user_id = 12").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let p = log.one(PROCESSED);
-    assert_eq!(
-        (p["schedule_id"].as_i64(), p["destroyed_count"].as_i64()),
-        (Some(6), Some(2))
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"schedule_id": 6, "destroyed_count": 2, "outcome": "completed"}),
     );
-    assert_eq!(p["outcome"], "completed");
 }
 
 // Scenario 12.
@@ -164,8 +157,5 @@ async fn a_continuation_past_the_hop_limit_is_not_sent() {
     env.hop = 10_000;
     env.message_key = "prune-deletions:run-1:10000".into();
     r.invoke(F, &env.to_body(), 1).await.unwrap();
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(l["max_hops"], 10_000);
-    assert!(r.runs[0].sent.is_empty());
-    assert_eq!(r.runs[0].outcome, "success");
+    assert_hop_limit_reached(&log, &r.runs[0], 10_000);
 }

@@ -3,6 +3,7 @@
 //! schedule deleted meanwhile is stale and a vanished membership is skipped.
 
 use super::*;
+use crate::assert::assert_fields;
 
 // Scenario 14, first part.
 #[tokio::test]
@@ -23,17 +24,22 @@ async fn an_error_rolls_back_the_whole_schedule_batch_and_the_record_is_retried(
     );
     assert_eq!(db.pas().await.iter().filter(|p| p.0 == 10).count(), 3);
     assert!(db.exists("members_deletion_schedules WHERE id = 1").await);
-    let e = log.one(FAILED);
-    assert_eq!(e["level"], "error");
-    assert_eq!(e["schedule_id"], 1);
-    assert_eq!(e["user_id"], 10);
-    assert_eq!(e["namespace_id"], 100);
-    assert_eq!(e["error"], "boom");
-    assert_eq!(e["error_class"], "db");
+    assert_fields(
+        &log.one(FAILED),
+        json!({
+            "level": "error",
+            "schedule_id": 1,
+            "user_id": 10,
+            "namespace_id": 100,
+            "error": "boom",
+            "error_class": "db"
+        }),
+    );
     assert!(log.with_message(PROCESSED).is_empty());
-    let done = log.done();
-    assert_eq!(done["status"], "stopped");
-    assert_eq!(done["schedules_processed"], 0);
+    assert_fields(
+        &log.done(),
+        json!({"status": "stopped", "schedules_processed": 0}),
+    );
     assert_eq!(log.one("metrics")["failed_schedules"], 1.0);
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(r.runs[0].outcome, "retryable");
@@ -63,13 +69,14 @@ async fn after_an_error_the_other_schedules_are_still_processed_before_the_retry
     assert_eq!(db.count("members WHERE user_id = 10").await, 5);
     assert!(!db.exists("members WHERE id = 2").await);
     assert_eq!(db.ids("members_deletion_schedules").await, vec![1]);
-    let p = log.one(PROCESSED);
-    assert_eq!(p["schedule_id"], 6);
-    assert_eq!(p["outcome"], "completed");
-    let done = log.done();
-    assert_eq!(done["status"], "stopped");
-    assert_eq!(done["schedules_processed"], 1);
-    assert_eq!(done["destroyed_count_total"], 1);
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"schedule_id": 6, "outcome": "completed"}),
+    );
+    assert_fields(
+        &log.done(),
+        json!({"status": "stopped", "schedules_processed": 1, "destroyed_count_total": 1}),
+    );
     assert!(r.runs[0].sent.is_empty(), "no continuation after an error");
     assert_eq!(r.runs[0].outcome, "retryable");
 }
@@ -94,12 +101,11 @@ async fn a_schedule_deleted_meanwhile_is_stale_and_a_vanished_membership_is_skip
     let p = log.one(PROCESSED);
     assert_eq!(p["destroyed_count"], 3, "M12 was gone: not counted");
     assert_eq!(p["outcome"], "completed");
-    let s = log.one(STALE);
-    assert_eq!(s["level"], "info");
-    assert_eq!(s["schedule_id"], 6);
+    assert_fields(&log.one(STALE), json!({"level": "info", "schedule_id": 6}));
     assert!(db.exists("members WHERE id = 2").await);
-    let done = log.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["schedules_processed"], 1);
+    assert_fields(
+        &log.done(),
+        json!({"status": "completed", "schedules_processed": 1}),
+    );
     assert!(r.runs[0].sent.is_empty());
 }

@@ -20,13 +20,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::assert::assert_sent_one;
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
-use shared::queue::OutMessage;
 use shared::telemetry::{capture, Captured};
 use shared::Function;
 
@@ -132,16 +132,16 @@ fn zero_budget() -> Settings {
 
 /// The one continuation a run sent: delay 0, same run, `hop + 1`, key by hop.
 fn assert_continuation(sent: &[hk::local_queue::SentRecord], run_id: &str, hop: u64) {
-    assert_eq!(sent.len(), 1, "one continuation: {sent:?}");
-    let m: &OutMessage = &sent[0].message;
-    assert_eq!(m.receiver, F);
-    assert_eq!(m.delay_s, 0);
-    assert_eq!(m.envelope.kind, "prune-deletions.run");
-    assert_eq!(m.envelope.hop, hop);
-    assert_eq!(m.envelope.run_id, run_id);
-    assert_eq!(
-        m.envelope.message_key,
-        format!("prune-deletions:{run_id}:{hop}")
+    assert_sent_one(
+        sent,
+        json!({
+            "receiver": F.name(),
+            "delay_s": 0,
+            "type": "prune-deletions.run",
+            "hop": hop,
+            "run_id": run_id,
+            "message_key": format!("prune-deletions:{run_id}:{hop}"),
+            "payload": {}
+        }),
     );
-    assert_eq!(m.envelope.payload, json!({}));
 }

@@ -4,6 +4,7 @@
 //! scheduler removes nothing.
 
 use super::*;
+use crate::assert::{assert_authorizations_of, assert_fields, assert_user_state};
 
 // Scenario 4.
 #[tokio::test]
@@ -16,17 +17,22 @@ async fn a_maintainer_may_not_remove_a_group_membership_so_the_schedule_is_dropp
     let (r, log) = prune_once(&db).await;
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![10, 12]);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["level"], "warn");
-    assert_eq!(w["schedule_id"], 2);
-    assert_eq!(w["user_id"], 10);
-    assert_eq!(w["namespace_id"], 100);
-    assert_eq!(w["scheduled_by_id"], 12);
-    assert_eq!(w["member_id"], 10);
-    assert_eq!(w["reason"], "not_authorized");
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 0);
-    assert_eq!(p["outcome"], "denied");
+    assert_fields(
+        &log.one(DENIED),
+        json!({
+            "level": "warn",
+            "schedule_id": 2,
+            "user_id": 10,
+            "namespace_id": 100,
+            "scheduled_by_id": 12,
+            "member_id": 10,
+            "reason": "not_authorized"
+        }),
+    );
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 0, "outcome": "denied"}),
+    );
     // A denial is not a failure: the record succeeds and nothing is left to do.
     assert_eq!(log.done()["status"], "completed");
     assert_eq!(r.runs[0].outcome, "success");
@@ -45,21 +51,14 @@ async fn removals_before_a_denial_stay_and_the_denied_membership_remains() {
     let (_, log) = prune_once(&db).await;
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![31]);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 31);
-    assert_eq!(w["reason"], "not_authorized");
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 1);
-    assert_eq!(p["outcome"], "denied");
-    // The refresh of the batch leaves what M31 still grants.
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 10)
-            .collect::<Vec<_>>(),
-        vec![(10, 200, 30)]
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 31, "reason": "not_authorized"}),
     );
+    let p = log.one(PROCESSED);
+    assert_fields(&p, json!({"destroyed_count": 1, "outcome": "denied"}));
+    // The refresh of the batch leaves what M31 still grants.
+    assert_authorizations_of(&db, 10, &[(10, 200, 30)]).await;
 }
 
 // Scenario 6.
@@ -71,16 +70,12 @@ async fn a_bot_group_membership_is_never_removed_even_by_an_admin() {
     let (_, log) = prune_once(&db).await;
     assert!(db.exists("members WHERE id = 32").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 32);
-    assert_eq!(w["reason"], "project_bot_group_member");
-    assert_eq!(w["scheduled_by_id"], 1);
-    assert_eq!(log.one(PROCESSED)["outcome"], "denied");
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "active"
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 32, "reason": "project_bot_group_member", "scheduled_by_id": 1}),
     );
+    assert_eq!(log.one(PROCESSED)["outcome"], "denied");
+    assert_user_state(&db, 20, "active").await;
 }
 
 #[tokio::test]
@@ -91,9 +86,10 @@ async fn an_admins_schedule_cannot_remove_a_bots_project_membership() {
     let (_, log) = prune_once(&db).await;
     assert!(db.exists("members WHERE id = 33").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 33);
-    assert_eq!(w["reason"], "project_bot_project_member");
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 33, "reason": "project_bot_project_member"}),
+    );
     assert_eq!(log.one(PROCESSED)["outcome"], "denied");
 }
 
@@ -107,12 +103,14 @@ async fn the_last_owner_is_kept_and_the_schedule_dropped() {
     let (_, log) = prune_once(&db).await;
     assert!(db.exists("members WHERE id = 40").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 40);
-    assert_eq!(w["reason"], "last_owner");
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 0);
-    assert_eq!(p["outcome"], "denied");
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 40, "reason": "last_owner"}),
+    );
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 0, "outcome": "denied"}),
+    );
 }
 
 #[tokio::test]
@@ -126,10 +124,9 @@ async fn a_blocked_sole_owners_removal_is_denied_as_the_last_owner() {
     schedule(&db, 4, 100, 10, 1).await;
     let (_, log) = prune_once(&db).await;
     assert!(db.exists("members WHERE id = 40").await);
-    let w = log.one(DENIED);
-    assert_eq!(
-        (w["member_id"].as_i64(), w["reason"].as_str()),
-        (Some(40), Some("last_owner"))
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 40, "reason": "last_owner"}),
     );
 }
 
@@ -144,9 +141,10 @@ async fn an_admin_who_is_not_a_member_removes_everything() {
     let (_, log) = prune_once(&db).await;
     assert!(!db.exists("members WHERE user_id = 10").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 2);
-    assert_eq!(p["outcome"], "completed");
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 2, "outcome": "completed"}),
+    );
 }
 
 // Scenario 9.
@@ -162,12 +160,14 @@ async fn an_inactive_scheduler_removes_nothing_and_the_schedule_is_dropped() {
     let (_, log) = prune_once(&db).await;
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![10, 12]);
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 10);
-    assert_eq!(w["reason"], "actor_inactive");
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 0);
-    assert_eq!(p["outcome"], "denied");
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 10, "reason": "actor_inactive"}),
+    );
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 0, "outcome": "denied"}),
+    );
 }
 
 #[tokio::test]
@@ -184,9 +184,10 @@ async fn a_scheduler_who_lost_owner_rights_has_the_schedule_dropped() {
         vec![10, 11, 12, 13, 14]
     );
     assert!(!db.exists("members_deletion_schedules").await);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 10);
-    assert_eq!(w["reason"], "not_authorized");
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 10, "reason": "not_authorized"}),
+    );
     assert_eq!(log.one(PROCESSED)["outcome"], "denied");
     assert!(r.runs[0].sent.is_empty());
 }
@@ -201,8 +202,9 @@ async fn a_project_owner_membership_needs_project_owner_rights() {
     schedule(&db, 2, 100, 10, 12).await;
     let (_, log) = prune_once(&db).await;
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![34]);
-    let w = log.one(DENIED);
-    assert_eq!(w["member_id"], 34);
-    assert_eq!(w["reason"], "owner_required");
+    assert_fields(
+        &log.one(DENIED),
+        json!({"member_id": 34, "reason": "owner_required"}),
+    );
     assert_eq!(log.one(PROCESSED)["destroyed_count"], 1);
 }

@@ -4,6 +4,7 @@
 //! hundred per invocation; then the schedule.
 
 use super::*;
+use crate::assert::{assert_authorizations_of, assert_fields, assert_user_state};
 
 // Scenario 2, plus a replay after the schedule is gone (behaviour §B43.8).
 #[tokio::test]
@@ -19,14 +20,7 @@ async fn an_owner_removes_every_membership_of_the_hierarchy_and_the_schedule() {
         vec![14],
         "M10–M13 deleted, M14 kept"
     );
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 10)
-            .collect::<Vec<_>>(),
-        vec![(10, 600, 30)]
-    );
+    assert_authorizations_of(&db, 10, &[(10, 600, 30)]).await;
     assert_eq!(
         db.count("notification_settings").await,
         1,
@@ -38,33 +32,35 @@ async fn an_owner_removes_every_membership_of_the_hierarchy_and_the_schedule() {
     );
     assert!(!db.exists("members_deletion_schedules").await);
     let p = log.one(PROCESSED);
-    assert_eq!(p["level"], "info");
-    assert_eq!(p["schedule_id"], 1);
-    assert_eq!(p["user_id"], 10);
-    assert_eq!(p["namespace_id"], 100);
-    assert_eq!(p["scheduled_by_id"], 11);
-    assert_eq!(p["destroyed_count"], 4);
-    assert_eq!(p["outcome"], "completed");
+    assert_fields(
+        &p,
+        json!({
+            "level": "info",
+            "schedule_id": 1,
+            "user_id": 10,
+            "namespace_id": 100,
+            "scheduled_by_id": 11,
+            "destroyed_count": 4,
+            "outcome": "completed"
+        }),
+    );
     assert!(p["destroy_duration_s"].is_f64());
     assert!(log.with_message(DENIED).is_empty());
-    let done = log.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["schedules_processed"], 1);
-    assert_eq!(done["destroyed_count_total"], 4);
+    assert_fields(
+        &log.done(),
+        json!({"status": "completed", "schedules_processed": 1, "destroyed_count_total": 4}),
+    );
     assert_eq!(log.one("metrics")["failed_schedules"], 0.0);
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(r.runs[0].outcome, "success");
     // The user is never blocked by B43.
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 10")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 10, "active").await;
     // A replay after every schedule is gone: completed, no message.
     let (r, log) = prune_once(&db).await;
-    let done = log.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["schedules_processed"], 0);
+    assert_fields(
+        &log.done(),
+        json!({"status": "completed", "schedules_processed": 0}),
+    );
     assert!(log.with_message(PROCESSED).is_empty());
     assert!(r.runs[0].sent.is_empty());
 }
@@ -97,9 +93,10 @@ async fn more_than_a_hundred_memberships_continue_in_a_second_invocation() {
         50
     );
     assert!(db.exists("members_deletion_schedules WHERE id = 1").await);
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 100);
-    assert_eq!(p["outcome"], "partial");
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 100, "outcome": "partial"}),
+    );
     assert_eq!(log.done()["status"], "more_work");
     assert_continuation(&r.runs[0].sent, "run-1", 1);
     // Invocation 2, given that message.
@@ -110,9 +107,10 @@ async fn more_than_a_hundred_memberships_continue_in_a_second_invocation() {
     assert!(!db.exists("members WHERE user_id = 10").await);
     assert!(!db.exists("project_authorizations WHERE user_id = 10").await);
     assert!(!db.exists("members_deletion_schedules").await);
-    let p = log2.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 50);
-    assert_eq!(p["outcome"], "completed");
+    assert_fields(
+        &log2.one(PROCESSED),
+        json!({"destroyed_count": 50, "outcome": "completed"}),
+    );
     assert_eq!(log2.done()["status"], "completed");
     assert!(r2.runs[0].sent.is_empty());
 }
@@ -129,17 +127,11 @@ async fn a_schedule_with_nothing_left_is_deleted_after_one_refresh() {
     schedule(&db, 1, 100, 10, 11).await;
     let (r, log) = prune_once(&db).await;
     assert!(!db.exists("members_deletion_schedules").await);
-    assert_eq!(
-        db.pas()
-            .await
-            .into_iter()
-            .filter(|p| p.0 == 10)
-            .collect::<Vec<_>>(),
-        vec![(10, 600, 30)]
+    assert_authorizations_of(&db, 10, &[(10, 600, 30)]).await;
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"destroyed_count": 0, "outcome": "completed"}),
     );
-    let p = log.one(PROCESSED);
-    assert_eq!(p["destroyed_count"], 0);
-    assert_eq!(p["outcome"], "completed");
     assert!(r.runs[0].sent.is_empty());
 }
 
@@ -150,9 +142,10 @@ async fn a_schedule_on_a_subgroup_covers_its_whole_root_hierarchy() {
     schedule(&db, 1, 101, 10, 11).await;
     let (_, log) = prune_once(&db).await;
     assert_eq!(db.ids("members WHERE user_id = 10").await, vec![14]);
-    let p = log.one(PROCESSED);
-    assert_eq!(p["namespace_id"], 101);
-    assert_eq!(p["destroyed_count"], 4);
+    assert_fields(
+        &log.one(PROCESSED),
+        json!({"namespace_id": 101, "destroyed_count": 4}),
+    );
 }
 
 #[tokio::test]

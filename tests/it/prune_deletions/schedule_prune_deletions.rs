@@ -3,6 +3,9 @@
 //! retried when the send fails; and the ready Lambda events of both functions.
 
 use super::*;
+use crate::assert::{
+    assert_cron_metric_names, assert_fields, assert_sent_one, assert_skipped_already_running,
+};
 
 // Scenario 1.
 #[tokio::test]
@@ -19,58 +22,43 @@ async fn the_scheduler_enqueues_one_run_only_when_a_schedule_exists() {
     r.invoke(SCHED, &cron.to_body(), 1).await.unwrap();
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(r.runs[0].outcome, "success");
-    let done = log.done();
-    assert_eq!(done["enqueued"], false);
-    assert_eq!(done["status"], "completed");
-    let emf = log.one("metrics");
-    assert_eq!(emf["function"], "schedule-prune-deletions");
-    assert_eq!(emf["remaining_schedules"], 0.0);
-    assert_eq!(emf["oldest_schedule_age_s"], 0.0);
+    assert_fields(
+        &log.done(),
+        json!({"enqueued": false, "status": "completed"}),
+    );
+    assert_fields(
+        &log.one("metrics"),
+        json!({
+            "function": "schedule-prune-deletions",
+            "remaining_schedules": 0.0,
+            "oldest_schedule_age_s": 0.0
+        }),
+    );
     // One schedule: one prune-deletions.run with delay 0 and hop 0.
     schedule(&db, 1, 100, 10, 11).await;
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let cron = r.cron_message(SCHED);
     r.invoke(SCHED, &cron.to_body(), 1).await.unwrap();
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!((m.receiver, m.delay_s, m.envelope.hop), (F, 0, 0));
-    assert_eq!(m.envelope.kind, "prune-deletions.run");
-    assert_eq!(m.envelope.run_id, cron.run_id);
-    assert_eq!(
-        m.envelope.message_key,
-        format!("prune-deletions:{}:0", cron.run_id)
+    assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": F.name(),
+            "delay_s": 0,
+            "hop": 0,
+            "type": "prune-deletions.run",
+            "run_id": cron.run_id,
+            "message_key": format!("prune-deletions:{}:0", cron.run_id),
+            "payload": {}
+        }),
     );
-    assert_eq!(m.envelope.payload, json!({}));
     assert_eq!(log.done()["enqueued"], true);
     let emf = log.one("metrics");
-    assert_eq!(emf["remaining_schedules"], 1.0);
-    assert_eq!(emf["oldest_schedule_age_s"], 86_400.0);
-    let names: Vec<Value> = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["Name"].clone())
-        .collect();
-    assert_eq!(
-        names,
-        vec![
-            json!("records"),
-            json!("records_failed"),
-            json!("duration_s"),
-            json!("outcome_done"),
-            json!("outcome_stale"),
-            json!("outcome_skipped"),
-            json!("outcome_retryable"),
-            json!("outcome_permanent"),
-            json!("outcome_panic"),
-            json!("outcome_deadline"),
-            json!("run_started"),
-            json!("remaining_schedules"),
-            json!("oldest_schedule_age_s")
-        ]
+    assert_fields(
+        &emf,
+        json!({"remaining_schedules": 1.0, "oldest_schedule_age_s": 86_400.0}),
     );
+    assert_cron_metric_names(&emf, &["remaining_schedules", "oldest_schedule_age_s"]);
     // The scheduler never touches memberships or schedules itself.
     assert!(db.exists("members_deletion_schedules WHERE id = 1").await);
 }
@@ -89,10 +77,7 @@ async fn the_scheduler_finding_its_lock_held_is_skipped_and_a_failed_send_is_ret
     let mut r = db.runner(t(NOW));
     let body = r.cron_message(SCHED).to_body();
     r.invoke(SCHED, &body, 1).await.unwrap();
-    log.one("skipped: already running");
-    assert_eq!(log.done()["status"], "skipped");
-    assert!(r.runs[0].sent.is_empty());
-    assert_eq!(r.runs[0].outcome, "success");
+    assert_skipped_already_running(&log, &r.runs[0]);
     other
         .execute("SELECT pg_advisory_unlock($1)", &[&key])
         .await

@@ -2,6 +2,7 @@
 //! the lock held changes nothing, and of two concurrent workers only one works.
 
 use super::*;
+use crate::assert::assert_skipped_already_running;
 
 // Scenario 13.
 #[tokio::test]
@@ -16,11 +17,8 @@ async fn a_message_finding_the_single_flight_lock_held_changes_nothing() {
         .await
         .unwrap();
     let (r, log) = prune_once(&db).await;
-    let s = log.one("skipped: already running");
-    assert_eq!(s["level"], "info");
-    assert_eq!(log.done()["status"], "skipped");
-    assert_eq!(r.runs[0].outcome, "success");
-    assert!(r.runs[0].sent.is_empty());
+    assert_skipped_already_running(&log, &r.runs[0]);
+    assert_eq!(log.one("skipped: already running")["level"], "info");
     assert_eq!(db.count("members WHERE user_id = 10").await, 5);
     assert!(db.exists("members_deletion_schedules WHERE id = 1").await);
     other

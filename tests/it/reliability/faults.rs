@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::assert::assert_fields;
 use hk::local::process_record;
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
@@ -405,9 +406,10 @@ async fn overlapping_runs_of_each_cron_batch_let_one_proceed_and_skip_the_other(
             ),
         };
         assert!(did, "{f}: {field} in {rep}");
-        let skipped = log.one("skipped: already running");
-        assert_eq!(skipped["run_id"], "run-b");
-        assert_eq!(skipped["function"], f.name());
+        assert_fields(
+            &log.one("skipped: already running"),
+            json!({"run_id": "run-b", "function": f.name()}),
+        );
     }
 }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::assert::{assert_fields, assert_user_state};
 use crate::handle_event;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -11,6 +12,7 @@ use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
+use serde_json::json;
 use shared::clock::FixedClock;
 use shared::config::Config;
 use shared::db::Session;
@@ -79,16 +81,18 @@ async fn a_cron_tick_event_runs_the_batch_and_reports_no_failure() {
     assert!(failures(&resp).is_empty());
     assert!(!db.exists("members WHERE id = 10").await);
     let start = log.one("start");
-    assert_eq!(start["function"], "remove-expired-members");
-    assert_eq!(
-        start["message_key"],
-        "remove-expired-members:cron:2025-03-10T00:10:00Z"
+    assert_fields(
+        &start,
+        json!({
+            "function": "remove-expired-members",
+            "message_key": "remove-expired-members:cron:2025-03-10T00:10:00Z",
+            "run_id": "8f0c2c1e-5a4e-4c53-9a3d-6f1d2b7e9c10",
+            "hop": 0,
+            "now": "2025-03-10T00:10:00.000000Z",
+            "message_type": "remove-expired-members.run",
+            "cursor": null
+        }),
     );
-    assert_eq!(start["run_id"], "8f0c2c1e-5a4e-4c53-9a3d-6f1d2b7e9c10");
-    assert_eq!(start["hop"], 0);
-    assert_eq!(start["now"], "2025-03-10T00:10:00.000000Z");
-    assert_eq!(start["message_type"], "remove-expired-members.run");
-    assert!(start["cursor"].is_null());
     let done = log.done();
     assert!(done["duration_s"].is_f64());
     assert_eq!(done["message_key"], start["message_key"]);
@@ -229,11 +233,7 @@ async fn a_panic_fails_only_its_record_and_releases_the_session_lock() {
     assert!(log.with_message("skipped: already running").is_empty());
     // The bot's transaction was rolled back with the dropped session.
     assert!(db.exists("members WHERE id = 18").await);
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 20, "active").await;
     // And no session lock is left behind.
     let key = shared::locks::lock_key("function:remove-expired-members");
     assert!(
@@ -365,10 +365,15 @@ async fn a_panic_in_a_function_is_written_as_a_json_line_like_every_other_line()
         .iter()
         .find(|l| l["message"] == "panic")
         .unwrap_or_else(|| panic!("no `panic` line:\n{stderr}"));
-    assert_eq!(panic["error"], "transport exploded");
-    assert_eq!(panic["error_class"], "panic");
-    assert_eq!(panic["level"], "error");
-    assert_eq!(panic["function"], "remove-expired-members");
+    assert_fields(
+        panic,
+        json!({
+            "error": "transport exploded",
+            "error_class": "panic",
+            "level": "error",
+            "function": "remove-expired-members"
+        }),
+    );
     assert!(panic["location"].as_str().unwrap().contains("glue.rs"));
     assert!(lines
         .iter()

@@ -21,6 +21,7 @@ use shared::runtime::{Deadline, Handler, Invocation, RecordMeta};
 use shared::telemetry::{capture, gitlab_extra_prefix};
 use shared::Function;
 
+use crate::assert::assert_fields;
 use crate::emitted::{emitted_metrics, malformed};
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -102,9 +103,10 @@ async fn an_unreachable_database_fails_a_record_of_every_function_with_the_stack
             "outcome_retryable",
             "housekeeping-staging",
         );
-        let line = log.one("database unavailable");
-        assert_eq!(line["class"], f.gitlab_class());
-        assert_eq!(line["job_status"], "fail");
+        assert_fields(
+            &log.one("database unavailable"),
+            json!({"class": f.gitlab_class(), "job_status": "fail"}),
+        );
     }
 }
 
@@ -154,9 +156,10 @@ async fn a_panicking_handler_emits_its_metric_line() {
     let l = emf(&log.lines());
     assert_failed(&l, f, "outcome_panic", "local");
     assert_eq!(l["run_started"], 1.0, "the cron message starts a run: {l}");
-    let failed = log.one("record failed: handler panicked");
-    assert_eq!(failed["class"], "RemoveExpiredMembersWorker");
-    assert_eq!(failed["job_status"], "fail");
+    assert_fields(
+        &log.one("record failed: handler panicked"),
+        json!({"class": "RemoveExpiredMembersWorker", "job_status": "fail"}),
+    );
 }
 
 /// Exceptions to "every catalogue pair is emitted by the local run", each justified.

@@ -3,6 +3,7 @@
 //! bot; a failed send rolls back that member only.
 
 use super::*;
+use crate::assert::{assert_fields, assert_sent_one, assert_user_state};
 
 #[tokio::test]
 async fn an_expired_project_bot_is_blocked_revoked_and_queued_for_deletion() {
@@ -15,11 +16,7 @@ async fn an_expired_project_bot_is_blocked_revoked_and_queued_for_deletion() {
     let (r, log) = cron_once(&db).await;
     assert!(!db.exists("members WHERE id = 18").await);
     assert!(db.pas().await.is_empty());
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "blocked"
-    );
+    assert_user_state(&db, 20, "blocked").await;
     assert!(
         db.scalar::<bool>("SELECT revoked FROM personal_access_tokens WHERE id = 1")
             .await
@@ -35,22 +32,21 @@ async fn an_expired_project_bot_is_blocked_revoked_and_queued_for_deletion() {
     assert_eq!(row.get::<_, Option<i64>>(0), None);
     assert!(!row.get::<_, bool>(1));
     assert_eq!(row.get::<_, chrono::DateTime<chrono::Utc>>(2), t(NOW));
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let m = &sent[0].message;
-    assert_eq!(m.receiver, Function::DeleteUser);
-    assert_eq!(m.delay_s, 30);
-    assert_eq!(m.envelope.message_key, "delete-user:20");
-    assert_eq!(m.envelope.kind, "delete-user.run");
-    assert_eq!(
-        m.envelope.payload,
-        json!({"user_id": 20, "initiator_user_id": null, "reason": "Membership expired"})
+    assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": Function::DeleteUser.name(),
+            "delay_s": 30,
+            "message_key": "delete-user:20",
+            "type": "delete-user.run",
+            "payload": {"user_id": 20, "initiator_user_id": null, "reason": "Membership expired"}
+        }),
     );
     assert_eq!(log.done()["updated_rows"], 1);
-    let p1 = log.one("User scheduled for removal");
-    assert_eq!(p1["user_id"], 20);
-    assert_eq!(p1["reason"], "Membership expired");
-    assert_eq!(p1["tokens_revoked"], 1);
+    assert_fields(
+        &log.one("User scheduled for removal"),
+        json!({"user_id": 20, "reason": "Membership expired", "tokens_revoked": 1}),
+    );
 }
 
 #[tokio::test]
@@ -76,9 +72,10 @@ async fn until_idle_a_bot_is_deleted_by_its_delete_user_child() {
         5
     );
     assert!(!db.exists("members WHERE user_id = 20").await);
-    let deleted = log.one("User deleted");
-    assert_eq!(deleted["user_id"], 20);
-    assert_eq!(deleted["issues_reassigned"], 1);
+    assert_fields(
+        &log.one("User deleted"),
+        json!({"user_id": 20, "issues_reassigned": 1}),
+    );
     assert_eq!(r.runs.len(), 2);
     assert_eq!(r.runs[1].function, Function::DeleteUser);
     // The child ran 30 virtual seconds later.
@@ -111,18 +108,10 @@ async fn a_failed_delete_user_send_rolls_back_that_member_only() {
     r.invoke(F, &body, 1).await.unwrap();
     // The bot's member and state are untouched: the send failed before COMMIT.
     assert!(db.exists("members WHERE id = 18").await);
-    assert_eq!(
-        db.scalar::<String>("SELECT state FROM users WHERE id = 20")
-            .await,
-        "active"
-    );
+    assert_user_state(&db, 20, "active").await;
     assert!(!db.exists("ghost_user_migrations").await);
     assert!(!db.exists("members WHERE id = 10").await);
     let e = log.one("Expired Member ID=18 cannot be removed - transport: injected send failure for delete-user:20");
     assert_eq!(e["error_class"], "transport");
-    let done = log.done();
-    assert_eq!(
-        (done["updated_rows"].as_i64(), done["failed_rows"].as_i64()),
-        (Some(1), Some(1))
-    );
+    assert_fields(&log.done(), json!({"updated_rows": 1, "failed_rows": 1}));
 }

@@ -4,6 +4,7 @@
 //! group) and the hop limit.
 
 use super::*;
+use crate::assert::{assert_fields, assert_hop_limit_reached, assert_sent_one};
 
 /// 1,001 expired project members with ids 1001..2001, all expiring 2025-03-01.
 async fn thousand_and_one(db: &TestDb) {
@@ -28,43 +29,44 @@ async fn pages_of_a_thousand_continue_with_the_cursor_of_the_last_row() {
         db.ids("members WHERE id BETWEEN 1001 AND 2001").await,
         vec![1001]
     );
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(done["updated_rows"], 1000);
-    assert_eq!(
-        done["next_cursor"],
-        json!({"expires_at": "2025-03-01", "id": 1002})
+    assert_fields(
+        &log.done(),
+        json!({
+            "status": "limit_reached",
+            "updated_rows": 1000,
+            "next_cursor": {"expires_at": "2025-03-01", "id": 1002}
+        }),
     );
-    let sent = &r.runs[0].sent;
-    assert_eq!(sent.len(), 1);
-    let c = &sent[0].message;
-    assert_eq!((c.receiver, c.delay_s, c.envelope.hop), (F, 10, 1));
-    assert_eq!(
-        c.envelope.payload,
-        json!({"cursor": {"expires_at": "2025-03-01", "id": 1002}})
-    );
-    assert_eq!(c.envelope.run_id, cron.run_id);
-    assert_eq!(
-        c.envelope.message_key,
-        format!("remove-expired-members:{}:1", cron.run_id)
+    let c = assert_sent_one(
+        &r.runs[0].sent,
+        json!({
+            "receiver": F.name(),
+            "delay_s": 10,
+            "hop": 1,
+            "payload": {"cursor": {"expires_at": "2025-03-01", "id": 1002}},
+            "run_id": cron.run_id,
+            "message_key": format!("remove-expired-members:{}:1", cron.run_id)
+        }),
     );
     // Invocation 2, given that message.
     let (log2, _g) = capture();
     let mut r2 = db.runner(t("2025-03-10T00:10:10Z"));
     r2.invoke(F, &c.envelope.to_body(), 1).await.unwrap();
     assert!(!db.exists("members WHERE id = 1001").await);
-    let done = log2.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["updated_rows"], 1);
+    assert_fields(
+        &log2.done(),
+        json!({"status": "completed", "updated_rows": 1}),
+    );
     assert!(r2.runs[0].sent.is_empty());
     // A replayed hop-1 continuation after the run finished changes nothing.
     let (log3, _g3) = capture();
     let before = db.count("members").await;
     let mut r3 = db.runner(t("2025-03-10T00:20:00Z"));
     r3.invoke(F, &c.envelope.to_body(), 1).await.unwrap();
-    let done = log3.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["updated_rows"], 0);
+    assert_fields(
+        &log3.done(),
+        json!({"status": "completed", "updated_rows": 0}),
+    );
     assert!(r3.runs[0].sent.is_empty());
     assert_eq!(db.count("members").await, before);
 }
@@ -182,11 +184,9 @@ async fn the_deadline_guard_stops_after_the_first_member_and_continues_at_once()
     // Progress rule: the first member is processed even though the guard has fired.
     assert!(!db.exists("members WHERE id = 50").await);
     assert!(db.exists("members WHERE id = 51").await);
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(
-        done["next_cursor"],
-        json!({"expires_at": "2025-03-09", "id": 50})
+    assert_fields(
+        &log.done(),
+        json!({"status": "limit_reached", "next_cursor": {"expires_at": "2025-03-09", "id": 50}}),
     );
     let c: &OutMessage = &r.runs[0].sent[0].message;
     assert_eq!((c.delay_s, c.envelope.hop), (0, 1));
@@ -240,12 +240,13 @@ async fn the_deadline_guard_stops_inside_a_group_and_resumes_at_the_first_member
     assert!(log
         .with_message("Expired Member ID=1 not removed - last owner of group")
         .is_empty());
-    let done = log.done();
-    assert_eq!(done["status"], "limit_reached");
-    assert_eq!(done["updated_rows"], 2);
-    assert_eq!(
-        done["next_cursor"],
-        json!({"expires_at": "2025-03-09", "id": 31})
+    assert_fields(
+        &log.done(),
+        json!({
+            "status": "limit_reached",
+            "updated_rows": 2,
+            "next_cursor": {"expires_at": "2025-03-09", "id": 31}
+        }),
     );
     let c: &OutMessage = &r.runs[0].sent[0].message;
     assert_eq!((c.delay_s, c.envelope.hop), (0, 1));
@@ -261,9 +262,9 @@ async fn a_run_past_the_hop_limit_logs_and_sends_nothing() {
     env.hop = 10_000;
     env.message_key = "remove-expired-members:r:10000".into();
     r.invoke(F, &env.to_body(), 1).await.unwrap();
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(l["level"], "error");
-    assert_eq!(l["max_hops"], 10_000);
-    assert!(r.runs[0].sent.is_empty());
-    assert_eq!(r.runs[0].outcome, "success");
+    assert_hop_limit_reached(&log, &r.runs[0], 10_000);
+    assert_eq!(
+        log.one("continuation not sent: hop limit reached")["level"],
+        "error"
+    );
 }

@@ -3,6 +3,7 @@
 //! deactivated users do not count as other owners.
 
 use super::*;
+use crate::assert::assert_fields;
 
 #[tokio::test]
 async fn the_last_owner_of_a_top_level_group_is_kept_and_selected_again_the_next_day() {
@@ -11,14 +12,11 @@ async fn the_last_owner_of_a_top_level_group_is_kept_and_selected_again_the_next
         .await;
     let (_, log) = cron_once(&db).await;
     assert!(db.exists("members WHERE id = 1").await);
-    let w = log.one("Expired Member ID=1 not removed - last owner of group");
-    assert_eq!(w["level"], "warn");
-    assert_eq!(w["group_id"], 100);
-    assert_eq!(w["member_id"], 1);
-    assert_eq!(w["user_id"], 11);
-    let done = log.done();
-    assert_eq!(done["updated_rows"], 0);
-    assert_eq!(done["skipped_rows"], 1);
+    assert_fields(
+        &log.one("Expired Member ID=1 not removed - last owner of group"),
+        json!({"level": "warn", "group_id": 100, "member_id": 1, "user_id": 11}),
+    );
+    assert_fields(&log.done(), json!({"updated_rows": 0, "skipped_rows": 1}));
     // The next day's run selects M1 again.
     let (log2, _g) = capture();
     let mut r = db.runner(t("2025-03-11T00:10:00Z"));
@@ -68,11 +66,7 @@ async fn a_blocked_sole_owners_expired_row_is_kept_and_not_counted_as_updated() 
     let w = log.one("Expired Member ID=1 not removed - last owner of group");
     assert_eq!(w["user_id"], 11);
     // updated_rows counts removed rows only (docs/gitlab-differences.md).
-    let done = log.done();
-    assert_eq!(
-        (done["updated_rows"].as_i64(), done["skipped_rows"].as_i64()),
-        (Some(1), Some(1))
-    );
+    assert_fields(&log.done(), json!({"updated_rows": 1, "skipped_rows": 1}));
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! message without `message_key` is malformed.
 
 use super::*;
+use crate::assert::{assert_fields, assert_skipped_already_running};
 
 #[tokio::test]
 async fn an_error_on_one_member_is_logged_and_the_others_are_removed() {
@@ -19,18 +20,13 @@ async fn an_error_on_one_member_is_logged_and_the_others_are_removed() {
     )
     .await;
     let (r, log) = cron_once(&db).await;
-    let e = log.one("Expired Member ID=20 cannot be removed - boom");
-    assert_eq!(e["level"], "error");
-    assert_eq!(e["member_id"], 20);
-    assert_eq!(e["error"], "boom");
-    assert_eq!(e["error_class"], "db");
+    assert_fields(
+        &log.one("Expired Member ID=20 cannot be removed - boom"),
+        json!({"level": "error", "member_id": 20, "error": "boom", "error_class": "db"}),
+    );
     assert!(db.exists("members WHERE id = 20").await);
     assert!(!db.exists("members WHERE id = 21").await);
-    let done = log.done();
-    assert_eq!(
-        (done["updated_rows"].as_i64(), done["failed_rows"].as_i64()),
-        (Some(1), Some(1))
-    );
+    assert_fields(&log.done(), json!({"updated_rows": 1, "failed_rows": 1}));
     assert_eq!(r.runs[0].outcome, "success");
 }
 
@@ -48,9 +44,7 @@ async fn a_run_finding_the_overlap_lock_held_changes_nothing() {
         .unwrap();
     let (r, log) = cron_once(&db).await;
     assert!(db.exists("members WHERE id = 10").await);
-    log.one("skipped: already running");
-    assert_eq!(log.done()["status"], "skipped");
-    assert_eq!(r.runs[0].outcome, "success");
+    assert_skipped_already_running(&log, &r.runs[0]);
     // The lock was never ours: after the holder lets go, the next run works.
     other
         .execute("SELECT pg_advisory_unlock($1)", &[&key])

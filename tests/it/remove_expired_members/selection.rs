@@ -4,6 +4,7 @@
 //! (authorizations, notification settings) and the EMF line of the run.
 
 use super::*;
+use crate::assert::{assert_cron_metric_names, assert_fields};
 
 #[tokio::test]
 async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
@@ -21,12 +22,16 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
     assert!(db.exists("members WHERE id = 11").await);
     assert_eq!(db.pas().await, vec![(12, 200, 30)]);
     assert_eq!(db.count("notification_settings").await, 0);
-    let done = log.done();
-    assert_eq!(done["status"], "completed");
-    assert_eq!(done["updated_rows"], 1);
-    assert_eq!(done["skipped_rows"], 0);
-    assert_eq!(done["failed_rows"], 0);
-    assert!(done["next_cursor"].is_null());
+    assert_fields(
+        &log.done(),
+        json!({
+            "status": "completed",
+            "updated_rows": 1,
+            "skipped_rows": 0,
+            "failed_rows": 0,
+            "next_cursor": null
+        }),
+    );
     assert!(r.runs[0].sent.is_empty());
     // One EMF line per invocation, for the alarms.
     let emf = log.one("metrics");
@@ -38,43 +43,29 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
         emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
         json!([["Service", "function"]])
     );
-    assert_eq!(emf["Service"], "local");
-    assert_eq!(
-        (emf["records"].as_f64(), emf["outcome_done"].as_f64()),
-        (Some(1.0), Some(1.0))
+    assert_fields(
+        &emf,
+        json!({
+            "Service": "local",
+            "records": 1.0,
+            "outcome_done": 1.0,
+            "run_started": 1.0,
+            "function": "remove-expired-members",
+            "processed": 1.0,
+            "failed": 0.0
+        }),
     );
-    assert_eq!(emf["run_started"], 1.0);
-    assert_eq!(emf["function"], "remove-expired-members");
-    assert_eq!(emf["processed"], 1.0);
-    assert_eq!(emf["failed"], 0.0);
     assert!(emf["duration_s"].is_f64());
-    let names: Vec<_> = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["Name"].clone())
-        .collect();
-    assert_eq!(
-        names,
-        vec![
-            json!("records"),
-            json!("records_failed"),
-            json!("duration_s"),
-            json!("outcome_done"),
-            json!("outcome_stale"),
-            json!("outcome_skipped"),
-            json!("outcome_retryable"),
-            json!("outcome_permanent"),
-            json!("outcome_panic"),
-            json!("outcome_deadline"),
-            json!("run_started"),
-            json!("processed"),
-            json!("skipped"),
-            json!("failed"),
-            json!("updated_rows"),
-            json!("skipped_rows"),
-            json!("failed_rows")
-        ]
+    assert_cron_metric_names(
+        &emf,
+        &[
+            "processed",
+            "skipped",
+            "failed",
+            "updated_rows",
+            "skipped_rows",
+            "failed_rows",
+        ],
     );
 }
 
@@ -182,12 +173,9 @@ async fn a_membership_extended_after_the_page_read_is_skipped() {
         db.exists("members WHERE id = 19 AND expires_at = '2025-04-01'")
             .await
     );
-    let l = log.one("Expired Member ID=19 skipped - no longer expired");
-    assert_eq!(l["member_id"], 19);
-    assert_eq!(l["level"], "info");
-    let done = log.done();
-    assert_eq!(
-        (done["updated_rows"].as_i64(), done["skipped_rows"].as_i64()),
-        (Some(1), Some(1))
+    assert_fields(
+        &log.one("Expired Member ID=19 skipped - no longer expired"),
+        json!({"member_id": 19, "level": "info"}),
     );
+    assert_fields(&log.done(), json!({"updated_rows": 1, "skipped_rows": 1}));
 }

@@ -4,6 +4,7 @@
 //! line's cursor rebuilt from validated fields.
 
 use super::*;
+use crate::assert::assert_fields;
 
 #[tokio::test]
 async fn a_delete_user_received_above_its_hop_limit_is_logged_acknowledged_and_sends_nothing() {
@@ -22,10 +23,10 @@ async fn a_delete_user_received_above_its_hop_limit_is_logged_acknowledged_and_s
     );
     let (run, log) = hk_run(&mut r, Function::DeleteUser, &body.to_string()).await;
     assert_eq!(run.outcome, "success", "{}", log.dump());
-    let l = log.one("continuation not sent: hop limit reached");
-    assert_eq!(l["level"], "error");
-    assert_eq!(l["hop"], json!(u64::MAX));
-    assert_eq!(l["max_hops"], 1000);
+    assert_fields(
+        &log.one("continuation not sent: hop limit reached"),
+        json!({"level": "error", "hop": u64::MAX, "max_hops": 1000}),
+    );
     assert_eq!(log.done()["status"], "hop_limit_reached");
     assert!(run.sent.is_empty());
     // Nothing was done either: the user and the migration row are as they were.
