@@ -50,7 +50,7 @@ export PATH="$ROOT/.venv/bin:$PATH"
 # The Python the tests run their aiosmtpd SMTP sink with (tests/sinks/smtp.rs).
 export HK_TEST_PYTHON="$ROOT/.venv/bin/python"
 # The Python whose samtranslator translates the template for the deploy test
-# (tests/it/deploy.rs, which runs its own moto servers with HK_TEST_PYTHON).
+# (tests/it/deployment/deploy.rs, which runs its own moto servers with HK_TEST_PYTHON).
 export HK_SAM_PYTHON="$ROOT/.venv-sam/bin/python"
 
 step "SAM template: cfn-lint and sam validate --lint (offline)"
@@ -124,12 +124,12 @@ PG17_PORT=$(free_port)
 url17=$(HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" HK_PG_PORT="$PG17_PORT" target/debug/hk db up | sed -n 's/^DATABASE_URL=//p')
 STARTED_PG17=1
 echo "DATABASE_URL=$url17 (PostgreSQL 17)"
-PG17_FILTER='test(/^(schema|architecture|glue|chaos|cold_start)::/)'
+PG17_FILTER='test(/^(schema|architecture|reliability::(glue|chaos|cold_start))::/)'
 if cargo nextest --version >/dev/null 2>&1; then
   DATABASE_URL="$url17" cargo nextest run -p integration-tests --no-fail-fast -E "$PG17_FILTER"
   DATABASE_URL="$url17" cargo nextest run -p hk --test check --test cli --no-fail-fast
 else
-  DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: glue:: chaos:: cold_start::
+  DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: reliability::glue:: reliability::chaos:: reliability::cold_start::
   DATABASE_URL="$url17" cargo test -p hk --test check --test cli --no-fail-fast
 fi
 

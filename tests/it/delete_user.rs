@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::assert::{assert_fields, assert_message};
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
@@ -74,13 +75,17 @@ async fn the_user_is_deleted_and_its_contributions_go_to_the_ghost() {
             .await
     );
     assert!(!db.exists("ghost_user_migrations").await);
-    let l = log.one("User deleted");
-    assert_eq!(l["issues_reassigned"], 1);
-    assert_eq!(l["merge_requests_reassigned"], 1);
-    assert_eq!(l["notes_reassigned"], 2);
-    assert_eq!(l["ghost_user_id"], 5);
-    assert_eq!(l["user_id"], 20);
-    assert_eq!(l["reason"], "Membership expired");
+    assert_fields(
+        &log.one("User deleted"),
+        json!({
+            "issues_reassigned": 1,
+            "merge_requests_reassigned": 1,
+            "notes_reassigned": 2,
+            "ghost_user_id": 5,
+            "user_id": 20,
+            "reason": "Membership expired"
+        }),
+    );
     assert!(r.runs[0].sent.is_empty());
 }
 
@@ -209,12 +214,14 @@ async fn with_no_budget_each_invocation_reassigns_one_batch_and_resends() {
     r.invoke(F, &message(20), 1).await.unwrap();
     assert_eq!(db.count("issues WHERE author_id = 5").await, 1000);
     assert!(db.exists("users WHERE id = 20").await);
-    let resend = &r.runs[0].sent[0].message;
-    assert_eq!((resend.envelope.hop, resend.delay_s), (1, 0));
-    assert_eq!(resend.envelope.message_key, "delete-user:20");
-    assert_eq!(
-        resend.envelope.payload,
-        json!({"user_id":20,"initiator_user_id":null,"reason":"Membership expired"})
+    assert_message(
+        &r.runs[0].sent[0].message,
+        json!({
+            "hop": 1,
+            "delay_s": 0,
+            "message_key": "delete-user:20",
+            "payload": {"user_id": 20, "initiator_user_id": null, "reason": "Membership expired"}
+        }),
     );
     log.one("delete-user continuing");
     r.drain().await.unwrap();
@@ -297,9 +304,10 @@ async fn a_phase_one_that_holds_the_user_too_long_is_a_retryable_failure() {
     );
     let (run, _) = r.invoke(F, &message(20), 1).await.unwrap();
     assert_eq!(run.outcome, "retryable");
-    let e = log.one("record failed");
-    assert_eq!(e["error_class"], "db");
-    assert_eq!(e["receive_count"], 1);
+    assert_fields(
+        &log.one("record failed"),
+        json!({"error_class": "db", "receive_count": 1}),
+    );
     tx.rollback().await.unwrap();
     assert!(db.exists("users WHERE id = 20").await);
     assert_eq!(r.exit_code(true), 1);

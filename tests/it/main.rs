@@ -1,34 +1,21 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
 mod architecture;
-mod b28;
-mod b38;
-mod b43;
-mod b51;
-mod b51_large;
-mod b70;
-mod chaos;
-mod cold_start;
-mod common;
+mod assert;
+mod common_rules;
 mod delete_user;
 mod deliver_notification;
-mod deploy;
+mod deployment;
 mod emitted;
-mod faults;
-mod fuzz;
-mod glue;
+mod group_deletion;
 mod harness;
-mod hostile;
-mod lock_order;
-mod observability;
+mod pat_expiring;
 mod perf;
-mod queue_sqs;
-mod rotation;
+mod placeholder_user_cleanup;
+mod prune_deletions;
+mod reliability;
+mod remove_expired_members;
 mod schema;
-mod secrets;
-mod ssrf;
-mod stored_values;
-mod template;
 
 /// The Lambda glue with every function's handler: what a function binary does with
 /// its own handler, for tests that drive several functions through one `Deps`.

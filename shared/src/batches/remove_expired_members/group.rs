@@ -3,7 +3,7 @@
 //!
 //! Owns: the group's statements ([`GroupStatements`], prepared once per page), the
 //! group's locks in the lock order of ARCHITECTURE.md, taken for the group as a whole
-//! (tested by `tests/it/lock_order.rs`), the set-based deletion of every member no
+//! (tested by `tests/it/reliability/lock_order.rs`), the set-based deletion of every member no
 //! per-member rule concerns (with the row locks, in one statement) and its one `authz`
 //! refresh, the per-member steps of the
 //! others in SAVEPOINTs, the deadline guard inside the group, and how the group ended

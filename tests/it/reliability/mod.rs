@@ -1,0 +1,28 @@
+//! Reliability across the functions: whatever the input, the timing or the failure,
+//! nothing is lost, nothing is done twice and nothing leaks.
+//!
+//! * `chaos`: every batch until idle under duplicated, reordered and crashed deliveries
+//!   ends in the clean run's state.
+//! * `faults`: fault injection at named points, overlapping runs, replayed and forged
+//!   messages.
+//! * `fuzz` and `hostile`: hostile input to the parser, the Lambda glue and the handlers.
+//! * `glue`: the Lambda glue on real SQS event JSON.
+//! * `cold_start`: the schema check when a function starts.
+//! * `lock_order`: no deadlock between functions over the same users.
+//! * `rotation`: secrets rotated under a warm function.
+//! * `observability`: the metric and log lines every function writes (what a run
+//!   emits is collected by `crate::emitted`).
+//! * `secrets`: no secret in any log line or message.
+//! * `stored_values`: values GitLab's columns accept but no form writes are data.
+
+mod chaos;
+mod cold_start;
+mod faults;
+mod fuzz;
+mod glue;
+mod hostile;
+mod lock_order;
+mod observability;
+mod rotation;
+mod secrets;
+mod stored_values;

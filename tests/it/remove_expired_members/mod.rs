@@ -1,0 +1,54 @@
+//! remove-expired-members (B38): every acceptance scenario of behaviour §B38.11, plus
+//! replay and duplicate delivery, one file per concern:
+//!
+//! * `selection`: which memberships have expired and go, and what goes with them.
+//! * `last_owner`: expired owner rows kept so that no group is left without an owner.
+//! * `bots`: an expired project bot is blocked, its tokens revoked, and delete-user
+//!   finishes it.
+//! * `continuation`: pages, groups of a page, the cursor, the deadline guard and the hop
+//!   limit.
+//! * `run_guards`: one member's error stays its own; the overlap lock; a malformed
+//!   message.
+//!
+//! Here: the common fixture and one cron invocation.
+
+use hk::local::Runner;
+use integration_tests::fixtures::{M, U};
+use integration_tests::{t, Fx, TestDb};
+use serde_json::json;
+use shared::queue::OutMessage;
+use shared::telemetry::{capture, Captured};
+use shared::Function;
+
+mod bots;
+mod continuation;
+mod last_owner;
+mod run_guards;
+mod selection;
+
+const NOW: &str = "2025-03-10T00:10:00Z";
+
+const F: Function = Function::RemoveExpiredMembers;
+
+/// The common fixture of behaviour §B38.11: G100 "acme"; G101 < G100; P200 in G101 (project
+/// namespace 300); U10, U11, U12 (human, active); U20 (bot, active); M1: GM G100 U11 50.
+async fn fixture() -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.group(101, "web", Some(100)).await;
+    fx.project(200, 101).await;
+    fx.users(&[U::human(10), U::human(11), U::human(12), U::bot(20)])
+        .await;
+    fx.members(&[M::gm(1, 100, 11, 50)]).await;
+    db
+}
+
+/// One invocation of the cron message at NOW; returns the runner and the log.
+async fn cron_once(db: &TestDb) -> (Runner, Captured) {
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW));
+    let body = r.cron_message(F).to_body();
+    r.invoke(F, &body, 1).await.unwrap();
+    (r, log)
+}
