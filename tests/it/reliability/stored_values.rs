@@ -2,7 +2,11 @@
 //! writes (dates at `-infinity`, a deletion period past the calendar) end as a logged
 //! skip or a clamp, never a panic, and never stop the rest of the batch.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use integration_tests::fixtures::{M, U};
+use integration_tests::sinks::net::TestNetwork;
 use integration_tests::{t, Fx, TestDb};
 use shared::telemetry::capture;
 use shared::Function;
@@ -83,4 +87,108 @@ async fn a_deletion_period_past_the_calendar_makes_no_group_due() {
     assert!(db.exists("namespaces WHERE id = 100").await);
     let warn = log.one("deletion_adjourned_period is outside GitLab's 1..=90 days: a period below 1 counts as 1 day, one past the calendar makes no group due");
     assert_eq!(warn["deletion_adjourned_period"], 2147483647);
+}
+
+/// Values GitLab's columns accept, one world each: every column of a world gets its
+/// value in every row of the demo data, then every cron function runs until idle. Each
+/// column the batches read that can hold such a value is in each world that applies.
+const WORLDS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "-infinity",
+        &[
+            ("members", "expires_at"),
+            ("group_deletion_schedules", "marked_for_deletion_on"),
+            ("members_deletion_schedules", "created_at"),
+            ("personal_access_tokens", "expires_at"),
+            ("personal_access_tokens", "created_at"),
+            ("personal_access_tokens", "last_used_at"),
+            (
+                "import_placeholder_user_details",
+                "last_deletion_attempt_at",
+            ),
+        ],
+    ),
+    (
+        "infinity",
+        &[
+            ("members", "expires_at"),
+            ("group_deletion_schedules", "marked_for_deletion_on"),
+            ("members_deletion_schedules", "created_at"),
+            ("personal_access_tokens", "expires_at"),
+            ("personal_access_tokens", "created_at"),
+            ("personal_access_tokens", "last_used_at"),
+            (
+                "import_placeholder_user_details",
+                "last_deletion_attempt_at",
+            ),
+        ],
+    ),
+    (
+        "4713-01-01 BC",
+        &[
+            ("members", "expires_at"),
+            ("group_deletion_schedules", "marked_for_deletion_on"),
+            ("personal_access_tokens", "expires_at"),
+        ],
+    ),
+    (
+        "2147483647",
+        &[
+            ("members", "access_level"),
+            ("import_placeholder_user_details", "deletion_attempts"),
+            ("application_settings", "deletion_adjourned_period"),
+        ],
+    ),
+    (
+        "-2147483648",
+        &[
+            ("members", "access_level"),
+            ("import_placeholder_user_details", "deletion_attempts"),
+            ("application_settings", "deletion_adjourned_period"),
+        ],
+    ),
+];
+
+/// A bad stored value never panics a function: in each of the [`WORLDS`], every cron
+/// function (and every child it sends) runs until idle and no record ends in a panic
+/// (a value a rule cannot use is a logged skip or a clamp).
+#[tokio::test]
+async fn extreme_stored_values_never_panic_any_function() {
+    let mut panics = Vec::new();
+    for (value, columns) in WORLDS {
+        let mut db = TestDb::new().await;
+        hk::demo::seed(&mut db.client, t(NOW).date_naive())
+            .await
+            .unwrap();
+        db.exec(
+            "INSERT INTO application_settings (id, deletion_adjourned_period, created_at, updated_at)
+             VALUES (1, 7, '2024-01-01', '2024-01-01') ON CONFLICT DO NOTHING",
+        )
+        .await;
+        for (table, column) in *columns {
+            db.exec(&format!("UPDATE {table} SET {column} = '{value}'"))
+                .await;
+        }
+        let cfg = shared::notify::NotifyConfig::from_lookup(&|k: &str| match k {
+            "EMAIL_TRANSPORT" => Some("log".into()),
+            other => hk::demo::hk_default(other),
+        })
+        .unwrap();
+        let mut notifier = shared::notify::Notifier::full(&cfg, None).await.unwrap();
+        // Web hooks resolve nothing: no request leaves the test.
+        notifier.delivery.as_mut().unwrap().webhooks =
+            shared::notify::webhook::WebhookClient::new(Duration::from_secs(2), false, &[])
+                .unwrap()
+                .with_network(Arc::new(TestNetwork::new()));
+        let (log, _g) = capture();
+        let mut r = db.runner(t(NOW)).with_notifier(Arc::new(notifier));
+        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+            let cron = r.cron_message(*f).to_body();
+            r.run_until_idle(*f, &cron).await.unwrap();
+        }
+        for line in log.with_message("record failed: handler panicked") {
+            panics.push(format!("{value} ({}): {}", line["function"], line["error"]));
+        }
+    }
+    assert!(panics.is_empty(), "panics:\n{}", panics.join("\n"));
 }

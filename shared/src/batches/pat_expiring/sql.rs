@@ -113,8 +113,8 @@ macro_rules! claim_bot {
             set_list!($iv),
             " WHERE t.user_id = $4::bigint AND ",
             scope!($iv),
-            " RETURNING t.id::bigint, t.name, t.created_at::timestamp, t.expires_at, \
-                       t.last_used_at::timestamptz, t.user_id::bigint"
+            " RETURNING t.id::bigint, t.name, GREATEST(t.created_at, '0001-01-01')::timestamp, t.expires_at, \
+                       (CASE WHEN isfinite(t.last_used_at) THEN t.last_used_at END)::timestamptz, t.user_id::bigint"
         )
     };
 }
@@ -140,8 +140,8 @@ macro_rules! claim_bots {
             set_list!($iv),
             " WHERE t.user_id IN (SELECT bot FROM res) AND ",
             scope!($iv),
-            " RETURNING t.id::bigint AS id, t.name, t.created_at::timestamp AS created_at, \
-                         t.expires_at, t.last_used_at::timestamptz AS last_used_at, \
+            " RETURNING t.id::bigint AS id, t.name, GREATEST(t.created_at, '0001-01-01')::timestamp AS created_at, \
+                         t.expires_at, (CASE WHEN isfinite(t.last_used_at) THEN t.last_used_at END)::timestamptz AS last_used_at, \
                          t.user_id::bigint AS user_id) \
              SELECT res.bot, c.id, c.name, c.created_at, c.expires_at, c.last_used_at \
              FROM res LEFT JOIN claimed c ON c.user_id = res.bot"

@@ -2,5 +2,6 @@
 
 crate::statements::statements! {
     /// The backlog: how many schedules exist, and the oldest `created_at`.
-    BACKLOG = "SELECT count(*)::bigint, min(created_at) FROM members_deletion_schedules";
+    BACKLOG = "SELECT count(*)::bigint, min(created_at) FILTER (WHERE isfinite(created_at))
+             FROM members_deletion_schedules";
 }

@@ -9,11 +9,12 @@ crate::statements::statements! {
     DUE_PAGE = "SELECT n.id::bigint, s.user_id::bigint, s.marked_for_deletion_on
              FROM namespaces n JOIN group_deletion_schedules s ON s.group_id = n.id
              WHERE n.type = 'Group' AND s.marked_for_deletion_on <= $1::date
-               AND n.id > $2::bigint
+               AND isfinite(s.marked_for_deletion_on) AND n.id > $2::bigint
              ORDER BY n.id LIMIT $3";
     /// The schedule row of one group.
     SCHEDULE_OF = "SELECT group_id::bigint, user_id::bigint, marked_for_deletion_on
-             FROM group_deletion_schedules WHERE group_id = $1::bigint";
+             FROM group_deletion_schedules
+             WHERE group_id = $1::bigint AND isfinite(marked_for_deletion_on)";
     /// Whether a namespace exists with `type = 'Group'`.
     GROUP_EXISTS = "SELECT 1 FROM namespaces WHERE id = $1::bigint AND type = 'Group'";
     /// Namespaces of any type strictly below `$1`.
