@@ -77,6 +77,7 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
     assert_eq!(emf["function"], "remove-expired-members");
     assert_eq!(emf["processed"], 1.0);
     assert_eq!(emf["failed"], 0.0);
+    assert_eq!(emf["items"], 1.0);
     assert!(emf["duration_s"].is_f64());
     let names: Vec<_> = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
         .as_array()
@@ -101,6 +102,7 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
             json!("processed"),
             json!("skipped"),
             json!("failed"),
+            json!("items"),
             json!("updated_rows"),
             json!("skipped_rows"),
             json!("failed_rows")

@@ -19,6 +19,7 @@ mod fuzz;
 mod glue;
 mod harness;
 mod hostile;
+mod item_alarms;
 mod lock_order;
 mod observability;
 mod perf;

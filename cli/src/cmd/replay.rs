@@ -38,6 +38,7 @@ pub(crate) enum ReplayAction {
         json: bool,
     },
     /// Replay a JSON-lines file of message bodies or --outbox records.
+    #[command(after_help = exit::EXIT_CODES_HELP)]
     File {
         /// The file.
         path: PathBuf,
@@ -176,7 +177,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             } else {
                 runner.worst_exit_code()
             };
-            Ok(ExitCode::from(code as u8))
+            Ok(exit::run_code(&runner.runs, code))
         }
     }
 }
