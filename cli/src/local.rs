@@ -42,6 +42,27 @@ mod gated;
 mod plan;
 pub use plan::{Plan, TableChange};
 
+/// The exit code of a run that ended but counted failed items inside it (behaviour
+/// §11, README "Exit codes"): failed rows, groups, users… that nothing redelivers
+/// (the next run retries them). 1 and 2 take precedence ([`worse_exit_code`]).
+pub const EXIT_ITEMS_FAILED: i32 = 3;
+
+/// The worse of two exit codes: 2 (permanent), then 1 (retryable), then 3 (items
+/// failed inside a run), then 0.
+pub fn worse_exit_code(a: i32, b: i32) -> i32 {
+    let rank = |c: i32| match c {
+        0 => 0,
+        EXIT_ITEMS_FAILED => 1,
+        1 => 2,
+        _ => 3,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
 /// Virtual visibility timeout of a failed message.
 pub const VISIBILITY_S: i64 = 30;
 /// Receives before a message is dead-lettered.
@@ -84,6 +105,22 @@ pub struct Run {
 }
 
 impl Run {
+    /// Items that failed inside this run although it succeeded: its report's
+    /// `failed` metric ([`shared::metrics::FAILED`], the sum of the `Done`'s per-item
+    /// failure counters). 0 for a failed run: its message is redelivered whole.
+    pub fn items_failed(&self) -> u64 {
+        if self.outcome != "success" {
+            return 0;
+        }
+        self.report.as_ref().map_or(0, |r| {
+            r.metrics()
+                .iter()
+                .filter(|(m, _)| *m == shared::metrics::FAILED)
+                .map(|(_, v)| *v as u64)
+                .sum()
+        })
+    }
+
     /// The run as one JSON object (`hk run --json`).
     pub fn to_json(&self) -> Value {
         json!({
@@ -419,20 +456,22 @@ impl Runner {
     }
 
     /// The worst outcome of every run so far as an exit code (2 permanent, 1
-    /// retryable, 0): for replays of many independent messages.
+    /// retryable, 3 items failed inside a run, 0): for replays of many independent
+    /// messages.
     pub fn worst_exit_code(&self) -> i32 {
         if self.runs.iter().any(|r| r.outcome == "permanent") {
             2
         } else if self.runs.iter().any(|r| r.outcome == "retryable") {
             1
         } else {
-            0
+            items_failed_code(&self.runs)
         }
     }
 
     /// The exit code of behaviour §11: 2 if a permanent failure is left, 1 if a retryable one
-    /// is, else 0. A failure is "left" when its message was dead-lettered, or when the
-    /// last run of a single invocation failed.
+    /// is, else 3 if a run that succeeded counted failed items, else 0. A failure is
+    /// "left" when its message was dead-lettered, or when the last run of a single
+    /// invocation failed.
     pub fn exit_code(&self, single: bool) -> i32 {
         let dead: Vec<String> = self
             .queue
@@ -471,6 +510,15 @@ fn exit_code_of(runs: &[Run], dead: &[String], single: bool) -> i32 {
         2
     } else if failed.iter().any(|r| r.outcome == "retryable") {
         1
+    } else {
+        items_failed_code(runs)
+    }
+}
+
+/// [`EXIT_ITEMS_FAILED`] when a run that succeeded counted failed items, else 0.
+fn items_failed_code(runs: &[Run]) -> i32 {
+    if runs.iter().any(|r| r.items_failed() > 0) {
+        EXIT_ITEMS_FAILED
     } else {
         0
     }

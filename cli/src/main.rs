@@ -1,7 +1,8 @@
 //! `hk`: the operator CLI. It parses arguments and calls the same `shared` handlers
 //! as the Lambda functions, through the in-process queue with virtual time. Each
 //! command is a module under `cmd/`; this file only sets up logging and exits with
-//! the command's code (`cmd::exit`: 0, 1 retryable, 2 permanent or usage). It holds no SQL of its own.
+//! the command's code (`cmd::exit`: 0, 1 retryable, 2 permanent or usage, 3 items failed
+//! inside a run that ended). It holds no SQL of its own.
 
 mod cmd;
 

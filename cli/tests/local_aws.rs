@@ -405,3 +405,49 @@ async fn replaying_a_whole_run_after_success_changes_nothing() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_local_replay_runs_an_outbox_record_on_its_receiver_whatever_to_says() {
+    let db = fixture().await;
+    let file = std::env::temp_dir().join(format!("hk-replay-to-{}.jsonl", db.name));
+    // A recorded child of another run, and a bare cron body for `--to`.
+    let child = format!(
+        r#"{{"receiver":"delete-user","delay_seconds":0,"body":{}}}"#,
+        delete_user_body(20)
+    );
+    let cron = r#"{"version":1,"type":"remove-expired-members.run","message_key":"remove-expired-members:cron:2025-03-10T00:10:00Z","run_id":"r1","hop":0,"issued_at":"2025-03-10T00:10:00Z","payload":{}}"#;
+    std::fs::write(&file, format!("{child}\n{cron}\n")).unwrap();
+    let o = hk(
+        &db,
+        &[
+            "replay",
+            "file",
+            file.to_str().unwrap(),
+            "--to",
+            "remove-expired-members",
+            "--now",
+            "2025-03-10T00:10:00Z",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let runs: Vec<(String, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|r| {
+            (
+                r["function"].as_str().unwrap().to_string(),
+                r["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("delete-user".to_string(), "success".to_string()),
+            ("remove-expired-members".to_string(), "success".to_string())
+        ]
+    );
+    assert!(!db.exists("users WHERE id = 20").await, "delete-user ran");
+    let _ = std::fs::remove_file(file);
+}

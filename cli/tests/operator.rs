@@ -1,12 +1,13 @@
-//! `hk` as operators expect a CLI to behave (issue 20): exit codes by error class,
-//! `--version` with the commit, function names in `--help`, shell completions, one
+//! `hk` as operators expect a CLI to behave (issue 20): exit codes by error class
+//! (and 3 when items failed inside a run that ended, issue 34), `--version` with the commit, function names in `--help`, shell completions, one
 //! parsable `--json` object per command, and no progress or colour when the output
 //! is not a terminal.
 
 use std::process::{Command, Output};
 
 use integration_tests::aws::moto_endpoint;
-use integration_tests::TestDb;
+use integration_tests::fixtures::{M, U};
+use integration_tests::{Fx, TestDb};
 use serde_json::Value;
 
 fn hk_env<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], env: &[(&str, &str)]) -> Output {
@@ -328,4 +329,70 @@ fn local_setup_pump_and_replay_print_one_json_object() {
     assert_eq!(v["total"], 0);
     assert_eq!(v["by_type"], serde_json::json!({}));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Two expired memberships whose removal a trigger makes fail (`ids`).
+async fn failing_members(ids: &str) -> TestDb {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10), U::human(11), U::human(12)]).await;
+    fx.members(&[
+        M::gm(1, 100, 11, 50),
+        M::pm(20, 200, 10, 30).expires("2026-02-27"),
+        M::pm(21, 200, 12, 30).expires("2026-02-27"),
+    ])
+    .await;
+    db.exec(&format!(
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'boom'; END $$;
+         CREATE TRIGGER boom BEFORE DELETE ON members FOR EACH ROW WHEN (OLD.id IN ({ids})) EXECUTE FUNCTION boom();"
+    ))
+    .await;
+    db
+}
+
+#[tokio::test]
+async fn a_run_with_failed_items_exits_3_and_names_them() {
+    for (ids, failed) in [("20", 1), ("20, 21", 2)] {
+        let db = failing_members(ids).await;
+        let env = [("DATABASE_URL", db.url.as_str())];
+        for extra in [&[][..], &["--until-idle"], &["--dry-run"], &["--json"]] {
+            let mut args = vec![
+                "run",
+                "remove-expired-members",
+                "--now",
+                "2026-03-01T00:10:00Z",
+            ];
+            args.extend_from_slice(extra);
+            let o = hk_env(&args, &env);
+            assert_eq!(o.status.code(), Some(3), "{ids} {extra:?}");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                err.contains(&format!(
+                    "{failed} item(s) failed inside runs that ended (remove-expired-members: {failed})"
+                )),
+                "{err}"
+            );
+        }
+        // The run itself succeeded, and says so in its report.
+        let o = hk_env(
+            &[
+                "run",
+                "remove-expired-members",
+                "--now",
+                "2026-03-01T00:10:00Z",
+                "--json",
+            ],
+            &env,
+        );
+        let run: Value = serde_json::from_str(out(&o).trim()).unwrap();
+        assert_eq!(run["outcome"], "success");
+        assert_eq!(run["report"]["failed_rows"], failed);
+    }
+    let help = out(&hk_env(&["run", "--help"], &[]));
+    assert!(
+        help.contains("3 the run ended but items failed inside it"),
+        "{help}"
+    );
 }

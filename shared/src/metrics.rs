@@ -152,16 +152,26 @@ pub const SKIPPED: Metric = count(
     Emitters::Only(&[F::RemoveExpiredMembers, F::PlaceholderUserCleanup]),
     "items skipped",
 );
-/// Items that failed inside a run (the run goes on).
-pub const FAILED: Metric = count(
-    "failed",
-    Emitters::Only(&[
-        F::RemoveExpiredMembers,
-        F::AdjournedGroupDeletion,
-        F::PlaceholderUserCleanup,
-        F::PatExpiring,
-    ]),
-    "items failed inside a run",
+/// The functions whose runs count item failures (a `Done` with a per-item failure
+/// counter: B38's `failed_rows`, B43's `failed_schedules`, B51's `failed_groups`,
+/// B70's `failed_count`, B28's user and bot failures): each emits [`FAILED`] and
+/// [`ITEMS`] on every record it completes, and the template's alarms watch both.
+pub const ITEM_FAILURE_EMITTERS: Emitters = Emitters::Only(&[
+    F::RemoveExpiredMembers,
+    F::PruneDeletions,
+    F::AdjournedGroupDeletion,
+    F::PlaceholderUserCleanup,
+    F::PatExpiring,
+]);
+/// Items that failed inside a run (the run goes on): the sum of the `Done`'s
+/// per-item failure counters. `hk run` exits 3 when a completed run counts any.
+pub const FAILED: Metric = count("failed", ITEM_FAILURE_EMITTERS, "items failed inside a run");
+/// Items a run attempted, done, skipped or failed: the denominator of [`FAILED`]
+/// (every item of a period failed when `failed` reaches `items`).
+pub const ITEMS: Metric = count(
+    "items",
+    ITEM_FAILURE_EMITTERS,
+    "items attempted inside a run (done, skipped or failed)",
 );
 /// Rows updated by B38.
 pub const UPDATED_ROWS: Metric = count("updated_rows", B38, "B38 rows updated");
@@ -293,6 +303,7 @@ pub const CATALOGUE: &[Metric] = &[
     PROCESSED,
     SKIPPED,
     FAILED,
+    ITEMS,
     UPDATED_ROWS,
     SKIPPED_ROWS,
     FAILED_ROWS,

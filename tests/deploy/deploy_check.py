@@ -66,9 +66,11 @@ def resources_of(t: dict, typ: str) -> dict[str, dict]:
     return {k: v for k, v in sorted(t["Resources"].items()) if v.get("Type") == typ}
 
 
-def parameter_values(t: dict, which: str, topic_arn: str | None) -> dict[str, str]:
+def parameter_values(
+    t: dict, which: str, topic_arn: str | None, ticket_arn: str | None = None
+) -> dict[str, str]:
     """The parameter set: 'defaults' (only the required ones given) or 'operations'
-    (alarm topic set, every …ScheduleEnabled false, VPC set, x86_64)."""
+    (alarm and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64)."""
     values = {}
     for name, p in t.get("Parameters", {}).items():
         if "Default" not in p:
@@ -78,6 +80,8 @@ def parameter_values(t: dict, which: str, topic_arn: str | None) -> dict[str, st
             if name.endswith("ScheduleEnabled"):
                 values[name] = "false"
         values["AlarmTopicArn"] = topic_arn
+        if ticket_arn and "TicketTopicArn" in t.get("Parameters", {}):
+            values["TicketTopicArn"] = ticket_arn
         values["SubnetIds"] = "subnet-0a1b2c3d,subnet-4e5f6a7b"
         values["SecurityGroupIds"] = "sg-0a1b2c3d"
         values["Architecture"] = "x86_64"
@@ -580,6 +584,9 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
     if len(alarms) != len(alarm_names):
         fail("no_skipped_resource", f"{len(alarm_names)} alarms in the stack, {len(alarms)} in CloudWatch")
     topic = params.get("AlarmTopicArn") or ""
+    # Ticket-severity alarms (items failed inside a run) notify the ticket topic, else
+    # the alarm topic.
+    ticket = params.get("TicketTopicArn") or topic
     for a in alarms:
         metrics = []
         if a.get("MetricName"):
@@ -595,7 +602,8 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
             p = metric_problem(ns, metric, dims)
             if p:
                 fail(p[0], f"{a['AlarmName']}: {p[1]}")
-        want = [topic] if topic else []
+        to = ticket if "ItemFailuresAlarm" in a["AlarmName"] else topic
+        want = [to] if to else []
         if a.get("AlarmActions", []) != want:
             fail("alarm_actions", f"{a['AlarmName']}: AlarmActions {a.get('AlarmActions')}, expected {want}")
         if a.get("OKActions") and a["OKActions"] != want:
@@ -658,10 +666,11 @@ def main() -> None:
         stack = d["stack"]
         t = copy.deepcopy(template)
         entry = {"mutation": d.get("mutation"), "applicable": True, "why": None, "failures": [], "schedules": []}
-        topic = None
+        topic = ticket = None
         if d["parameters"] == "operations":
             topic = clients["sns"].create_topic(Name=f"{stack}-alarms")["TopicArn"]
-        given = parameter_values(t, d["parameters"], topic)
+            ticket = clients["sns"].create_topic(Name=f"{stack}-tickets")["TopicArn"]
+        given = parameter_values(t, d["parameters"], topic, ticket)
         if d.get("mutation"):
             why = MUTATIONS[d["mutation"]](t, resolved_parameters(t, given))
             if why:

@@ -26,6 +26,11 @@ mod status;
 
 pub use clients::{batch_size, dlq_name, queue_name, Aws};
 pub use pump::{fire_due_schedules, pump, PumpStats};
-pub use replay::{read_lines, replay_dlq, replay_file_to_queues, Poll, ReplayReport};
+pub use replay::{
+    read_lines, receiver_of, replay_dlq, replay_file_to_queues, Poll, ReplayReport, HOLD_S,
+};
 pub use setup::setup;
-pub use status::{depth, oldest_age, status, Age, Depth, FunctionStatus, AGE_PERIOD_S, AGE_WINDOW};
+pub use status::{
+    depth, oldest_age, status, summary, Age, Depth, FunctionStatus, Schedule, AGE_PERIOD_S,
+    AGE_WINDOW,
+};

@@ -113,11 +113,48 @@ async fn dlq_attrs(aws: &Aws, url: &str) -> Result<(i64, i64, u64)> {
     ))
 }
 
+/// How long `hk replay dlq` keeps each message it received and did not move
+/// invisible: the messages it leaves in place (type filter, `--max`, a dry run) stay
+/// held until the replay ends, so every receive shows messages not seen yet instead
+/// of the same first ones again. A message whose hold ran out comes back, is
+/// recognised and held again.
+pub const HOLD_S: i32 = 60;
+
+/// Make every held message visible again (ChangeMessageVisibilityBatch, ten a call).
+async fn release(aws: &Aws, dlq_url: &str, held: &BTreeMap<String, String>) -> Result<()> {
+    use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as E;
+    let handles: Vec<&String> = held.values().collect();
+    for chunk in handles.chunks(10) {
+        let mut req = aws.sqs.change_message_visibility_batch().queue_url(dlq_url);
+        for (i, h) in chunk.iter().enumerate() {
+            req = req.entries(
+                E::builder()
+                    .id(format!("v{i}"))
+                    .receipt_handle(h.as_str())
+                    .visibility_timeout(0)
+                    .build()?,
+            );
+        }
+        let out = req.send().await?;
+        if !out.failed().is_empty() {
+            bail!(
+                "{} message(s) of the DLQ could not be made visible again; they will be after {HOLD_S} s",
+                out.failed().len()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `hk replay dlq`: move messages from `dlq_url` back to `queue_url` (at most `max`,
-/// only type `kind` if given), with long polling. A real replay stops only when a
-/// receive came back empty, the DLQ reports no message (visible or in flight), and a
-/// full visibility window has passed since the replay started; a dry run receives
-/// and counts, makes everything visible again, and stops once it sees nothing new.
+/// only type `kind` if given), with long polling. Every message received and not
+/// moved (another type, past `max`, or any message of a dry run) is held invisible
+/// ([`HOLD_S`], renewed when it comes back) until the end, then made visible again,
+/// so a receive never shows the same messages twice and the replay reaches the
+/// messages behind them. A real replay stops once `max` messages moved, or when a
+/// receive came back empty, the DLQ reports nothing visible and nothing in flight but
+/// what the replay holds, and a full visibility window has passed since it started; a
+/// dry run stops at the first empty receive (everything else is held by it).
 /// Messages are deleted from the DLQ only after the send succeeded.
 pub async fn replay_dlq(
     aws: &Aws,
@@ -127,6 +164,28 @@ pub async fn replay_dlq(
     kind: Option<&str>,
     dry_run: bool,
     poll: Poll,
+) -> Result<ReplayReport> {
+    let mut held: BTreeMap<String, String> = BTreeMap::new();
+    let moved = move_messages(aws, dlq_url, queue_url, max, kind, dry_run, poll, &mut held).await;
+    // Release what is held whatever happened, then report the first error.
+    let released = release(aws, dlq_url, &held).await;
+    let report = moved?;
+    released?;
+    Ok(report)
+}
+
+/// The loop of [`replay_dlq`]; `held` collects `message id → latest receipt handle`
+/// of every message it keeps invisible.
+#[allow(clippy::too_many_arguments)]
+async fn move_messages(
+    aws: &Aws,
+    dlq_url: &str,
+    queue_url: &str,
+    max: usize,
+    kind: Option<&str>,
+    dry_run: bool,
+    poll: Poll,
+    held: &mut BTreeMap<String, String>,
 ) -> Result<ReplayReport> {
     let mut report = ReplayReport::default();
     let mut seen = std::collections::HashSet::new();
@@ -151,7 +210,7 @@ pub async fn replay_dlq(
             .receive_message()
             .queue_url(dlq_url)
             .max_number_of_messages(((max - counted).min(10)) as i32)
-            .visibility_timeout(30)
+            .visibility_timeout(HOLD_S)
             .wait_time_seconds(wait.clamp(1, 20))
             .send()
             .await?
@@ -159,47 +218,36 @@ pub async fn replay_dlq(
             .unwrap_or_default();
         if msgs.is_empty() {
             if dry_run {
-                break; // what this run released is visible: nothing else is there
+                break; // everything visible was seen and is held by this run
             }
             let (visible, in_flight, _) = dlq_attrs(aws, dlq_url).await?;
-            if visible == 0 && in_flight == 0 && started.elapsed() >= window {
+            if visible == 0 && in_flight <= held.len() as i64 && started.elapsed() >= window {
                 break;
             }
             continue;
         }
         let mut take = Vec::new();
-        let mut release = Vec::new();
-        let mut new_in_round = 0;
         for m in msgs {
-            let first_time = seen.insert(m.message_id.clone().unwrap_or_default());
-            let (k, key) = kind_and_key(m.body.as_deref().unwrap_or_default());
-            if !first_time {
-                release.push(m);
+            let id = m.message_id.clone().unwrap_or_default();
+            let handle = m.receipt_handle.clone().unwrap_or_default();
+            if !seen.insert(id.clone()) {
+                held.insert(id, handle); // its hold ran out: hold it again
                 continue;
             }
-            new_in_round += 1;
+            let (k, key) = kind_and_key(m.body.as_deref().unwrap_or_default());
             if kind.is_some_and(|want| want != k) || counted >= max {
                 report.skipped += 1;
-                release.push(m);
+                held.insert(id, handle);
                 continue;
             }
             *report.by_type.entry(k).or_default() += 1;
             report.keys.push(key);
             counted += 1;
             if dry_run {
-                release.push(m);
+                held.insert(id, handle);
             } else {
                 take.push(m);
             }
-        }
-        for m in &release {
-            aws.sqs
-                .change_message_visibility()
-                .queue_url(dlq_url)
-                .receipt_handle(m.receipt_handle.clone().unwrap_or_default())
-                .visibility_timeout(0)
-                .send()
-                .await?;
         }
         if !take.is_empty() {
             let bodies: Vec<String> = take
@@ -215,9 +263,6 @@ pub async fn replay_dlq(
                     .send()
                     .await?;
             }
-        }
-        if new_in_round == 0 {
-            break; // everything in view was seen before: the DLQ has nothing new
         }
     }
     Ok(report)
@@ -264,8 +309,17 @@ pub fn read_lines(path: &std::path::Path) -> Result<Vec<(Option<Function>, Strin
     Ok(out)
 }
 
-/// `hk replay file … --queue`: send every line's body to its receiver's queue (or to
-/// `to`), in batches of ten.
+/// The function a replayed line goes to: the receiver an `--outbox` record names,
+/// else `to` (`--to`, which only ever applies to bare message bodies: a record's own
+/// receiver is never overridden, so a run's children go back to their own queues).
+pub fn receiver_of(recorded: Option<Function>, to: Option<Function>) -> Result<Function> {
+    recorded
+        .or(to)
+        .ok_or_else(|| anyhow!("a bare message body needs --to <function>"))
+}
+
+/// `hk replay file … --queue`: send every line's body to its receiver's queue
+/// ([`receiver_of`]: the record's receiver, else `to`), in batches of ten.
 pub async fn replay_file_to_queues(
     aws: &Aws,
     prefix: &str,
@@ -275,9 +329,7 @@ pub async fn replay_file_to_queues(
     let mut report = ReplayReport::default();
     let mut by_queue: BTreeMap<Function, Vec<String>> = BTreeMap::new();
     for (recv, body) in lines {
-        let f = to
-            .or(*recv)
-            .ok_or_else(|| anyhow!("a bare message body needs --to <function>"))?;
+        let f = receiver_of(*recv, to)?;
         let (k, key) = kind_and_key(body);
         *report.by_type.entry(k).or_default() += 1;
         report.keys.push(key);

@@ -1,7 +1,7 @@
 //! `hk status`: per function, what SQS and EventBridge Scheduler say about a deployed
 //! stack (or the local convention): queue depth, messages in flight and delayed, DLQ
-//! depth, the age of the oldest message of the queue and of the DLQ, and the state
-//! of the function's cron schedule.
+//! depth, the age of the oldest message of the queue and of the DLQ, and every
+//! recurring schedule that targets the function's queue, with its state.
 //!
 //! Names are those infra/template.yaml creates: queues `<stack>-<function>` and
 //! `<stack>-<function>-dlq`, schedules in the group `<stack>-hk`. The template does
@@ -68,11 +68,41 @@ pub struct FunctionStatus {
     pub queue_age: Age,
     /// The age of the oldest message of its DLQ.
     pub dlq_age: Age,
-    /// `ENABLED`/`DISABLED` for a cron function's schedule, `missing` when none
-    /// targets its queue, `None` for a child function (no schedule).
+    /// The state of its recurring schedules: `ENABLED`/`DISABLED` when every one
+    /// is, `MIXED` when they differ, `missing` for a cron function none targets,
+    /// `None` for a child function without one ([`summary`]).
     pub schedule: Option<String>,
+    /// Every recurring (`cron(…)`/`rate(…)`) schedule of the group that targets its
+    /// queue, in name order: one for a deployed cron, more when another schedule (a
+    /// leftover, one made by hand) also ticks it.
+    pub schedules: Vec<Schedule>,
     /// One-time (`at(…)`) schedules waiting to send to its queue.
     pub one_time_schedules: usize,
+}
+
+/// One recurring schedule targeting a function's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// Its name in the group (CloudFormation generates the template's).
+    pub name: String,
+    /// `ENABLED` or `DISABLED`.
+    pub state: String,
+    /// Its `cron(…)` or `rate(…)` expression.
+    pub expression: String,
+}
+
+/// The `schedule` of a function: the common state of `schedules`, `MIXED` when they
+/// differ, `missing` when a cron function has none, `None` for a child function
+/// without one.
+pub fn summary(cron: bool, schedules: &[Schedule]) -> Option<String> {
+    let Some(first) = schedules.first() else {
+        return cron.then(|| "missing".to_string());
+    };
+    if schedules.iter().all(|s| s.state == first.state) {
+        Some(first.state.clone())
+    } else {
+        Some("MIXED".to_string())
+    }
 }
 
 impl FunctionStatus {
@@ -96,6 +126,11 @@ impl FunctionStatus {
             "queue": depth(&self.queue, &self.queue_age),
             "dlq": depth(&self.dlq, &self.dlq_age),
             "schedule": self.schedule,
+            "schedules": self
+                .schedules
+                .iter()
+                .map(|s| json!({"name": s.name, "state": s.state, "expression": s.expression}))
+                .collect::<Vec<_>>(),
             "one_time_schedules": self.one_time_schedules,
         })
     }
@@ -163,8 +198,8 @@ pub async fn oldest_age(aws: &Aws, name: &str) -> Result<Option<i64>> {
         .map(|s| s.round() as i64))
 }
 
-/// Every schedule of `group`: `(expression, state, target ARN)`.
-async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(String, String, String)>> {
+/// Every schedule of `group` with its target ARN, in name order.
+async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
     let mut names = Vec::new();
     let mut token = None;
     loop {
@@ -186,6 +221,7 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(String, String, String
             break;
         }
     }
+    names.sort();
     let mut out = Vec::new();
     for name in names {
         let s = aws
@@ -197,10 +233,14 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(String, String, String
             .await
             .map_err(|e| anyhow!("cannot read schedule {group}/{name}: {e}"))?;
         out.push((
-            s.schedule_expression().unwrap_or_default().to_string(),
-            s.state()
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_default(),
+            Schedule {
+                state: s
+                    .state()
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_default(),
+                expression: s.schedule_expression().unwrap_or_default().to_string(),
+                name,
+            },
             s.target().map(|t| t.arn().to_string()).unwrap_or_default(),
         ));
     }
@@ -227,19 +267,23 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
             dlq: dlq.map_err(|e| format!("{e:#}")),
             queue_age: age(queue_name(names, *f)).await,
             dlq_age: age(dlq_name(names, *f)).await,
-            schedule: f.cron().map(|_| "missing".to_string()),
+            schedule: None,
+            schedules: Vec::new(),
             one_time_schedules: 0,
         });
     }
-    for (expr, state, target) in schedules(aws, group).await? {
+    for (schedule, target) in schedules(aws, group).await? {
         let Some(&i) = arns.get(&target) else {
             continue;
         };
-        if expr.starts_with("at(") {
+        if schedule.expression.starts_with("at(") {
             out[i].one_time_schedules += 1;
-        } else if out[i].schedule.is_some() {
-            out[i].schedule = Some(state);
+        } else {
+            out[i].schedules.push(schedule);
         }
+    }
+    for s in &mut out {
+        s.schedule = summary(s.function.cron().is_some(), &s.schedules);
     }
     Ok(out)
 }

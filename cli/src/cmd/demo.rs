@@ -67,7 +67,7 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
             .with_observer(move |r| (o.lock().expect("the progress observer"))(r));
         let body = runner.cron_message(*f).to_body();
         runner.run_until_idle(*f, &body).await?;
-        code = code.max(runner.exit_code(false));
+        code = hk::local::worse_exit_code(code, runner.exit_code(false));
         all.extend(runner.runs);
     }
     let after = hk::demo::table_counts(&connector.connect("hk").await?).await?;
@@ -88,7 +88,7 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
                 "emails": notifier.delivery.as_ref().map(|d| d.mailer.describe()),
             })
         );
-        return Ok(ExitCode::from(code as u8));
+        return Ok(exit::run_code(&all, code));
     }
     println!(
         "hk demo at {} (virtual time; every batch run until idle)\n",
@@ -135,5 +135,5 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
             d.mailer.describe()
         );
     }
-    Ok(ExitCode::from(code as u8))
+    Ok(exit::run_code(&all, code))
 }

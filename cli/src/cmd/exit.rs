@@ -1,7 +1,8 @@
 //! `hk`'s exit codes (README, "Exit codes"): 0 success, 1 a retryable failure left
 //! (including a database or AWS that cannot be reached, or throttling), 2 a
-//! permanent failure or a usage error. A command that fails with an error is
-//! classified here by the causes it carries.
+//! permanent failure or a usage error, 3 a run that ended with items failed inside
+//! it (`hk run`, `hk replay file`, `hk demo`: [`ITEMS_FAILED`]). A command that fails
+//! with an error is classified here by the causes it carries.
 
 use std::io::ErrorKind;
 
@@ -9,6 +10,46 @@ use std::io::ErrorKind;
 pub(crate) const RETRYABLE: u8 = 1;
 /// A permanent failure or a usage error: the same command will fail again.
 pub(crate) const PERMANENT: u8 = 2;
+/// A run ended, but items failed inside it (failed rows, groups, users…): nothing
+/// redelivers them; the next run retries them. 1 and 2 take precedence.
+pub(crate) const ITEMS_FAILED: u8 = hk::local::EXIT_ITEMS_FAILED as u8;
+
+/// What `hk run --help` and `hk replay file --help` say about exit codes.
+pub(crate) const EXIT_CODES_HELP: &str = "Exit codes: 0 success (stale and skipped \
+included); 1 a retryable failure left (a message dead-lettered or failing, a database \
+or AWS that cannot be reached); 2 a permanent failure (malformed message, \
+configuration) or a usage error; 3 the run ended but items failed inside it \
+(failed_rows, failed_groups, failed_count, total_user_failures, \
+total_failed_notifications_for_resource_bots, failed schedule batches: the next run \
+retries them). 2 and 1 take precedence over 3.";
+
+/// The exit code of a finished local run, with a line on stderr when items failed
+/// inside it (stdout may be `--json`).
+pub(crate) fn run_code(runs: &[hk::local::Run], code: i32) -> std::process::ExitCode {
+    let items: u64 = runs.iter().map(hk::local::Run::items_failed).sum();
+    if items > 0 {
+        let mut by_function = std::collections::BTreeMap::<&str, u64>::new();
+        for r in runs {
+            *by_function.entry(r.function.name()).or_default() += r.items_failed();
+        }
+        let list: Vec<String> = by_function
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(f, n)| format!("{f}: {n}"))
+            .collect();
+        let worse = if code as u8 == ITEMS_FAILED {
+            ""
+        } else {
+            ", and a worse failure is left"
+        };
+        eprintln!(
+            "hk: {items} item(s) failed inside runs that ended ({}){worse}; see their error \
+             lines and the done lines' failure counters (exit {code})",
+            list.join(", ")
+        );
+    }
+    std::process::ExitCode::from(code as u8)
+}
 
 /// The exit code for a command that ended with `e`.
 pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
@@ -116,5 +157,16 @@ mod tests {
             RETRYABLE
         );
         assert_eq!(code_for(&anyhow!("unknown data set `x`")), PERMANENT);
+    }
+
+    #[test]
+    fn a_failure_left_outranks_items_failed_inside_a_run() {
+        let worse = |a: u8, b: u8| hk::local::worse_exit_code(a.into(), b.into()) as u8;
+        assert_eq!(worse(0, ITEMS_FAILED), ITEMS_FAILED);
+        assert_eq!(worse(ITEMS_FAILED, RETRYABLE), RETRYABLE);
+        assert_eq!(worse(RETRYABLE, ITEMS_FAILED), RETRYABLE);
+        assert_eq!(worse(PERMANENT, ITEMS_FAILED), PERMANENT);
+        assert_eq!(worse(RETRYABLE, PERMANENT), PERMANENT);
+        assert_eq!(worse(ITEMS_FAILED, 0), ITEMS_FAILED);
     }
 }

@@ -83,6 +83,7 @@ pub(crate) enum Cmd {
     /// facts, session locks, TLS and the work waiting (exit 0 only when all pass).
     Check(CheckArgs),
     /// Run a function as its trigger would, with the in-process queue.
+    #[command(after_help = exit::EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Local AWS emulation around `cargo lambda watch` (moto).
     Local {

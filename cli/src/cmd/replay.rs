@@ -1,5 +1,7 @@
-//! `hk replay dlq|file`: recovery, moving messages back from a DLQ (of a deployed
-//! stack, `--stack`/`HK_STACK`, or the local convention, `--prefix`) or a file.
+//! `hk replay dlq|file`: recovery, moving messages back from a DLQ, or from a file to
+//! the queues (`--queue`) or the local runner; the queues of a deployed stack
+//! (`--stack`/`HK_STACK`) or of the local convention (`--prefix`). An outbox record
+//! goes to the receiver it names; `--to` names the receiver of bare bodies only.
 
 use super::run::print_run;
 use super::ui::{observe, progress};
@@ -36,17 +38,21 @@ pub(crate) enum ReplayAction {
         json: bool,
     },
     /// Replay a JSON-lines file of message bodies or --outbox records.
+    #[command(after_help = exit::EXIT_CODES_HELP)]
     File {
         /// The file.
         path: PathBuf,
-        /// Send to the queues (SQS/moto) instead of running locally.
+        /// Send to the queues (SQS/moto) of a deployed stack (`--stack`/`HK_STACK`:
+        /// `<stack>-<function>`) or of `hk local setup` (`--prefix`) instead of
+        /// running locally.
         #[arg(long)]
         queue: bool,
-        /// The receiving function for bare bodies (outbox records name their own).
+        /// The receiving function of bare message bodies. An outbox record always goes
+        /// to the receiver it names: `--to` never overrides it.
         #[arg(long, value_parser = FunctionParser)]
         to: Option<Function>,
         #[command(flatten)]
-        aws: AwsArgs,
+        stack: StackArgs,
         /// Local runs: the clock (RFC 3339).
         #[arg(long)]
         now: Option<String>,
@@ -127,17 +133,17 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             path,
             queue,
             to,
-            aws,
+            stack,
             now,
             until_idle,
             json,
         } => {
             let lines = hk::aws_local::read_lines(&path)?;
             if queue {
-                let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+                let names = stack.names()?;
+                let clients = hk::aws_local::Aws::new(stack.endpoint.as_deref()).await;
                 let pb = progress(json, format!("sending {} message(s)", lines.len()));
-                let r =
-                    hk::aws_local::replay_file_to_queues(&clients, &aws.prefix, &lines, to).await;
+                let r = hk::aws_local::replay_file_to_queues(&clients, names, &lines, to).await;
                 pb.finish_and_clear();
                 print_replay(&r?, "sent", json);
                 return Ok(ExitCode::SUCCESS);
@@ -151,9 +157,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             let pb = progress(json, format!("replaying {} message(s)", lines.len()));
             runner = runner.with_observer(observe(&pb));
             for (recv, body) in &lines {
-                let f = to
-                    .or(*recv)
-                    .ok_or_else(|| anyhow!("a bare message body needs --to <function>"))?;
+                let f = hk::aws_local::receiver_of(*recv, to)?;
                 if until_idle {
                     runner.run_until_idle(f, body).await?;
                 } else {
@@ -173,7 +177,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             } else {
                 runner.worst_exit_code()
             };
-            Ok(ExitCode::from(code as u8))
+            Ok(exit::run_code(&runner.runs, code))
         }
     }
 }

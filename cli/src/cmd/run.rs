@@ -278,7 +278,7 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if a.dry_run && a.until_idle {
         let plan = runner.plan_until_idle(function, &body).await?;
         print_plan(&runner.runs, &plan, a.json);
-        return Ok(ExitCode::from(plan.exit_code as u8));
+        return Ok(exit::run_code(&runner.runs, plan.exit_code));
     }
     if a.dry_run {
         let r = runner.dry_run(function, &body).await?;
@@ -288,7 +288,7 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             println!("dry run (rolled back, nothing delivered):");
             print_run(&r);
         }
-        return Ok(ExitCode::from(runner.exit_code(true) as u8));
+        return Ok(exit::run_code(&runner.runs, runner.exit_code(true)));
     }
     if a.until_idle {
         let pb = progress(a.json, format!("{function} until idle"));
@@ -319,5 +319,8 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
             println!("chaos {spec}: {stats}");
         }
     }
-    Ok(ExitCode::from(runner.exit_code(!a.until_idle) as u8))
+    Ok(exit::run_code(
+        &runner.runs,
+        runner.exit_code(!a.until_idle),
+    ))
 }

@@ -1,7 +1,8 @@
 //! `hk status`: per function, the queue depth, messages in flight and delayed, the
 //! DLQ depth, the age of the oldest message of the queue and of the DLQ, and the
-//! cron schedule's state of a deployed stack, from SQS, CloudWatch and EventBridge
-//! Scheduler (read only: no message is received).
+//! state of every recurring schedule targeting its queue (listed under the table) of
+//! a deployed stack, from SQS, CloudWatch and EventBridge Scheduler (read only: no
+//! message is received).
 
 use super::*;
 
@@ -9,9 +10,20 @@ use super::*;
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     stack: StackArgs,
-    /// One JSON object per function.
+    /// One JSON object per function (`schedule`: the common state or `MIXED`;
+    /// `schedules`: every recurring schedule with its name, state and expression).
     #[arg(long)]
     json: bool,
+}
+
+/// The schedule column: the common state (or `MIXED`), with the number of schedules
+/// when more than one targets the queue; `-` for a child function without one.
+fn schedule_column(l: &hk::aws_local::FunctionStatus) -> String {
+    let state = l.schedule.as_deref().unwrap_or("-");
+    match l.schedules.len() {
+        0 | 1 => state.to_string(),
+        n => format!("{state}({n})"),
+    }
 }
 
 pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
@@ -56,9 +68,26 @@ pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
                 age(&l.queue_age),
                 n(&l.dlq, hk::aws_local::Depth::total),
                 age(&l.dlq_age),
-                l.schedule.as_deref().unwrap_or("-"),
+                schedule_column(l),
                 l.one_time_schedules
             );
+        }
+        // Every recurring schedule, so two ticking one queue are both seen.
+        let all: Vec<_> = lines
+            .iter()
+            .flat_map(|l| l.schedules.iter().map(move |s| (l.function, s)))
+            .collect();
+        if !all.is_empty() {
+            println!("schedules:");
+            for (f, s) in all {
+                println!(
+                    "  {:<28} {:<9} {:<24} {}",
+                    f.name(),
+                    s.state,
+                    s.expression,
+                    s.name
+                );
+            }
         }
         for l in &lines {
             for e in [&l.queue, &l.dlq]

@@ -159,6 +159,7 @@ impl Done for AdjournedGroupDeletionDone {
             (metrics::RESTORED, self.restored as f64),
             (metrics::SKIPPED_GROUPS, self.skipped_groups as f64),
             (metrics::FAILED, self.failed_groups as f64),
+            (metrics::ITEMS, self.groups_due as f64),
         ]
     }
 }
@@ -350,7 +351,8 @@ mod tests {
                 ("destroy_enqueued", 1.0),
                 ("restored", 1.0),
                 ("skipped_groups", 1.0),
-                ("failed", 0.0)
+                ("failed", 0.0),
+                ("items", 3.0)
             ]
         );
     }

@@ -212,6 +212,10 @@ impl Done for PlaceholderUserCleanupDone {
             (metrics::SKIPPED, self.stale_count as f64),
             (metrics::FAILED, self.failed_count as f64),
             (
+                metrics::ITEMS,
+                (self.enqueued_count + self.stale_count + self.failed_count) as f64,
+            ),
+            (
                 metrics::MAX_ATTEMPTS_REACHED,
                 self.max_attempts_reached_count as f64,
             ),
@@ -419,6 +423,7 @@ mod tests {
                 ("processed", 4.0),
                 ("skipped", 2.0),
                 ("failed", 3.0),
+                ("items", 9.0),
                 ("max_attempts_reached", 1.0)
             ]
         );

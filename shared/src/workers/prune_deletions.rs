@@ -329,6 +329,11 @@ impl Done for PruneDone {
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::FAILED_SCHEDULES, self.failed_schedules as f64),
+            (metrics::FAILED, self.failed_schedules as f64),
+            (
+                metrics::ITEMS,
+                (self.schedules_processed + self.failed_schedules) as f64,
+            ),
             (
                 metrics::SCHEDULES_PROCESSED,
                 self.schedules_processed as f64,
@@ -405,9 +410,24 @@ mod tests {
             crate::metrics::named(&r.metrics()),
             vec![
                 ("failed_schedules", 0.0),
+                ("failed", 0.0),
+                ("items", 0.0),
                 ("schedules_processed", 0.0),
                 ("destroyed_count_total", 0.0)
             ]
         );
+    }
+
+    #[test]
+    fn failed_schedule_batches_are_failed_items() {
+        let t = Totals {
+            processed: 3,
+            failed: 2,
+            ..Totals::default()
+        };
+        let r = Report::new(PruneDone::new(Status::Stopped, &t));
+        let m = crate::metrics::named(&r.metrics());
+        assert!(m.contains(&("failed", 2.0)), "{m:?}");
+        assert!(m.contains(&("items", 5.0)), "{m:?}");
     }
 }

@@ -52,7 +52,8 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
             "run_started": 1.0,
             "function": "remove-expired-members",
             "processed": 1.0,
-            "failed": 0.0
+            "failed": 0.0,
+            "items": 1.0
         }),
     );
     assert!(emf["duration_s"].is_f64());
@@ -62,6 +63,7 @@ async fn a_membership_expiring_today_is_removed_and_tomorrows_is_kept() {
             "processed",
             "skipped",
             "failed",
+            "items",
             "updated_rows",
             "skipped_rows",
             "failed_rows",

@@ -205,6 +205,7 @@ impl BotClaim {
     fn count(&self, run: &mut Run<'_, '_>) {
         run.progress = true;
         run.totals.bot_tokens_marked += self.marked;
+        run.totals.bots_notified += 1;
     }
 }
 

@@ -91,6 +91,22 @@ pub struct PatExpiringDone {
     /// Users whose claim failed.
     #[serde(rename = "total_user_failures")]
     pub user_failures: u64,
+    /// Bots whose tokens were claimed (the `items` metric, not a field).
+    #[serde(skip)]
+    pub bots_notified: u64,
+}
+
+impl PatExpiringDone {
+    /// The subjects (users and bots) whose claim ran: notified, suppressed, left out
+    /// for having no resource, or failed.
+    pub fn subjects(&self) -> u64 {
+        self.user_emails_enqueued
+            + self.user_emails_suppressed
+            + self.user_failures
+            + self.bots_notified
+            + self.bots_without_membership
+            + self.bot_failures
+    }
 }
 
 impl Done for PatExpiringDone {
@@ -106,6 +122,7 @@ impl Done for PatExpiringDone {
                 metrics::FAILED,
                 (self.user_failures + self.bot_failures) as f64,
             ),
+            (metrics::ITEMS, self.subjects() as f64),
         ]
     }
 
@@ -410,6 +427,7 @@ mod tests {
             user_emails_enqueued: 5,
             user_emails_suppressed: 6,
             user_failures: 7,
+            bots_notified: 8,
         };
         let report = Report::with_status(done.clone(), Status::LimitReached);
         assert_eq!(
@@ -430,7 +448,8 @@ mod tests {
             vec![
                 ("user_tokens_marked", 4.0),
                 ("bot_tokens_marked", 1.0),
-                ("failed", 10.0)
+                ("failed", 10.0),
+                ("items", 31.0)
             ]
         );
         assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);

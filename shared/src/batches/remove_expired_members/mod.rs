@@ -125,6 +125,10 @@ impl Done for ExpiredMembersDone {
             (metrics::PROCESSED, self.updated_rows as f64),
             (metrics::SKIPPED, self.skipped_rows as f64),
             (metrics::FAILED, self.failed_rows as f64),
+            (
+                metrics::ITEMS,
+                (self.updated_rows + self.skipped_rows + self.failed_rows) as f64,
+            ),
             (metrics::UPDATED_ROWS, self.updated_rows as f64),
             (metrics::SKIPPED_ROWS, self.skipped_rows as f64),
             (metrics::FAILED_ROWS, self.failed_rows as f64),
@@ -393,6 +397,7 @@ mod tests {
                 ("processed", 2.0),
                 ("skipped", 1.0),
                 ("failed", 0.0),
+                ("items", 3.0),
                 ("updated_rows", 2.0),
                 ("skipped_rows", 1.0),
                 ("failed_rows", 0.0)

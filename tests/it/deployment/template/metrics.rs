@@ -258,7 +258,7 @@ fn a_wrong_metric_name_function_dimension_or_namespace_is_caught() {
     let check = |t: &Value| metric_problems(&template_metrics(t), &catalogue_pairs(), &service);
     assert!(check(&t).is_empty());
     type Break = fn(&mut Value);
-    let breaks: [(&str, Break, &str); 6] = [
+    let breaks: [(&str, Break, &str); 7] = [
         (
             "misspelt metric",
             |t| {
@@ -292,6 +292,14 @@ fn a_wrong_metric_name_function_dimension_or_namespace_is_caught() {
                 d.remove(0);
             },
             "failed_schedules dimensions are {\"function\"}",
+        ),
+        (
+            "items of a function that counts none",
+            |t| {
+                t["Resources"]["RemoveExpiredMembersAllItemsFailedAlarm"]["Properties"]["Metrics"]
+                    [2]["MetricStat"]["Metric"]["Dimensions"][1]["Value"] = "delete-user".into()
+            },
+            "delete-user does not emit items",
         ),
         (
             "namespace typo",

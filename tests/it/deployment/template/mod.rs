@@ -6,6 +6,7 @@
 //!   schedules).
 //! * `metrics`: every alarm and dashboard metric of ours is one the code emits
 //!   (`shared::metrics::CATALOGUE`), on the `Service` and `function` dimensions.
+//! * `item_alarms`: the per-item failure metrics and their ticket and page alarms.
 //! * `on_call`: every alarm notifies on ALARM and OK and names a runbook section that
 //!   exists; cron heartbeats, pausable event-source mappings and log groups.
 //!
@@ -19,6 +20,7 @@ use shared::metrics::{FUNCTION_DIMENSION, NAMESPACE, SERVICE_DIMENSION, SERVICE_
 use shared::Function;
 
 mod functions;
+mod item_alarms;
 mod metrics;
 mod on_call;
 
@@ -26,7 +28,7 @@ fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn template() -> Value {
+pub(crate) fn template() -> Value {
     let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
     serde_yaml::from_str(&text).unwrap()
 }
@@ -53,13 +55,13 @@ fn tagged(v: &Value) -> (String, String) {
     }
 }
 
-fn camel(name: &str) -> String {
+pub(crate) fn camel(name: &str) -> String {
     name.split('-')
         .map(|w| w[..1].to_uppercase() + &w[1..])
         .collect()
 }
 
-fn resource<'a>(t: &'a Value, logical: &str) -> &'a Value {
+pub(crate) fn resource<'a>(t: &'a Value, logical: &str) -> &'a Value {
     let r = &t["Resources"][logical];
     assert!(
         !r.is_null(),
@@ -70,14 +72,14 @@ fn resource<'a>(t: &'a Value, logical: &str) -> &'a Value {
 
 /// The value every custom metric's `Service` dimension must carry: the one the functions
 /// get as `SERVICE_NAME` (so alarm and code always agree, whatever `ServiceName` is).
-fn service_value(t: &Value) -> Value {
+pub(crate) fn service_value(t: &Value) -> Value {
     let v = t["Globals"]["Function"]["Environment"]["Variables"][SERVICE_ENV].clone();
     assert!(!v.is_null(), "Globals set no {SERVICE_ENV}");
     v
 }
 
 /// `Dimensions: [{Name, Value}]` as a map.
-fn dimensions(v: &Value) -> BTreeMap<String, Value> {
+pub(crate) fn dimensions(v: &Value) -> BTreeMap<String, Value> {
     v.as_sequence()
         .map(|s| {
             s.iter()
@@ -88,7 +90,7 @@ fn dimensions(v: &Value) -> BTreeMap<String, Value> {
 }
 
 /// Alarms by logical id.
-fn alarms(t: &Value) -> Vec<(String, &Value)> {
+pub(crate) fn alarms(t: &Value) -> Vec<(String, &Value)> {
     t["Resources"]
         .as_mapping()
         .unwrap()

@@ -5,17 +5,35 @@
 
 use super::*;
 
-fn alarm_action_value() -> Value {
+/// The actions of an alarm that pages: the alarm topic, when given.
+pub(crate) fn alarm_action_value() -> Value {
     serde_yaml::from_str("!If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]").unwrap()
+}
+
+/// The actions of a ticket-severity alarm: the ticket topic, else the alarm topic.
+pub(crate) fn ticket_action_value() -> Value {
+    serde_yaml::from_str(
+        "!If [HasTicketTopic, [!Ref TicketTopicArn], !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]]",
+    )
+    .unwrap()
+}
+
+/// Ticket-severity alarms: a few items failed inside a run that went on.
+pub(crate) fn is_ticket(alarm: &str) -> bool {
+    alarm.ends_with("ItemFailuresAlarm")
 }
 
 #[test]
 fn every_alarm_notifies_the_topic_on_alarm_and_on_ok() {
     let t = template();
-    let want = alarm_action_value();
     let all = alarms(&t);
     assert!(all.len() >= 60, "{} alarms", all.len());
     for (name, p) in all {
+        let want = if is_ticket(&name) {
+            ticket_action_value()
+        } else {
+            alarm_action_value()
+        };
         assert_eq!(p["AlarmActions"], want, "{name} AlarmActions");
         assert_eq!(p["OKActions"], want, "{name} OKActions");
     }
