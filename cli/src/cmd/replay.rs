@@ -1,7 +1,7 @@
 //! `hk replay dlq|file`: recovery, moving messages back from a DLQ (of a deployed
 //! stack, `--stack`/`HK_STACK`, or the local convention, `--prefix`) or a file.
 
-use super::run::print_run;
+use super::run::{deliver, notifier_for, print_handed_on, print_run};
 use super::ui::{observe, progress};
 use super::*;
 use hk::local::Runner;
@@ -50,7 +50,8 @@ pub(crate) enum ReplayAction {
         /// Local runs: the clock (RFC 3339).
         #[arg(long)]
         now: Option<String>,
-        /// Local runs: also deliver what the replayed messages send.
+        /// Local runs: also deliver the replayed functions' own continuations (what
+        /// they send to other functions is always delivered).
         #[arg(long)]
         until_idle: bool,
         /// Local runs: one JSON object per function run; --queue: one JSON object
@@ -142,22 +143,40 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                 print_replay(&r?, "sent", json);
                 return Ok(ExitCode::SUCCESS);
             }
-            let config = local_config()?;
-            let mut runner = Runner::new(
-                connector(&config).await?,
-                config.settings.clone(),
-                parse_now(now.as_deref())?,
-            );
-            let pb = progress(json, format!("replaying {} message(s)", lines.len()));
-            runner = runner.with_observer(observe(&pb));
+            let mut targets = Vec::with_capacity(lines.len());
             for (recv, body) in &lines {
                 let f = to
                     .or(*recv)
                     .ok_or_else(|| anyhow!("a bare message body needs --to <function>"))?;
-                if until_idle {
-                    runner.run_until_idle(f, body).await?;
-                } else {
-                    runner.invoke(f, body, 1).await?;
+                targets.push((f, body));
+            }
+            let config = local_config()?;
+            let connector = connector(&config).await?;
+            let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
+            let mut runner = Runner::new(
+                connector,
+                config.settings.clone(),
+                parse_now(now.as_deref())?,
+            );
+            // A replayed notice is delivered the way `hk run` delivers it.
+            if let Some((f, _)) = targets
+                .iter()
+                .find(|(f, _)| matches!(f, Function::PatExpiring | Function::DeliverNotification))
+            {
+                runner = runner.with_notifier(notifier_for(*f, throwaway).await?);
+            }
+            // What the replay cannot deliver is handed on, as in `hk run` (behaviour §11).
+            let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "replay")?;
+            runner = runner
+                .with_handoff(handoff.clone())
+                .with_backoff(hk::local::Backoff::from_env()?);
+            let pb = progress(json, format!("replaying {} message(s)", lines.len()));
+            runner = runner.with_observer(observe(&pb));
+            let mut result = Ok(());
+            for (f, body) in targets {
+                result = deliver(&mut runner, f, body, until_idle).await;
+                if result.is_err() {
+                    break;
                 }
             }
             pb.finish_and_clear();
@@ -168,12 +187,10 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                     print_run(r);
                 }
             }
-            let code = if until_idle {
-                runner.exit_code(false)
-            } else {
-                runner.worst_exit_code()
-            };
-            Ok(ExitCode::from(code as u8))
+            print_handed_on(&runner, json);
+            handoff.finish();
+            result?;
+            Ok(ExitCode::from(runner.exit_code(!until_idle) as u8))
         }
     }
 }
