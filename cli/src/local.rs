@@ -7,7 +7,11 @@
 //! virtual time elapsed), the 30 s virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
 //! rolled back, nothing delivered; with `--until-idle` the whole run, in `plan`).
-//! Tests drive batches "until idle" through it.
+//! Tests drive batches "until idle" through it. What a run does not deliver (dead
+//! letters, the continuation of a single invocation, what is left when it stops) is
+//! handed on to files by [`handoff`], which also holds the single-invocation mode and
+//! the real back-off of `hk`'s runs (behaviour §11: a local run never drops what it
+//! sends).
 //!
 //! With `--chaos` (or a planned crash in tests) every delivery runs behind a
 //! [`crate::chaos::CrashGate`] (in `gated`): its session is tapped, its transport
@@ -38,8 +42,12 @@ use shared::runtime::{
 };
 use tokio_postgres::GenericClient;
 
+mod budget;
 mod gated;
+pub mod handoff;
 mod plan;
+pub use budget::{LockBudget, SequenceAdvance};
+pub use handoff::{state_dir, Backoff, DeadLetter, HandedOn, Handoff, Undelivered};
 pub use plan::{Plan, TableChange};
 
 /// The exit code of a run that ended but counted failed items inside it (behaviour
@@ -165,6 +173,18 @@ pub struct Runner {
     observer: Option<Observer>,
     /// With [`Runner::with_kept_sessions`]: each function's session, kept across runs.
     kept: Option<Vec<(Function, Session)>>,
+    /// Where dead letters and undelivered messages are written ([`handoff`]).
+    handoff: Option<Handoff>,
+    /// The real back-off of a failed delivery ([`handoff`]).
+    backoff: Option<Backoff>,
+    /// What was handed on so far.
+    handed_on: HandedOn,
+    /// The message being delivered (handed on if the run stops during it).
+    in_flight: Option<crate::local_queue::Pending>,
+    /// Indexes in `runs` of the single invocations of [`Runner::run_one`].
+    invoked: Vec<usize>,
+    /// Sequences the last dry run or plan advanced ([`plan`]).
+    sequences: Vec<SequenceAdvance>,
     /// Every run so far, in order.
     pub runs: Vec<Run>,
 }
@@ -183,6 +203,12 @@ impl Runner {
             notifier: None,
             observer: None,
             kept: None,
+            handoff: None,
+            backoff: None,
+            handed_on: HandedOn::default(),
+            in_flight: None,
+            invoked: Vec::new(),
+            sequences: Vec::new(),
             runs: Vec::new(),
         }
     }
@@ -404,13 +430,38 @@ impl Runner {
 
     /// Deliver queued messages until none is left.
     pub async fn drain(&mut self) -> Result<()> {
+        self.drain_except(None).await
+    }
+
+    /// Deliver queued messages until none is left, except those for `hold`, which
+    /// are handed on undelivered ([`Runner::run_one`]). A failed message comes back
+    /// after 30 virtual seconds (and its real back-off, [`Runner::with_backoff`]);
+    /// after 5 receives it is a dead letter, handed on with its reason.
+    async fn drain_except(&mut self, hold: Option<Function>) -> Result<()> {
         while let Some(p) = self.next_pending() {
+            if let Some(f) = hold.filter(|f| *f == p.message.receiver) {
+                let why = format!(
+                    "the continuation of {f}, which a run without --until-idle does not deliver"
+                );
+                self.undelivered(vec![p.message], &why)?;
+                continue;
+            }
+            // In flight from here: handed on if the run stops while it waits.
+            self.in_flight = Some(p.clone());
+            self.until_due(&p).await;
             let body = p.message.envelope.to_body();
-            let (_, outcome) = self
+            let (run, outcome) = self
                 .invoke(p.message.receiver, &body, p.receive_count)
                 .await?;
+            self.in_flight = None;
             if !outcome.is_success() {
-                self.queue.nack(p, VISIBILITY_S, MAX_RECEIVES);
+                let not_before = self.not_before(&outcome, p.receive_count);
+                if self
+                    .queue
+                    .nack_after(p.clone(), VISIBILITY_S, MAX_RECEIVES, not_before)
+                {
+                    self.dead_letter(p, &run, &outcome)?;
+                }
             }
         }
         Ok(())
@@ -422,6 +473,7 @@ impl Runner {
         let now = self.queue.now();
         let recorder = LocalQueue::new(now);
         let mut client = self.connector.connect(function.name()).await?;
+        let sequences_before = budget::sequences(&client).await?;
         let mut tx = client.transaction().await?;
         // No email and no web-hook request either (behaviour §11).
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
@@ -444,6 +496,7 @@ impl Runner {
         client
             .batch_execute("SELECT pg_advisory_unlock_all()")
             .await?;
+        self.sequences = budget::advanced(&sequences_before, &budget::sequences(&client).await?);
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, recorder.sent());
         self.record(&run);
@@ -470,8 +523,8 @@ impl Runner {
 
     /// The exit code of behaviour §11: 2 if a permanent failure is left, 1 if a retryable one
     /// is, else 3 if a run that succeeded counted failed items, else 0. A failure is
-    /// "left" when its message was dead-lettered, or when the last run of a single
-    /// invocation failed.
+    /// "left" when its message was dead-lettered, or when a single invocation
+    /// ([`Runner::run_one`]; else the last run) failed.
     pub fn exit_code(&self, single: bool) -> i32 {
         let dead: Vec<String> = self
             .queue
@@ -479,14 +532,24 @@ impl Runner {
             .iter()
             .map(|p| p.message.envelope.message_key.clone())
             .collect();
-        exit_code_of(&self.runs, &dead, single)
+        let left = exit_code_of(&self.runs, &dead, false);
+        if !single {
+            return left;
+        }
+        let tops: Vec<Run> = if self.invoked.is_empty() {
+            self.runs.last().cloned().into_iter().collect()
+        } else {
+            self.invoked.iter().map(|&i| self.runs[i].clone()).collect()
+        };
+        worse_exit_code(left, exit_code_of(&tops, &[], true))
     }
 }
 
-/// The exit code of behaviour §11 for `runs` whose dead-lettered keys are `dead`.
+/// The exit code of behaviour §11 for `runs` whose dead-lettered keys are `dead`
+/// (`single`: every run of `runs` is an invocation whose failure is left).
 fn exit_code_of(runs: &[Run], dead: &[String], single: bool) -> i32 {
     let failed: Vec<&Run> = if single {
-        runs.last().into_iter().collect()
+        runs.iter().collect()
     } else {
         // The last run of each dead-lettered key tells how it failed.
         let mut v = Vec::new();

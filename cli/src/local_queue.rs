@@ -1,11 +1,14 @@
 //! The in-process queue with virtual time (behaviour §11), used by `hk` and tests.
 //!
 //! Owns: the pending-message heap ordered by (due time, send sequence), the virtual
-//! clock, receive counts, the local dead-letter list and fault injection for sends.
-//! It delivers nothing by itself: `local::Runner` pops messages and runs handlers.
+//! clock, receive counts, the real time before which a failed message is not
+//! redelivered (`hk`'s bounded real back-off, behaviour §11), the local dead-letter
+//! list and fault injection for sends. It delivers nothing by itself:
+//! `local::Runner` pops messages and runs handlers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
@@ -23,6 +26,8 @@ pub struct Pending {
     pub seq: u64,
     /// How many times it was received so far.
     pub receive_count: u32,
+    /// Real time before which it is not redelivered (a failed delivery's back-off).
+    pub not_before: Option<Instant>,
 }
 
 /// A record of one send, for `--outbox` and reports.
@@ -106,6 +111,7 @@ impl LocalQueue {
                 due,
                 seq,
                 receive_count: 0,
+                not_before: None,
             },
         );
     }
@@ -138,6 +144,7 @@ impl LocalQueue {
                 due,
                 seq,
                 receive_count: 0,
+                not_before: None,
             },
         );
     }
@@ -168,7 +175,19 @@ impl LocalQueue {
 
     /// Return a failed message: due again after `visibility_s`, or dead-lettered
     /// once it has been received `max_receives` times. Returns true if dead-lettered.
-    pub fn nack(&self, mut p: Pending, visibility_s: i64, max_receives: u32) -> bool {
+    pub fn nack(&self, p: Pending, visibility_s: i64, max_receives: u32) -> bool {
+        self.nack_after(p, visibility_s, max_receives, None)
+    }
+
+    /// [`LocalQueue::nack`], and the message is not redelivered before the real time
+    /// `not_before` either (`hk`'s bounded real back-off, behaviour §11).
+    pub fn nack_after(
+        &self,
+        mut p: Pending,
+        visibility_s: i64,
+        max_receives: u32,
+        not_before: Option<Instant>,
+    ) -> bool {
         let mut s = self.state.lock().unwrap();
         if p.receive_count >= max_receives {
             s.dead.push(p);
@@ -176,10 +195,28 @@ impl LocalQueue {
         }
         let now = s.vnow.unwrap_or_else(Utc::now);
         p.due = now + Duration::seconds(visibility_s);
+        p.not_before = not_before;
         s.seq += 1;
         p.seq = s.seq;
         s.pending.insert((p.due, p.seq), p);
         false
+    }
+
+    /// Put a message taken with [`LocalQueue::pop`] back, undelivered: its receive
+    /// is not counted, and it is due at once (the clock never goes back).
+    pub fn put_back(&self, mut p: Pending) {
+        let mut s = self.state.lock().unwrap();
+        p.receive_count = p.receive_count.saturating_sub(1);
+        s.seq += 1;
+        p.seq = s.seq;
+        s.pending.insert((p.due, p.seq), p);
+    }
+
+    /// Take every message still waiting, in delivery order (handed on when a run
+    /// stops before it is idle).
+    pub fn take_pending(&self) -> Vec<Pending> {
+        let mut s = self.state.lock().unwrap();
+        std::mem::take(&mut s.pending).into_values().collect()
     }
 
     /// Messages still waiting.
@@ -303,6 +340,31 @@ mod tests {
             .collect();
         assert_eq!(keys, vec!["a", "a", "c"]);
         assert_eq!(q.now(), start + Duration::seconds(100));
+    }
+
+    #[tokio::test]
+    async fn a_message_put_back_or_delayed_in_real_time_keeps_its_place_and_count() {
+        let start: DateTime<Utc> = "2025-03-10T00:00:00Z".parse().unwrap();
+        let q = LocalQueue::new(start);
+        q.send(&[msg("a", 0), msg("b", 10)]).await.unwrap();
+        let a = q.pop().unwrap();
+        q.put_back(a);
+        let a = q.pop().unwrap();
+        assert_eq!(
+            (a.message.envelope.message_key.as_str(), a.receive_count),
+            ("a", 1)
+        );
+        let later = Instant::now() + std::time::Duration::from_secs(5);
+        assert!(!q.nack_after(a, 30, 5, Some(later)));
+        let left = q.take_pending();
+        let keys: Vec<&str> = left
+            .iter()
+            .map(|p| p.message.envelope.message_key.as_str())
+            .collect();
+        assert_eq!(keys, vec!["b", "a"]);
+        assert_eq!(left[1].not_before, Some(later));
+        assert_eq!(left[0].not_before, None);
+        assert_eq!(q.pending_len(), 0);
     }
 
     #[tokio::test]

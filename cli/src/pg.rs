@@ -133,6 +133,12 @@ impl Cluster {
 
     /// initdb a fresh cluster and start it (any previous one at `base` is stopped and wiped).
     pub fn up(&self) -> Result<()> {
+        self.up_with(&[])
+    }
+
+    /// [`Cluster::up`] with server settings of its own (`name=value`, after the
+    /// defaults, so they win), e.g. a small `max_locks_per_transaction` in a test.
+    pub fn up_with(&self, settings: &[&str]) -> Result<()> {
         let bin = pg_bin()?;
         if self.base.join("data/postmaster.pid").exists() {
             let _ = self.down();
@@ -185,13 +191,17 @@ impl Cluster {
         // shared_buffers: `hk bench --scale full` builds data sets of about 1 GB (the
         // 1,000,000-membership B38 set with its authorizations, the 10,000,000-member
         // keyset table); both sides of a comparison must run from PostgreSQL's cache.
-        let opts = format!(
+        let mut opts = format!(
             "-k {} -p {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
              -c full_page_writes=off -c max_connections=200 -c shared_buffers=1GB \
              -c maintenance_work_mem=256MB",
             self.base.join("sock").display(),
             self.port
         );
+        for s in settings {
+            opts.push_str(" -c ");
+            opts.push_str(s);
+        }
         let log = self.base.join("server.log").to_string_lossy().to_string();
         let limit = START_LIMIT_S.to_string();
         run(

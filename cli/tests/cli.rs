@@ -157,12 +157,16 @@ async fn dry_run_reports_what_would_change_and_changes_nothing() {
     );
     assert!(o.status.success());
     assert_eq!(db.ids("members").await, vec![1, 6]);
-    // A single run without --until-idle reports the child it sent but does not run it.
-    assert!(db.exists("users WHERE id = 20").await);
+    // A single run without --until-idle reports the child it sent and delivers it
+    // (behaviour §11: a local run never drops what it sends).
     assert!(
         stdout(&o).contains("-> delete-user delay=30s key=delete-user:20"),
         "{}",
         stdout(&o)
+    );
+    assert!(
+        !db.exists("users WHERE id = 20").await,
+        "the delete-user child ran"
     );
 }
 

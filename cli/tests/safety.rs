@@ -131,9 +131,13 @@ async fn notices_need_explicit_settings_on_a_database_hk_did_not_create() {
 #[tokio::test]
 async fn the_acceptance_contract_runs_every_function_on_a_plain_database() {
     let db = PlainDb::new().await;
+    let mail = std::env::temp_dir().join(format!("hk-safety-mail-{}", db.name));
+    let state = std::env::temp_dir().join(format!("hk-safety-state-{}", db.name));
     let env = [
         ("TRANSPORT", "local"),
-        ("EMAIL_TRANSPORT", "log"),
+        ("EMAIL_TRANSPORT", "file"),
+        ("EMAIL_FILE_DIR", mail.to_str().unwrap()),
+        ("HK_STATE_DIR", state.to_str().unwrap()),
         ("GITLAB_BASE_URL", "https://gitlab.example.test"),
         ("GITLAB_DB_KEY_BASE", "00112233445566778899aabbccddeeff"),
         ("MAIL_FROM", "gitlab@example.test"),
@@ -167,6 +171,70 @@ async fn the_acceptance_contract_runs_every_function_on_a_plain_database() {
             "{f}"
         );
     }
+    let _ = std::fs::remove_dir_all(mail);
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[tokio::test]
+async fn the_log_mailer_is_refused_on_a_database_hk_did_not_create() {
+    let db = PlainDb::new().await;
+    let c = Connector::from_url(&db.url)
+        .unwrap()
+        .connect("t")
+        .await
+        .unwrap();
+    c.batch_execute(
+        "INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at)
+           VALUES (10, 'u10', 'U', 'u10@example.com', 'active', false, 0, '2024-01-01', '2024-01-01');
+         INSERT INTO personal_access_tokens (id, user_id, name, revoked, expires_at, organization_id, created_at, updated_at)
+           VALUES (1, 10, 'laptop', false, '2026-03-05', 1, '2024-01-01', '2024-01-01');",
+    )
+    .await
+    .unwrap();
+    let env = [
+        ("EMAIL_TRANSPORT", "log"),
+        ("GITLAB_BASE_URL", "https://gitlab.example.test"),
+        ("GITLAB_DB_KEY_BASE", "00112233445566778899aabbccddeeff"),
+        ("MAIL_FROM", "gitlab@example.test"),
+    ];
+    for args in [
+        &["run", "pat-expiring", "--now", NOW, "--until-idle"][..],
+        &["run", "pat-expiring", "--now", NOW],
+    ] {
+        let o = hk(&db.url, args, &env);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("EMAIL_TRANSPORT=log"), "{err}");
+        assert!(!err.contains("Email delivered"), "{err}");
+    }
+    let claimed: i64 = c
+        .query_one(
+            "SELECT count(*) FROM personal_access_tokens WHERE seven_days_notification_sent_at IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, 0, "no token was claimed");
+    // A dry run sends nothing: the log mailer is harmless there.
+    let o = hk(
+        &db.url,
+        &["run", "pat-expiring", "--now", NOW, "--dry-run"],
+        &env,
+    );
+    assert!(o.status.success());
+    // The `file` mailer hands the notice on: the token is claimed and its mail written.
+    let mail = std::env::temp_dir().join(format!("hk-safety-mail-{}", db.name));
+    let state = std::env::temp_dir().join(format!("hk-safety-state-{}", db.name));
+    let mut file_env = env.to_vec();
+    file_env[0] = ("EMAIL_TRANSPORT", "file");
+    file_env.push(("EMAIL_FILE_DIR", mail.to_str().unwrap()));
+    file_env.push(("HK_STATE_DIR", state.to_str().unwrap()));
+    let o = hk(&db.url, &["run", "pat-expiring", "--now", NOW], &file_env);
+    assert!(o.status.success());
+    assert_eq!(std::fs::read_dir(&mail).unwrap().count(), 1);
+    let _ = std::fs::remove_dir_all(mail);
+    let _ = std::fs::remove_dir_all(state);
 }
 
 /// Expired members (one of them a bot, deleted by its delete-user child) on

@@ -136,8 +136,38 @@ impl SmtpSink {
     /// Start a sink on a free port of 127.0.0.1 (the child binds port 0 and reports
     /// the port it got); waits, bounded, until it listens.
     pub async fn start(tls: SinkTls) -> SmtpSink {
+        Self::start_on(tls, 0).await
+    }
+
+    /// Start a sink on `port` of 127.0.0.1 (0: any free port); waits, bounded, until
+    /// it listens.
+    pub async fn start_on(tls: SinkTls, port: u16) -> SmtpSink {
+        let mut sink = Self::spawn(tls, port, false);
+        sink.listening().await;
+        sink
+    }
+
+    /// A sink for `port` that does not listen yet: its process is started and ready,
+    /// and [`SmtpSink::open`] makes it listen at once (an SMTP outage that ends when
+    /// the test says so). Until then nothing listens on the port.
+    pub fn closed_on(tls: SinkTls, port: u16) -> SmtpSink {
+        let mut sink = Self::spawn(tls, port, true);
+        sink.port = port;
+        sink
+    }
+
+    /// Open the port of a [`SmtpSink::closed_on`] sink; waits, bounded, until it listens.
+    pub async fn open(&mut self) {
+        std::fs::remove_file(self.dir.join("hold")).unwrap();
+        self.listening().await;
+    }
+
+    fn spawn(tls: SinkTls, port: u16, hold: bool) -> SmtpSink {
         let dir = std::env::temp_dir().join(format!("hk-smtp-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
+        if hold {
+            std::fs::write(dir.join("hold"), b"").unwrap();
+        }
         let leaf = TestCa::get().issue(&["localhost"], &["127.0.0.1"]);
         std::fs::write(dir.join("cert.pem"), &leaf.cert_pem).unwrap();
         std::fs::write(dir.join("key.pem"), &leaf.key_pem).unwrap();
@@ -152,6 +182,7 @@ impl SmtpSink {
             .arg(&script)
             .arg(&dir)
             .arg(mode)
+            .arg(port.to_string())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -163,17 +194,21 @@ impl SmtpSink {
                     python.display()
                 )
             });
-        let mut sink = SmtpSink {
+        SmtpSink {
             port: 0,
             dir,
             child,
             reject: Mutex::new(Vec::new()),
-        };
-        let what = format!("the SMTP sink (aiosmtpd, {mode}) to listen on 127.0.0.1");
-        let port_file = sink.dir.join("port");
-        let log_file = sink.dir.join("sink.log");
-        let child = &mut sink.child;
-        sink.port = wait::until(&what, wait::SERVER_LISTEN, || {
+        }
+    }
+
+    /// Wait until the child listens and take its port.
+    async fn listening(&mut self) {
+        let what = "the SMTP sink (aiosmtpd) to listen on 127.0.0.1";
+        let port_file = self.dir.join("port");
+        let log_file = self.dir.join("sink.log");
+        let child = &mut self.child;
+        self.port = wait::until(what, wait::SERVER_LISTEN, || {
             let exited = child.try_wait().ok().flatten();
             let port = std::fs::read_to_string(&port_file)
                 .ok()
@@ -187,7 +222,6 @@ impl SmtpSink {
             async move { port }
         })
         .await;
-        sink
     }
 
     /// Reply `code` to `RCPT TO` paths containing `needle`.

@@ -1,6 +1,8 @@
 """The SMTP sink of the delivery tests: aiosmtpd on 127.0.0.1, run by tests/sinks/smtp.rs.
 
-Usage: smtp_sink.py DIR starttls|implicit
+Usage: smtp_sink.py DIR starttls|implicit [PORT]
+
+PORT (default 0: any free port) lets a test open a port it kept closed until then.
 
 DIR holds what the Rust side gives it and reads back:
   cert.pem, key.pem  the leaf certificate (of the test CA) and its key (given);
@@ -12,7 +14,9 @@ DIR holds what the Rust side gives it and reads back:
                      {"connect": true} per TCP connection, {"auth_failed": true} per
                      refused AUTH, and per accepted message
                      {"mail_from", "rcpt_to", "data", "tls", "auth"};
-  port               the port it listens on, written (atomically) once it listens.
+  port               the port it listens on, written (atomically) once it listens;
+  hold               while it exists the sink does not listen yet (given; the test
+                     removes it to open the port at a moment of its choosing).
 
 STARTTLS mode: plain greeting, STARTTLS advertised, AUTH only after it. Implicit mode:
 TLS from the first byte, AUTH at once. Any credentials are accepted and recorded,
@@ -113,7 +117,7 @@ class CountingSMTP(SMTP):
         super().connection_made(transport)
 
 
-async def main(directory, mode):
+async def main(directory, mode, port):
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem"))
     events = Events(os.path.join(directory, "events.jsonl"))
@@ -132,8 +136,11 @@ async def main(directory, mode):
             authenticator=Authenticator(directory, events),
         )
 
+    hold = os.path.join(directory, "hold")
+    while os.path.exists(hold):
+        await asyncio.sleep(0.01)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(factory, "127.0.0.1", 0, ssl=ctx if implicit else None)
+    server = await loop.create_server(factory, "127.0.0.1", port, ssl=ctx if implicit else None)
     port = server.sockets[0].getsockname()[1]
     tmp = os.path.join(directory, "port.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -144,6 +151,6 @@ async def main(directory, mode):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[2] not in ("starttls", "implicit"):
-        sys.exit("usage: smtp_sink.py DIR starttls|implicit")
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    if len(sys.argv) not in (3, 4) or sys.argv[2] not in ("starttls", "implicit"):
+        sys.exit("usage: smtp_sink.py DIR starttls|implicit [PORT]")
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 0))

@@ -60,15 +60,37 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
     let mut code = 0;
     let notifier = local_notifier().await?;
     let observer = std::sync::Arc::new(std::sync::Mutex::new(observe(&pb)));
+    // What a batch cannot deliver is handed on, as in `hk run` (behaviour §11).
+    let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "demo")?;
+    let (mut handed_on, mut failed) = (0, None);
     for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
         let o = observer.clone();
         let mut runner = Runner::new(connector.clone(), Default::default(), now)
             .with_notifier(notifier.clone())
+            .with_handoff(handoff.clone())
+            .with_backoff(hk::local::Backoff::from_env()?)
             .with_observer(move |r| (o.lock().expect("the progress observer"))(r));
         let body = runner.cron_message(*f).to_body();
-        runner.run_until_idle(*f, &body).await?;
+        let result = super::run::deliver(&mut runner, *f, &body, true).await;
+        let h = runner.handed_on();
+        handed_on += h.dead.len() + h.undelivered.len();
         code = hk::local::worse_exit_code(code, runner.exit_code(false));
         all.extend(runner.runs);
+        if let Err(e) = result {
+            failed = Some(e);
+            break;
+        }
+    }
+    handoff.finish();
+    if handed_on > 0 {
+        eprintln!(
+            "hk: {handed_on} message(s) handed on to {} (dead letters and undelivered messages; \
+             `hk replay file <file> --until-idle` delivers them again)",
+            handoff.dir().display()
+        );
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     let after = hk::demo::table_counts(&connector.connect("hk").await?).await?;
     pb.finish_and_clear();

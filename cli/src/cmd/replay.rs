@@ -3,7 +3,7 @@
 //! (`--stack`/`HK_STACK`) or of the local convention (`--prefix`). An outbox record
 //! goes to the receiver it names; `--to` names the receiver of bare bodies only.
 
-use super::run::print_run;
+use super::run::{deliver, notifier_for, print_handed_on, print_run};
 use super::ui::{observe, progress};
 use super::*;
 use hk::local::Runner;
@@ -56,7 +56,8 @@ pub(crate) enum ReplayAction {
         /// Local runs: the clock (RFC 3339).
         #[arg(long)]
         now: Option<String>,
-        /// Local runs: also deliver what the replayed messages send.
+        /// Local runs: also deliver the replayed functions' own continuations (what
+        /// they send to other functions is always delivered).
         #[arg(long)]
         until_idle: bool,
         /// Local runs: one JSON object per function run; --queue: one JSON object
@@ -148,20 +149,38 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                 print_replay(&r?, "sent", json);
                 return Ok(ExitCode::SUCCESS);
             }
+            let mut targets = Vec::with_capacity(lines.len());
+            for (recv, body) in &lines {
+                let f = hk::aws_local::receiver_of(*recv, to)?;
+                targets.push((f, body));
+            }
             let config = local_config()?;
+            let connector = connector(&config).await?;
+            let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
             let mut runner = Runner::new(
-                connector(&config).await?,
+                connector,
                 config.settings.clone(),
                 parse_now(now.as_deref())?,
             );
+            // A replayed notice is delivered the way `hk run` delivers it.
+            if let Some((f, _)) = targets
+                .iter()
+                .find(|(f, _)| matches!(f, Function::PatExpiring | Function::DeliverNotification))
+            {
+                runner = runner.with_notifier(notifier_for(*f, throwaway).await?);
+            }
+            // What the replay cannot deliver is handed on, as in `hk run` (behaviour §11).
+            let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "replay")?;
+            runner = runner
+                .with_handoff(handoff.clone())
+                .with_backoff(hk::local::Backoff::from_env()?);
             let pb = progress(json, format!("replaying {} message(s)", lines.len()));
             runner = runner.with_observer(observe(&pb));
-            for (recv, body) in &lines {
-                let f = hk::aws_local::receiver_of(*recv, to)?;
-                if until_idle {
-                    runner.run_until_idle(f, body).await?;
-                } else {
-                    runner.invoke(f, body, 1).await?;
+            let mut result = Ok(());
+            for (f, body) in targets {
+                result = deliver(&mut runner, f, body, until_idle).await;
+                if result.is_err() {
+                    break;
                 }
             }
             pb.finish_and_clear();
@@ -172,12 +191,10 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
                     print_run(r);
                 }
             }
-            let code = if until_idle {
-                runner.exit_code(false)
-            } else {
-                runner.worst_exit_code()
-            };
-            Ok(exit::run_code(&runner.runs, code))
+            print_handed_on(&runner, json);
+            handoff.finish();
+            result?;
+            Ok(exit::run_code(&runner.runs, runner.exit_code(!until_idle)))
         }
     }
 }

@@ -1,7 +1,9 @@
-//! `hk run`: one function as its trigger would run it (or its whole run with
-//! `--until-idle`, or a rolled-back `--dry-run`, or with both the plan of the whole
-//! run), and the run table and summary. Against a database `hk` did not create it
-//! uses none of its demo defaults for the notifying functions.
+//! `hk run`: one function as its trigger would run it, with what it causes in other
+//! functions (or its whole run with `--until-idle`, or a rolled-back `--dry-run`, or
+//! with both the plan of the whole run), the run table and summary, and what the run
+//! handed on (behaviour §11: a local run never drops what it sends). Against a
+//! database `hk` did not create it uses none of its demo defaults for the notifying
+//! functions, and refuses the `log` mailer.
 
 use super::ui::{num, observe, progress, render, table};
 use super::*;
@@ -25,19 +27,24 @@ pub(crate) struct RunArgs {
     /// A file holding the message body.
     #[arg(long)]
     pub(crate) message_file: Option<PathBuf>,
-    /// Keep delivering continuations and children until no message is left.
+    /// Keep delivering continuations and children until no message is left. Without
+    /// it, one invocation and what it sends to other functions are delivered; its own
+    /// continuation is written to a file (printed), never dropped.
     #[arg(long)]
     pub(crate) until_idle: bool,
     /// One invocation in a rolled-back transaction; report what would change. With
-    /// --until-idle: the whole run in ONE transaction, rolled back, and its plan (per
-    /// table changes, removed users, groups and projects). It holds every row lock it
-    /// takes until it ends: prefer a restored snapshot or staging to a primary.
+    /// --until-idle: the whole run in rolled-back transactions, and its plan (per
+    /// table changes, removed users, groups and projects, sequences advanced). Each
+    /// holds every row lock it takes until it ends: prefer a restored snapshot or
+    /// staging to a primary. It slices the run and stops before holding half the
+    /// server's lock table.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// One JSON object per function run on stdout.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Also write every sent message to this directory.
+    /// Also write every sent message to this directory. Not with --dry-run: a dry
+    /// run's messages stand for work that was rolled back, so none is kept.
     #[arg(long)]
     pub(crate) outbox: Option<PathBuf>,
     /// Chaos for --until-idle: `seed=N,duplicate=P,reorder[=S],crash=P` duplicates
@@ -65,7 +72,12 @@ fn env_set(k: &str) -> bool {
 /// (file mailer, demo key base, placeholder URL) apply only with `demo_defaults`: a
 /// database `hk` created, or a dry run, which sends nothing. Anywhere else a missing
 /// variable is refused by name, so notices are never marked sent into a temp folder.
-async fn notifier_for(function: Function, demo_defaults: bool) -> Result<Arc<Notifier>> {
+///
+/// The same holds for `EMAIL_TRANSPORT=log` (behaviour §11): it only writes a log
+/// line per email, so a notice it "delivers" is marked sent and reaches nobody. It is
+/// for throwaway databases only: on a database `hk` did not create it is refused,
+/// naming the variable, before anything is claimed.
+pub(crate) async fn notifier_for(function: Function, demo_defaults: bool) -> Result<Arc<Notifier>> {
     if demo_defaults {
         return local_notifier().await;
     }
@@ -87,6 +99,14 @@ async fn notifier_for(function: Function, demo_defaults: bool) -> Result<Arc<Not
     }
     let lookup = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     let cfg = shared::notify::NotifyConfig::from_lookup(&lookup)?;
+    if cfg.email_transport == shared::config::notify::EmailTransportKind::Log {
+        bail!(
+            "EMAIL_TRANSPORT=log only logs each email (nobody receives it, yet the notice is \
+             marked sent), and this database was not created by hk (no {} marker): set \
+             EMAIL_TRANSPORT=smtp (or file with EMAIL_FILE_DIR), or use --dry-run",
+            hk::migrate::THROWAWAY_TABLE
+        );
+    }
     cfg.require_for(function)?;
     Ok(Arc::new(Notifier::full(&cfg, None).await?))
 }
@@ -101,7 +121,7 @@ fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         println!("{}", plan.to_json());
         return;
     }
-    println!("dry run of the whole run (one transaction, rolled back; nothing sent or kept):");
+    println!("dry run of the whole run (rolled back; nothing sent or kept):");
     for r in runs {
         print_run(r);
     }
@@ -136,6 +156,38 @@ fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         ids(&plan.removed_projects)
     );
     println!("dead-lettered messages: {}", plan.dead_letters);
+    println!(
+        "slices: {} (rolled-back transactions{}); locks: at most {} held, the plan stops at {} \
+         (half of the server's lock table: {})",
+        plan.slices,
+        if plan.slices > 1 {
+            "; a later slice does not see what an earlier one changed"
+        } else {
+            ""
+        },
+        plan.most_locks,
+        plan.locks.stop_at(),
+        plan.locks.describe()
+    );
+    print_sequences(&plan.sequences);
+    if let Some(why) = &plan.stopped {
+        println!("\nINCOMPLETE: {why}; the figures above cover only what was planned until then");
+    }
+}
+
+/// The sequences a rolled-back run advanced: `nextval` is not undone by a rollback
+/// (behaviour §11), so the ids it handed out are skipped; nothing else changes.
+fn print_sequences(moved: &[hk::local::SequenceAdvance]) {
+    if moved.is_empty() {
+        return;
+    }
+    println!(
+        "sequences advanced while it ran (nextval is not undone by a rollback: these ids are \
+         skipped, nothing else changes; other sessions' inserts count here too):"
+    );
+    for m in moved {
+        println!("  {}", m.describe());
+    }
 }
 
 pub(crate) fn parse_chaos(s: &str) -> std::result::Result<ChaosSpec, String> {
@@ -243,6 +295,12 @@ pub(crate) fn unwrap_outbox_record(text: &str, function: Function) -> Result<Str
 }
 
 pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    if a.dry_run && a.outbox.is_some() {
+        bail!(
+            "--outbox cannot be used with --dry-run: a dry run's messages stand for work that \
+             was rolled back, so none is kept (run without --dry-run to record what a run sends)"
+        );
+    }
     let function = a.function;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
@@ -276,8 +334,18 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         }
     };
     if a.dry_run && a.until_idle {
-        let plan = runner.plan_until_idle(function, &body).await?;
+        let plan = runner.plan_until_idle(function, &body).await;
+        let plan = match plan {
+            Ok(p) => p,
+            Err(e) => {
+                print_runs(&runner.runs, a.json);
+                return Err(e.into());
+            }
+        };
         print_plan(&runner.runs, &plan, a.json);
+        if let Some(why) = &plan.stopped {
+            bail!("{why}");
+        }
         return Ok(exit::run_code(&runner.runs, plan.exit_code));
     }
     if a.dry_run {
@@ -287,28 +355,32 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         } else {
             println!("dry run (rolled back, nothing delivered):");
             print_run(&r);
+            print_sequences(runner.sequences_advanced());
         }
         return Ok(exit::run_code(&runner.runs, runner.exit_code(true)));
     }
-    if a.until_idle {
-        let pb = progress(a.json, format!("{function} until idle"));
-        runner = runner.with_observer(observe(&pb));
-        let r = runner.run_until_idle(function, &body).await;
-        pb.finish_and_clear();
-        r?;
+    // A local run never drops what it sends (behaviour §11): what it cannot deliver
+    // goes to this directory, which must be writable before anything is claimed.
+    let handoff = hk::local::Handoff::create(&hk::local::state_dir(), function.name())?;
+    runner = runner
+        .with_handoff(handoff.clone())
+        .with_backoff(hk::local::Backoff::from_env()?);
+    let what = if a.until_idle {
+        "until idle"
     } else {
-        runner.invoke(function, &body, 1).await?;
-    }
-    for r in &runner.runs {
-        if a.json {
-            println!("{}", r.to_json());
-        } else {
-            print_run(r);
-        }
-    }
+        "and its children"
+    };
+    let pb = progress(a.json, format!("{function} {what}"));
+    runner = runner.with_observer(observe(&pb));
+    let result = deliver(&mut runner, function, &body, a.until_idle).await;
+    pb.finish_and_clear();
+    print_runs(&runner.runs, a.json);
     if !a.json && a.until_idle {
         print_summary(&runner.runs, runner.dead_letters().len());
     }
+    print_handed_on(&runner, a.json);
+    handoff.finish();
+    result?;
     if let (Some(spec), Some(stats)) = (&a.chaos, runner.chaos_stats()) {
         if a.json {
             println!(
@@ -323,4 +395,123 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         &runner.runs,
         runner.exit_code(!a.until_idle),
     ))
+}
+
+/// Deliver `body` to `function`: its whole run (`until_idle`) or one invocation and
+/// what it causes in other functions ([`Runner::run_one`]). Interrupted (Ctrl-C), or
+/// stopped by an error of the runner itself, the run hands on what was in flight or
+/// still waiting before it returns.
+pub(crate) async fn deliver(
+    runner: &mut Runner,
+    function: Function,
+    body: &str,
+    until_idle: bool,
+) -> Result<()> {
+    let run = async {
+        if until_idle {
+            runner.run_until_idle(function, body).await
+        } else {
+            runner.run_one(function, body).await
+        }
+    };
+    let result = tokio::select! {
+        r = run => r.map_err(anyhow::Error::from),
+        _ = tokio::signal::ctrl_c() => Err(shared::error::Error::Retryable(
+            "interrupted (Ctrl-C)".into(),
+        )
+        .into()),
+    };
+    if let Err(e) = &result {
+        runner
+            .hand_on_pending(&format!("the run stopped before it was idle: {e:#}"))
+            .context("the messages still waiting could not be written")?;
+    }
+    result
+}
+
+fn print_runs(runs: &[Run], json: bool) {
+    for r in runs {
+        if json {
+            println!("{}", r.to_json());
+        } else {
+            print_run(r);
+        }
+    }
+}
+
+/// What the run handed on (behaviour §11), with the file and how to deliver it
+/// again: each dead letter with its key and reason, each undelivered message with its
+/// key. With `--json`, one object `{"handed_on": {…}}` after the runs.
+pub(crate) fn print_handed_on(runner: &Runner, json: bool) {
+    let h = runner.handed_on();
+    if h.is_empty() {
+        return;
+    }
+    let file = |f: Option<std::path::PathBuf>| f.map(|p| p.display().to_string());
+    let dead_file = file(runner.handoff().map(|h| h.dead_letters_file()));
+    let undelivered_file = file(runner.handoff().map(|h| h.undelivered_file()));
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"handed_on": {
+                "dead_letters": {
+                    "file": if h.dead.is_empty() { None } else { dead_file.clone() },
+                    "messages": h.dead.iter().map(|d| serde_json::json!({
+                        "receiver": d.message.receiver.name(),
+                        "message_key": d.message.envelope.message_key,
+                        "receives": d.receives,
+                        "error_class": d.error_class,
+                        "reason": d.reason,
+                    })).collect::<Vec<_>>(),
+                },
+                "undelivered": {
+                    "file": if h.undelivered.is_empty() { None } else { undelivered_file.clone() },
+                    "messages": h.undelivered.iter().map(|u| serde_json::json!({
+                        "receiver": u.message.receiver.name(),
+                        "message_key": u.message.envelope.message_key,
+                        "why": u.why,
+                    })).collect::<Vec<_>>(),
+                },
+            }})
+        );
+        return;
+    }
+    let replay = |f: &Option<String>| match f {
+        Some(f) => {
+            format!("written to {f}; deliver them again with `hk replay file {f} --until-idle`")
+        }
+        None => "kept in memory only".into(),
+    };
+    if !h.dead.is_empty() {
+        println!(
+            "\ndead letters: {} ({}, once their cause is fixed)",
+            h.dead.len(),
+            replay(&dead_file)
+        );
+        for d in &h.dead {
+            println!(
+                "  {} key={} receives={} error_class={} reason={}",
+                d.message.receiver.name(),
+                d.message.envelope.message_key,
+                d.receives,
+                d.error_class,
+                d.reason
+            );
+        }
+    }
+    if !h.undelivered.is_empty() {
+        println!(
+            "\nnot delivered: {} ({})",
+            h.undelivered.len(),
+            replay(&undelivered_file)
+        );
+        for u in &h.undelivered {
+            println!(
+                "  {} key={}: {}",
+                u.message.receiver.name(),
+                u.message.envelope.message_key,
+                u.why
+            );
+        }
+    }
 }

@@ -2,21 +2,38 @@
 //!
 //! Owns: [`Runner::plan_until_idle`], which delivers the first message and every
 //! continuation and child it leads to (virtual time, the same 30 s / 5 receives as
-//! the runner) on ONE session inside ONE transaction that is rolled back at the end,
-//! with a recording queue and the notifier's dry-run form (no email, no web hook);
-//! and [`Plan`], what the run would have changed: per table the rows inserted,
-//! updated and deleted (PostgreSQL's `pg_stat_xact_user_tables`, so cascades count
-//! too), and the ids of the users, groups and projects that would be removed. The
-//! transaction holds every row lock it takes until it ends: on a primary the plan
-//! blocks the rows it touches for as long as it runs.
+//! the runner) on ONE session, in transactions that are rolled back, with a
+//! recording queue and the notifier's dry-run form (no email, no web hook); and
+//! [`Plan`], what the run would have changed: per table the rows inserted, updated
+//! and deleted (PostgreSQL's `pg_stat_xact_user_tables`, so cascades count too), the
+//! ids of the users, groups and projects that would be removed, and the sequences
+//! that moved (a rolled-back INSERT still uses up its id, `budget`).
+//!
+//! **What one plan holds is bounded** (behaviour §11). A transaction keeps every lock
+//! it takes until it ends: the advisory locks of every user and group a run touches
+//! and the transaction id of every subtransaction that wrote; a whole run in one
+//! transaction once exhausted a server's lock table (`out of shared memory` for every
+//! new connection). So the plan reads the server's lock table size first
+//! ([`LockBudget`]), counts the locks its transaction holds after every delivery,
+//! and, once they reach an eighth of the table, ends the transaction (a *slice*) at
+//! the first point where all that is left is a continuation of the planned function
+//! that carries a cursor (B38, B51, B70: it reads from its cursor, not from what
+//! earlier pages changed): the slice's figures are added up, it is rolled back, and
+//! the continuation goes on in a new transaction. A later slice does not see what an
+//! earlier one changed; the plan says how many slices it used. When the locks reach
+//! half the table before a slice can end, the plan stops there with a message saying
+//! so and what it planned until then. Each delivery runs in a savepoint of its own,
+//! so a failed one is rolled back alone (as a failed invocation would be) instead of
+//! aborting the whole plan.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Value};
-use tokio_postgres::GenericClient;
+use tokio_postgres::{GenericClient, Transaction};
 
+use super::budget::{self, LockBudget, SequenceAdvance};
 use super::{exit_code_of, process_record, run_of, Runner, MAX_RECEIVES, VISIBILITY_S};
-use crate::local_queue::LocalQueue;
+use crate::local_queue::{LocalQueue, Pending};
 use shared::error::Result;
 use shared::function::Function;
 use shared::messages::Envelope;
@@ -53,6 +70,16 @@ pub struct Plan {
     pub dead_letters: usize,
     /// The exit code the real run would have (behaviour §11).
     pub exit_code: i32,
+    /// Rolled-back transactions the plan used (1 unless it had to slice).
+    pub slices: usize,
+    /// The server's lock table, read before the plan started.
+    pub locks: LockBudget,
+    /// The most locks the plan's transaction held at once.
+    pub most_locks: i64,
+    /// Sequences that moved while the plan ran.
+    pub sequences: Vec<SequenceAdvance>,
+    /// Why the plan stopped before the end of the run, if it did.
+    pub stopped: Option<String>,
 }
 
 impl Plan {
@@ -70,6 +97,10 @@ impl Plan {
                 "removed_groups": self.removed_groups,
                 "removed_projects": self.removed_projects,
                 "dead_letters": self.dead_letters,
+                "slices": self.slices,
+                "locks": {"most_held": self.most_locks, "server": self.locks.to_json()},
+                "sequences_advanced": self.sequences.iter().map(SequenceAdvance::to_json).collect::<Vec<_>>(),
+                "stopped": self.stopped,
             }
         })
     }
@@ -106,72 +137,192 @@ async fn table_changes<C: GenericClient>(c: &C) -> Result<Vec<TableChange>> {
     .collect())
 }
 
+/// The figures of the slices so far.
+#[derive(Default)]
+struct Totals {
+    tables: BTreeMap<String, (i64, i64, i64)>,
+    removed: [BTreeSet<i64>; 3],
+}
+
+impl Totals {
+    /// Add a slice: its table figures (`tables` minus `tables_before`, both read in
+    /// its transaction: a session's `pg_stat_xact_*` figures also hold what earlier
+    /// transactions did until the server flushes them) and what it removed.
+    fn add(
+        &mut self,
+        tables_before: Vec<TableChange>,
+        tables: Vec<TableChange>,
+        before: &[BTreeSet<i64>; 3],
+        after: &[BTreeSet<i64>; 3],
+    ) {
+        for t in tables {
+            let b = tables_before.iter().find(|b| b.table == t.table);
+            let b = b
+                .map(|b| (b.inserted, b.updated, b.deleted))
+                .unwrap_or_default();
+            let e = self.tables.entry(t.table).or_default();
+            *e = (
+                e.0 + t.inserted - b.0,
+                e.1 + t.updated - b.1,
+                e.2 + t.deleted - b.2,
+            );
+        }
+        for i in 0..3 {
+            self.removed[i].extend(before[i].difference(&after[i]));
+        }
+    }
+}
+
+/// Whether `p` is a continuation of `function` that carries a cursor: where a slice
+/// may end.
+fn keyset_continuation(p: &Pending, function: Function) -> bool {
+    p.message.receiver == function
+        && Envelope::decode(&p.message.envelope.to_body(), function)
+            .is_ok_and(|(_, m)| m.cursor().is_some())
+}
+
 impl Runner {
     /// The whole run of `body` on `function` (continuations and children included) in
-    /// one transaction that is rolled back: every handler run is recorded in
-    /// [`Runner::runs`], nothing is delivered, sent or kept.
+    /// transactions that are rolled back (one, unless the run needs more locks than
+    /// a slice may hold): every handler run is recorded in [`Runner::runs`], nothing
+    /// is delivered, sent or kept.
     pub async fn plan_until_idle(&mut self, function: Function, body: &str) -> Result<Plan> {
         let Ok(env) = serde_json::from_str::<Envelope>(body) else {
             // Unparseable: one rolled-back invocation, which fails as malformed.
             self.dry_run(function, body).await?;
             return Ok(Plan {
                 exit_code: self.exit_code(true),
+                slices: 1,
                 ..Plan::default()
             });
         };
         let recorder = LocalQueue::new(self.queue.now());
         let mut client = self.connector.connect(function.name()).await?;
-        let mut tx = client.transaction().await?;
-        let before = ids(&tx).await?;
+        let locks = LockBudget::read(&client).await?;
+        let sequences_before = budget::sequences(&client).await?;
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         recorder.push(OutMessage::new(function, 0, env));
         let first = self.runs.len();
-        while let Some(p) = recorder.pop() {
-            let body = p.message.envelope.to_body();
-            let f = p.message.receiver;
-            let now = recorder.now();
-            let inv = Invocation {
-                function: f,
-                now,
-                queue: &recorder,
-                settings: &self.settings,
-                deadline: Deadline::in_(f.timeout(), self.settings.deadline_margin),
-                notifier: dry_notifier.as_ref(),
-            };
-            let meta = RecordMeta {
-                sqs_message_id: Some(format!("dry-run-{}", self.runs.len() + 1)),
-                receive_count: p.receive_count,
-                aws_request_id: None,
-            };
-            let sent_before = recorder.sent().len();
-            let outcome = process_record(&inv, &mut tx, &body, &meta).await;
-            let sent = recorder.sent()[sent_before..].to_vec();
-            let env = serde_json::from_str::<Value>(&body).ok();
-            self.runs.push(run_of(f, now, env.as_ref(), &outcome, sent));
-            if !outcome.is_success() {
-                recorder.nack(p, VISIBILITY_S, MAX_RECEIVES);
+        let mut totals = Totals::default();
+        let (mut slices, mut most_locks, mut stopped) = (0, 0, None);
+        loop {
+            slices += 1;
+            let mut tx = client.transaction().await?;
+            let tables_before = table_changes(&tx).await?;
+            let before = ids(&tx).await?;
+            let (mut held, mut closing) = (Vec::new(), false);
+            while let Some(p) = recorder.pop() {
+                if closing && keyset_continuation(&p, function) {
+                    held.push(p);
+                    continue;
+                }
+                self.plan_delivery(&mut tx, &recorder, p, dry_notifier.as_ref())
+                    .await?;
+                let n = budget::held(&tx).await?;
+                most_locks = most_locks.max(n);
+                if n >= locks.stop_at() {
+                    stopped = Some(locks.stop_message(n, function));
+                    break;
+                }
+                closing |= n >= locks.slice_at();
+            }
+            let tables = table_changes(&tx).await?;
+            totals.add(tables_before, tables, &before, &ids(&tx).await?);
+            tx.rollback().await?;
+            // Session locks taken inside the transaction outlive the rollback.
+            client
+                .batch_execute("SELECT pg_advisory_unlock_all()")
+                .await?;
+            if stopped.is_some() || held.is_empty() {
+                break;
+            }
+            for p in held {
+                recorder.put_back(p);
             }
         }
-        let tables = table_changes(&tx).await?;
-        let after = ids(&tx).await?;
-        tx.rollback().await?;
-        // Session locks taken inside the transaction outlive the rollback.
-        client
-            .batch_execute("SELECT pg_advisory_unlock_all()")
-            .await?;
-        let removed = |i: usize| -> Vec<i64> { before[i].difference(&after[i]).copied().collect() };
+        let sequences = budget::advanced(&sequences_before, &budget::sequences(&client).await?);
+        self.sequences = sequences.clone();
         let dead: Vec<String> = recorder
             .dead()
             .iter()
             .map(|p| p.message.envelope.message_key.clone())
             .collect();
+        let [users, groups, projects] = totals.removed.map(|s| s.into_iter().collect());
         Ok(Plan {
-            tables,
-            removed_users: removed(0),
-            removed_groups: removed(1),
-            removed_projects: removed(2),
+            tables: totals
+                .tables
+                .into_iter()
+                .filter(|(_, (i, u, d))| i + u + d > 0)
+                .map(|(table, (inserted, updated, deleted))| TableChange {
+                    table,
+                    inserted,
+                    updated,
+                    deleted,
+                })
+                .collect(),
+            removed_users: users,
+            removed_groups: groups,
+            removed_projects: projects,
             dead_letters: dead.len(),
             exit_code: exit_code_of(&self.runs[first..], &dead, false),
+            slices,
+            locks,
+            most_locks,
+            sequences,
+            stopped,
         })
+    }
+
+    /// Deliver `p` inside the plan's transaction, in a savepoint of its own: a failed
+    /// delivery is rolled back alone, as a failed invocation would be.
+    async fn plan_delivery(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        recorder: &LocalQueue,
+        p: Pending,
+        notifier: Option<&Notifier>,
+    ) -> Result<()> {
+        let body = p.message.envelope.to_body();
+        let f = p.message.receiver;
+        let now = recorder.now();
+        let inv = Invocation {
+            function: f,
+            now,
+            queue: recorder,
+            settings: &self.settings,
+            deadline: Deadline::in_(f.timeout(), self.settings.deadline_margin),
+            notifier,
+        };
+        let meta = RecordMeta {
+            sqs_message_id: Some(format!("dry-run-{}", self.runs.len() + 1)),
+            receive_count: p.receive_count,
+            aws_request_id: None,
+        };
+        let sent_before = recorder.sent().len();
+        tx.batch_execute("SAVEPOINT hk_plan_delivery").await?;
+        let outcome = process_record(&inv, tx, &body, &meta).await;
+        if tx
+            .batch_execute("RELEASE SAVEPOINT hk_plan_delivery")
+            .await
+            .is_err()
+        {
+            tx.batch_execute(
+                "ROLLBACK TO SAVEPOINT hk_plan_delivery; RELEASE SAVEPOINT hk_plan_delivery",
+            )
+            .await?;
+        }
+        let sent = recorder.sent()[sent_before..].to_vec();
+        let env = serde_json::from_str::<Value>(&body).ok();
+        let run = run_of(f, now, env.as_ref(), &outcome, sent);
+        self.record(&run);
+        if !outcome.is_success() {
+            recorder.nack(p, VISIBILITY_S, MAX_RECEIVES);
+        }
+        Ok(())
+    }
+
+    /// The sequences the last dry run or plan saw move.
+    pub fn sequences_advanced(&self) -> &[SequenceAdvance] {
+        &self.sequences
     }
 }
