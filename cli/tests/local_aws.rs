@@ -441,11 +441,14 @@ async fn a_local_replay_runs_an_outbox_record_on_its_receiver_whatever_to_says()
             )
         })
         .collect();
+    // Each record runs on its receiver; what a run sends to another function is
+    // delivered too (behaviour §11): the cron run's `delete-user` child follows it.
     assert_eq!(
         runs,
         [
             ("delete-user".to_string(), "success".to_string()),
-            ("remove-expired-members".to_string(), "success".to_string())
+            ("remove-expired-members".to_string(), "success".to_string()),
+            ("delete-user".to_string(), "success".to_string())
         ]
     );
     assert!(!db.exists("users WHERE id = 20").await, "delete-user ran");

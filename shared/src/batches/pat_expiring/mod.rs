@@ -58,8 +58,9 @@ use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
 pub const BATCH_SIZE: i64 = 100;
-/// The most token names in one human email.
-pub const MAX_TOKENS: usize = 100;
+/// The most token names in one human email: the receiver's limit, one constant for
+/// both ends.
+pub const MAX_TOKENS: usize = crate::messages::TOKEN_NAMES_MAX;
 /// Delay of the continuation when the budget or the deadline stops a run.
 pub const REQUEUE_DELAY_S: u32 = 120;
 
