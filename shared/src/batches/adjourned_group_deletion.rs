@@ -265,6 +265,9 @@ impl Job for AdjournedGroupDeletion {
         C: GenericClient + Send + Sync,
     {
         let period = group_deletion::deletion_adjourned_period(&*client).await?;
+        if payload.cursor.is_none() {
+            group_deletion::warn_not_finite(&*client).await?;
+        }
         let cutoff = group_deletion::cutoff(inv.today(), period);
         let r = run(inv, env, client, payload.cursor, cutoff).await?;
         let done = AdjournedGroupDeletionDone {

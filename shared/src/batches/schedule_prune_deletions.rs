@@ -38,6 +38,13 @@ struct Backlog {
 async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog> {
     let row = c.query_one(sql::BACKLOG, &[]).await?;
     let oldest: Option<DateTime<Utc>> = row.get(1);
+    let outside: i64 = row.get(2);
+    if outside > 0 {
+        tracing::warn!(
+            schedules = outside,
+            "Member deletion schedules created at ±infinity: left out of the oldest age"
+        );
+    }
     let oldest_age_s = oldest
         .map(|o| (now - o).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6)
         .unwrap_or(0.0)

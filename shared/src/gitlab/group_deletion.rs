@@ -73,6 +73,19 @@ pub fn cutoff(today: NaiveDate, period_days: i32) -> NaiveDate {
         .unwrap_or(EARLIEST_CUTOFF)
 }
 
+/// Warn when schedules are marked at `±infinity`: they are never due (their message
+/// could not carry the date), so the operator sees them once per run.
+pub async fn warn_not_finite<C: GenericClient>(c: &C) -> Result<()> {
+    let n: i64 = c.query_one(sql::NOT_FINITE_SCHEDULES, &[]).await?.get(0);
+    if n > 0 {
+        tracing::warn!(
+            schedules = n,
+            "Group deletion schedules marked at ±infinity: never due"
+        );
+    }
+    Ok(())
+}
+
 /// One keyset page of due groups (behaviour §B51.3.1): groups with a schedule marked on or before
 /// `cutoff`, with an id above `after`, ascending, at most `limit`.
 pub async fn due_page<C: GenericClient>(

@@ -91,8 +91,21 @@ async fn a_deletion_period_past_the_calendar_makes_no_group_due() {
 
 /// Values GitLab's columns accept, one world each: every column of a world gets its
 /// value in every row of the demo data, then every cron function runs until idle. Each
-/// column the batches read that can hold such a value is in each world that applies.
-const WORLDS: &[(&str, &[(&str, &str)])] = &[
+/// column the batches read that can hold such a value is in each world that applies;
+/// a value a rule cannot use must be logged (the world's warnings).
+/// A world: the value, the columns that get it, and the warnings its run must log.
+type World = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+const GROUP_WARNING: &str = "Group deletion schedules marked at ±infinity: never due";
+const BACKLOG_WARNING: &str =
+    "Member deletion schedules created at ±infinity: left out of the oldest age";
+const TOKEN_WARNING: &str = "Token time outside the calendar: shown as its first or last day";
+
+const WORLDS: &[World] = &[
     (
         "-infinity",
         &[
@@ -100,13 +113,9 @@ const WORLDS: &[(&str, &[(&str, &str)])] = &[
             ("group_deletion_schedules", "marked_for_deletion_on"),
             ("members_deletion_schedules", "created_at"),
             ("personal_access_tokens", "expires_at"),
-            ("personal_access_tokens", "created_at"),
-            ("personal_access_tokens", "last_used_at"),
-            (
-                "import_placeholder_user_details",
-                "last_deletion_attempt_at",
-            ),
+            ("import_placeholder_user_details", "last_deletion_attempt_at"),
         ],
+        &[GROUP_WARNING, BACKLOG_WARNING],
     ),
     (
         "infinity",
@@ -115,13 +124,26 @@ const WORLDS: &[(&str, &[(&str, &str)])] = &[
             ("group_deletion_schedules", "marked_for_deletion_on"),
             ("members_deletion_schedules", "created_at"),
             ("personal_access_tokens", "expires_at"),
+            ("import_placeholder_user_details", "last_deletion_attempt_at"),
+        ],
+        &[GROUP_WARNING, BACKLOG_WARNING],
+    ),
+    // Token times alone, so the tokens are still claimed (their expiry is untouched).
+    (
+        "-infinity",
+        &[
             ("personal_access_tokens", "created_at"),
             ("personal_access_tokens", "last_used_at"),
-            (
-                "import_placeholder_user_details",
-                "last_deletion_attempt_at",
-            ),
         ],
+        &[TOKEN_WARNING],
+    ),
+    (
+        "infinity",
+        &[
+            ("personal_access_tokens", "created_at"),
+            ("personal_access_tokens", "last_used_at"),
+        ],
+        &[TOKEN_WARNING],
     ),
     (
         "4713-01-01 BC",
@@ -130,6 +152,7 @@ const WORLDS: &[(&str, &[(&str, &str)])] = &[
             ("group_deletion_schedules", "marked_for_deletion_on"),
             ("personal_access_tokens", "expires_at"),
         ],
+        &[],
     ),
     (
         "2147483647",
@@ -138,6 +161,7 @@ const WORLDS: &[(&str, &[(&str, &str)])] = &[
             ("import_placeholder_user_details", "deletion_attempts"),
             ("application_settings", "deletion_adjourned_period"),
         ],
+        &["deletion_adjourned_period is outside GitLab's 1..=90 days: a period below 1 counts as 1 day, one past the calendar makes no group due"],
     ),
     (
         "-2147483648",
@@ -146,16 +170,17 @@ const WORLDS: &[(&str, &[(&str, &str)])] = &[
             ("import_placeholder_user_details", "deletion_attempts"),
             ("application_settings", "deletion_adjourned_period"),
         ],
+        &["deletion_adjourned_period is outside GitLab's 1..=90 days: a period below 1 counts as 1 day, one past the calendar makes no group due"],
     ),
 ];
 
 /// A bad stored value never panics a function: in each of the [`WORLDS`], every cron
 /// function (and every child it sends) runs until idle and no record ends in a panic
-/// (a value a rule cannot use is a logged skip or a clamp).
+/// and each value a rule cannot use is a logged skip or a clamp with a warning.
 #[tokio::test]
 async fn extreme_stored_values_never_panic_any_function() {
     let mut panics = Vec::new();
-    for (value, columns) in WORLDS {
+    for (value, columns, warnings) in WORLDS {
         let mut db = TestDb::new().await;
         hk::demo::seed(&mut db.client, t(NOW).date_naive())
             .await
@@ -188,6 +213,11 @@ async fn extreme_stored_values_never_panic_any_function() {
         }
         for line in log.with_message("record failed: handler panicked") {
             panics.push(format!("{value} ({}): {}", line["function"], line["error"]));
+        }
+        for w in *warnings {
+            if log.with_message(w).is_empty() {
+                panics.push(format!("{value} {columns:?}: no warning `{w}`"));
+            }
         }
     }
     assert!(panics.is_empty(), "panics:\n{}", panics.join("\n"));

@@ -141,14 +141,17 @@ async fn claim_bots_set<C: GenericClient>(
         let bot: i64 = r.get(0);
         with_resource.insert(bot);
         if let Some(id) = r.get::<_, Option<i64>>(1) {
-            claimed.entry(bot).or_default().push(ClaimedToken {
-                id,
-                name: r.get(2),
-                created_at: r.get(3),
-                expires_at: r.get(4),
-                last_used_at: r.get(5),
-                user_id: bot,
-            });
+            claimed.entry(bot).or_default().push(
+                ClaimedToken {
+                    id,
+                    name: r.get(2),
+                    created_at: r.get(3),
+                    expires_at: r.get(4),
+                    last_used_at: r.get(5),
+                    user_id: bot,
+                }
+                .checked(),
+            );
         }
     }
     let mut claimed_bots: Vec<i64> = claimed.keys().copied().collect();
@@ -241,13 +244,16 @@ async fn claim_bot_rows<C: GenericClient>(
         .await?;
     let Some(reported) = rows
         .iter()
-        .map(|r| ClaimedToken {
-            id: r.get(0),
-            name: r.get(1),
-            created_at: r.get(2),
-            expires_at: r.get(3),
-            last_used_at: r.get(4),
-            user_id: r.get(5),
+        .map(|r| {
+            ClaimedToken {
+                id: r.get(0),
+                name: r.get(1),
+                created_at: r.get(2),
+                expires_at: r.get(3),
+                last_used_at: r.get(4),
+                user_id: r.get(5),
+            }
+            .checked()
         })
         .min_by_key(|t| t.id)
     else {

@@ -29,6 +29,24 @@ pub struct ClaimedToken {
     pub user_id: i64,
 }
 
+impl ClaimedToken {
+    /// This token, with a warning when a time of it was outside the calendar
+    /// (`±infinity`): the claim reads it as the first or last day of the calendar
+    /// (behaviour §D29).
+    pub(super) fn checked(self) -> ClaimedToken {
+        use chrono::Datelike;
+        let clamped = |y: i32| y == 1 || y == 9999;
+        if clamped(self.created_at.year()) || self.last_used_at.is_some_and(|t| clamped(t.year())) {
+            tracing::warn!(
+                token_id = self.id,
+                user_id = self.user_id,
+                "Token time outside the calendar: shown as its first or last day"
+            );
+        }
+        self
+    }
+}
+
 /// A bot's resource with what its hook body and emails need.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resource {

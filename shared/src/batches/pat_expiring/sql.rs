@@ -113,8 +113,9 @@ macro_rules! claim_bot {
             set_list!($iv),
             " WHERE t.user_id = $4::bigint AND ",
             scope!($iv),
-            " RETURNING t.id::bigint, t.name, GREATEST(t.created_at, '0001-01-01')::timestamp, t.expires_at, \
-                       (CASE WHEN isfinite(t.last_used_at) THEN t.last_used_at END)::timestamptz, t.user_id::bigint"
+            " RETURNING t.id::bigint, t.name, LEAST(GREATEST(t.created_at, '0001-01-01'), '9999-12-31')::timestamp, t.expires_at, \
+                       (CASE WHEN isfinite(t.last_used_at) OR t.last_used_at IS NULL THEN t.last_used_at \
+                       WHEN t.last_used_at < 'epoch' THEN '0001-01-01' ELSE '9999-12-31' END)::timestamptz, t.user_id::bigint"
         )
     };
 }
@@ -140,8 +141,9 @@ macro_rules! claim_bots {
             set_list!($iv),
             " WHERE t.user_id IN (SELECT bot FROM res) AND ",
             scope!($iv),
-            " RETURNING t.id::bigint AS id, t.name, GREATEST(t.created_at, '0001-01-01')::timestamp AS created_at, \
-                         t.expires_at, (CASE WHEN isfinite(t.last_used_at) THEN t.last_used_at END)::timestamptz AS last_used_at, \
+            " RETURNING t.id::bigint AS id, t.name, LEAST(GREATEST(t.created_at, '0001-01-01'), '9999-12-31')::timestamp AS created_at, \
+                         t.expires_at, (CASE WHEN isfinite(t.last_used_at) OR t.last_used_at IS NULL THEN t.last_used_at \
+                       WHEN t.last_used_at < 'epoch' THEN '0001-01-01' ELSE '9999-12-31' END)::timestamptz AS last_used_at, \
                          t.user_id::bigint AS user_id) \
              SELECT res.bot, c.id, c.name, c.created_at, c.expires_at, c.last_used_at \
              FROM res LEFT JOIN claimed c ON c.user_id = res.bot"

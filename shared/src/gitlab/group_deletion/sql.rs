@@ -11,6 +11,9 @@ crate::statements::statements! {
              WHERE n.type = 'Group' AND s.marked_for_deletion_on <= $1::date
                AND isfinite(s.marked_for_deletion_on) AND n.id > $2::bigint
              ORDER BY n.id LIMIT $3";
+    /// How many schedules are marked at `±infinity` (never due: behaviour §D29).
+    NOT_FINITE_SCHEDULES = "SELECT count(*)::bigint FROM group_deletion_schedules
+             WHERE NOT isfinite(marked_for_deletion_on)";
     /// The schedule row of one group.
     SCHEDULE_OF = "SELECT group_id::bigint, user_id::bigint, marked_for_deletion_on
              FROM group_deletion_schedules
