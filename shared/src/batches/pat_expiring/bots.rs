@@ -473,30 +473,14 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::hook_body::Resource;
+    use super::super::hook_body::fixtures::{site, t20};
     use super::*;
     use crate::messages::{Envelope, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
     use crate::notify::Instance;
 
     fn notices_for_path(full_path: String) -> Vec<OutMessage> {
         let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
-        let token = ClaimedToken {
-            id: 20,
-            name: "T20".into(),
-            created_at: "2025-01-02T09:00:00".parse().unwrap(),
-            expires_at: "2025-03-16".parse().unwrap(),
-            last_used_at: None,
-            user_id: 20,
-        };
-        let project = Resource::Project {
-            id: 200,
-            name: "site".into(),
-            description: None,
-            visibility_level: 0,
-            ci_config_path: None,
-            namespace_name: "web".into(),
-            full_path,
-        };
+        let (token, project) = (t20(), site(&full_path));
         let now = "2025-03-10T01:00:00Z".parse().unwrap();
         let ctx = (project, vec![1], vec![11, 12]);
         bot_notices(Interval::SevenDays, 20, &token, &ctx, &instance, "r", now)

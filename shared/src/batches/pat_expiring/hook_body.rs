@@ -170,30 +170,47 @@ pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance)
     }
 }
 
+/// The bot token T20 and project P200 "site" the unit tests of B28 share.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod fixtures {
+    use super::{ClaimedToken, Resource};
 
-    #[test]
-    fn the_project_hook_body_is_gitlabs_format() {
-        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
-        let token = ClaimedToken {
+    /// Bot U20's token T20, expiring 2025-03-16, never used.
+    pub fn t20() -> ClaimedToken {
+        ClaimedToken {
             id: 20,
             name: "T20".into(),
             created_at: "2025-01-02T09:00:00".parse().unwrap(),
             expires_at: "2025-03-16".parse().unwrap(),
             last_used_at: None,
             user_id: 20,
-        };
-        let project = Resource::Project {
+        }
+    }
+
+    /// Project P200 "site" in namespace "web", at `full_path`.
+    pub fn site(full_path: &str) -> Resource {
+        Resource::Project {
             id: 200,
             name: "site".into(),
             description: None,
             visibility_level: 0,
             ci_config_path: None,
             namespace_name: "web".into(),
-            full_path: "acme/web/site".into(),
-        };
+            full_path: full_path.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{site, t20};
+    use super::*;
+
+    #[test]
+    fn the_project_hook_body_is_gitlabs_format() {
+        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+        let token = t20();
+        let project = site("acme/web/site");
         let expected = json!({
           "object_kind": "access_token",
           "project": {
