@@ -46,11 +46,13 @@ pub struct Impact {
     pub rows_locked: Option<u64>,
 }
 
-const SNAPSHOT_SQL: &str = "SELECT pg_current_wal_lsn()::text,
+const SNAPSHOT_SQL: &str = "SELECT pg_current_wal_insert_lsn()::text,
        (SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database
         WHERE datname = current_database())";
 
-/// Read the WAL position and the transaction count (stats flushed first).
+/// Read the WAL insert position (the write position lags behind it when commits do not
+/// wait for the flush, as on `hk db up` clusters) and the transaction count (stats
+/// flushed first).
 pub async fn snapshot(c: &Client) -> Result<Snapshot> {
     c.batch_execute("SELECT pg_stat_force_next_flush(); SELECT pg_stat_clear_snapshot()")
         .await?;
