@@ -86,7 +86,11 @@ async fn role_url(db: &TestDb, grants: &str) -> String {
 #[tokio::test]
 async fn a_select_only_role_fails_naming_each_missing_grant() {
     let db = passing_db().await;
-    let url = role_url(&db, "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};").await;
+    let url = role_url(
+        &db,
+        "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};",
+    )
+    .await;
     let o = hk_check(&url);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(2), "{out}");
@@ -111,10 +115,7 @@ async fn a_select_only_role_fails_naming_each_missing_grant() {
         "{users}"
     );
     // Every failure is a grant: the schema itself fits.
-    assert!(
-        f.iter().all(|l| l.starts_with("✗ privileges on ")),
-        "{out}"
-    );
+    assert!(f.iter().all(|l| l.starts_with("✗ privileges on ")), "{out}");
     assert!(out.contains("✓ catalogue: all "), "{out}");
 
     // With the grants, the same role passes.
@@ -189,8 +190,12 @@ async fn a_check_enforced_not_null_column_left_out_of_an_insert_fails() {
     let f = failures(&o);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        f.iter().any(|l| l.starts_with("✗ insert into users (gitlab::user_removal::")
-            && l.contains("users.tier_id (NOT NULL by CHECK constraint check_tier_id_not_null)")),
+        f.iter().any(
+            |l| l.starts_with("✗ insert into users (gitlab::user_removal::")
+                && l.contains(
+                    "users.tier_id (NOT NULL by CHECK constraint check_tier_id_not_null)"
+                )
+        ),
         "{}",
         text(&o)
     );
@@ -270,7 +275,8 @@ async fn a_lock_held_on_a_catalogue_table_is_busy_not_incompatible() {
     assert_eq!(o.status.code(), Some(1), "retryable:\n{out}");
     let f = failures(&o);
     assert!(
-        f.iter().any(|l| l.starts_with("✗ catalogue: database busy: lock held on members (retry)")),
+        f.iter()
+            .any(|l| l.starts_with("✗ catalogue: database busy: lock held on members (retry)")),
         "{out}"
     );
     assert!(!out.contains("a missing migration"), "{out}");

@@ -237,7 +237,9 @@ mod tests {
     fn the_supported_range_passes_older_fails_and_newer_warns() {
         let c = schema_version_check(true, Some("20250610152957"));
         assert!(!c.ok && c.required, "{c:?}");
-        assert!(c.detail.contains("GitLab 18.1 found (newest migration 20250610152957)"));
+        assert!(c
+            .detail
+            .contains("GitLab 18.1 found (newest migration 20250610152957)"));
         assert!(c.fix.as_deref().unwrap().contains("20250709143510"));
         let c = schema_version_check(true, Some("20250709143510"));
         assert!(c.ok && c.detail.starts_with("GitLab 18.2 found"), "{c:?}");
@@ -269,10 +271,13 @@ mod tests {
     fn the_conflict_targets_of_the_catalogue_are_read() {
         let t = conflict_targets();
         assert!(
-            t.iter().any(|(table, cols, _)| table == "project_authorizations"
-                && cols == &["user_id", "project_id", "access_level"]),
+            t.iter()
+                .any(|(table, cols, _)| table == "project_authorizations"
+                    && cols == &["user_id", "project_id", "access_level"]),
             "{t:?}"
         );
-        assert!(t.iter().all(|(table, cols, _)| !table.is_empty() && !cols.is_empty()));
+        assert!(t
+            .iter()
+            .all(|(table, cols, _)| !table.is_empty() && !cols.is_empty()));
     }
 }

@@ -30,6 +30,9 @@ struct Need {
     statements: BTreeSet<String>,
 }
 
+/// A table's missing privileges, each with the statements that need it.
+type Missing<'a> = Vec<(&'static str, &'a BTreeSet<String>)>;
+
 /// `a, b, c` and `… (n in all)` past three.
 fn some(items: &BTreeSet<String>) -> String {
     let first: Vec<&str> = items.iter().take(3).map(String::as_str).collect();
@@ -76,7 +79,7 @@ pub async fn check(
         }
     }
     // Table → (its name, missing privilege → statements).
-    let mut missing: BTreeMap<u32, (String, Vec<(&str, &BTreeSet<String>)>)> = BTreeMap::new();
+    let mut missing: BTreeMap<u32, (String, Missing)> = BTreeMap::new();
     let mut granted = 0;
     for ((relid, bit), n) in &table_needs {
         let name = PRIVILEGES.iter().find(|(b, _)| b == bit).expect("known").1;
@@ -141,7 +144,9 @@ pub async fn check(
             tables.len()
         );
         if busy > 0 {
-            detail.push_str(&format!(" ({busy} statement(s) not derived: database busy)"));
+            detail.push_str(&format!(
+                " ({busy} statement(s) not derived: database busy)"
+            ));
         }
         out.push(Check::pass("privileges", detail));
     }

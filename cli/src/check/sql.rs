@@ -61,8 +61,7 @@ pub const SEQUENCES: &str = "SELECT DISTINCT s.oid::regclass::text,
      WHERE d.adrelid = $1::oid AND NOT (d.adnum = ANY($2::int2[]))";
 
 /// Whether GitLab's `schema_migrations` exists.
-pub const HAS_SCHEMA_MIGRATIONS: &str =
-    "SELECT to_regclass('schema_migrations') IS NOT NULL";
+pub const HAS_SCHEMA_MIGRATIONS: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
 /// The newest migration version (14 digits, so text order is numeric order).
 pub const NEWEST_MIGRATION: &str = "SELECT version::text FROM schema_migrations
      WHERE version ~ '^[0-9]{14}$' ORDER BY version DESC LIMIT 1";

@@ -149,7 +149,11 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
     let gate = SchemaGate::new();
     let (log, _g) = capture();
     let ev = event();
-    let ids: Vec<String> = ev.records.iter().filter_map(|r| r.message_id.clone()).collect();
+    let ids: Vec<String> = ev
+        .records
+        .iter()
+        .filter_map(|r| r.message_id.clone())
+        .collect();
     assert!(!ids.is_empty());
     let resp = handle_event_checked(
         &Dispatch,
@@ -177,7 +181,10 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
     assert_eq!(lines.len(), 1, "{}", log.dump());
     assert_eq!(lines[0]["level"], "warn", "{}", log.dump());
     other.batch_execute("ROLLBACK").await.unwrap();
-    assert!(db.exists("members WHERE id = 10").await, "nothing processed");
+    assert!(
+        db.exists("members WHERE id = 10").await,
+        "nothing processed"
+    );
 
     let resp = handle_event_checked(
         &Dispatch,
