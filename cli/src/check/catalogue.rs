@@ -5,9 +5,10 @@
 //! statement's rewritten parse tree (`debug_print_rewritten` at `client_min_messages =
 //! log`; parse-only, no statement runs), and the lines it yields: a schema the
 //! statement does not fit, a grant parse analysis checks (USAGE on a schema), or a
-//! busy database (a lock held by another session: `database busy: lock held on
-//! <table> (retry)`, once per table; later statements naming a table found locked are
-//! not prepared, so a held lock costs one `lock_timeout`, not one per statement).
+//! busy database (a lock held by another session, once per table:
+//! `database busy: lock held on <table> (retry)`; later statements naming a table
+//! found locked are not prepared, so a held lock costs one `lock_timeout`, not one per
+//! statement).
 
 use std::collections::{BTreeMap, BTreeSet};
 
