@@ -279,7 +279,7 @@ async fn a_lock_held_on_a_catalogue_table_is_busy_not_incompatible() {
             .any(|l| l.starts_with("✗ catalogue: database busy: lock held on members (retry)")),
         "{out}"
     );
-    assert!(!out.contains("a missing migration"), "{out}");
+    assert!(!out.contains("(a missing migration?)"), "{out}");
     assert!(
         out.contains("the database is busy, retry"),
         "the summary says so: {out}"
@@ -287,4 +287,81 @@ async fn a_lock_held_on_a_catalogue_table_is_busy_not_incompatible() {
     other.batch_execute("ROLLBACK").await.unwrap();
     let o = hk_check(&db.url);
     assert_eq!(o.status.code(), Some(0), "released: {}", text(&o));
+}
+
+/// A trigger function that runs as the role (GitLab's loose-foreign-key trigger on
+/// `users`) needs the role's grants on what it writes: the statements that fire it
+/// need them.
+#[tokio::test]
+async fn a_trigger_that_runs_as_the_role_needs_its_grants() {
+    let db = passing_db().await;
+    db.exec(
+        "CREATE TABLE deleted_user_records (id bigserial PRIMARY KEY, user_id bigint);
+         CREATE FUNCTION record_deleted_users() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO deleted_user_records (user_id) SELECT old_table.id FROM old_table;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER users_record_deleted AFTER DELETE ON users
+           REFERENCING OLD TABLE AS old_table FOR EACH STATEMENT
+           EXECUTE FUNCTION record_deleted_users();",
+    )
+    .await;
+    let url = role_url(
+        &db,
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};
+         REVOKE INSERT ON deleted_user_records FROM {role};",
+    )
+    .await;
+    let o = hk_check(&url);
+    let f = failures(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        f.len() == 1
+            && f[0].starts_with("✗ privileges on deleted_user_records:")
+            && f[0].contains("lacks INSERT")
+            && f[0].contains("workers::delete_user::DELETE_USER (trigger users_record_deleted)"),
+        "{}",
+        text(&o)
+    );
+    // The same function as SECURITY DEFINER runs as its owner: no grant needed.
+    db.exec("ALTER FUNCTION record_deleted_users() SECURITY DEFINER")
+        .await;
+    let o = hk_check(&url);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// A table in a schema the role may not use is "does not exist" to the server: the
+/// line names the grant (USAGE on the schema), not a missing migration.
+#[tokio::test]
+async fn a_schema_the_role_may_not_use_is_a_grant_not_a_migration() {
+    let db = passing_db().await;
+    db.exec("REVOKE USAGE ON SCHEMA public FROM PUBLIC").await;
+    let role = format!("r_{}", db.name);
+    let url = role_url(
+        &db,
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+         REVOKE USAGE ON SCHEMA public FROM {role};",
+    )
+    .await;
+    let o = hk_check(&url);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}");
+    let f = failures(&o);
+    let line = f
+        .iter()
+        .find(|l| l.starts_with("✗ catalogue: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("statement(s) name tables of schema public, which role")
+            && line.contains(&format!("GRANT USAGE ON SCHEMA public TO {role}")),
+        "{line}"
+    );
+    assert_eq!(
+        f.iter().filter(|l| l.starts_with("✗ catalogue")).count(),
+        1,
+        "one line for the schema: {out}"
+    );
+    assert!(!out.contains("(a missing migration?)"), "{out}");
 }

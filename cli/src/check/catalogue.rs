@@ -32,6 +32,9 @@ pub struct Pass {
     pub without_tree: usize,
     /// Statements not derived because the database was busy.
     pub busy: usize,
+    /// Whether the role may not use the schema of the tables (USAGE): the checks that
+    /// read the catalog by the role's current schema would all report it missing.
+    pub schema_hidden: bool,
 }
 
 /// The identifiers (lower case) a statement's text names.
@@ -69,6 +72,8 @@ pub async fn pass(
     let mut grants = Vec::new();
     // Locked table → the statements that wait for it.
     let mut busy: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // (schema, role) → the statements naming a table in it the role may not use.
+    let mut hidden_in: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut needs = Vec::new();
     let mut without_tree = 0;
     for s in all {
@@ -115,6 +120,24 @@ pub async fn pass(
                     format!("{} ({})", f.object, f.message),
                     "a missing grant, not a missing migration: GRANT USAGE ON SCHEMA <schema> TO <role> for the schema named, and see the privileges lines",
                 )),
+                // A table in a schema the role may not use is not on its search path:
+                // the server says it does not exist.
+                Problem::Schema if f.message.starts_with("relation \"") => {
+                    let table = f.message.split('"').nth(1).unwrap_or("");
+                    let hidden = a.query(sql::HIDDEN_SCHEMAS, &[&table]).await?;
+                    if let Some(r) = hidden.first() {
+                        hidden_in
+                            .entry((r.get(0), r.get(1)))
+                            .or_default()
+                            .push(id);
+                    } else {
+                        schema.push(Check::fail(
+                            format!("catalogue {id}"),
+                            format!("{} ({})", f.object, f.message),
+                            "the database lacks what this statement uses: compare its schema with GitLab 18's for that object (a missing migration?)",
+                        ));
+                    }
+                }
                 Problem::Schema => schema.push(Check::fail(
                     format!("catalogue {id}"),
                     format!("{} ({})", f.object, f.message),
@@ -122,6 +145,18 @@ pub async fn pass(
                 )),
             },
         }
+    }
+    let schema_hidden = !hidden_in.is_empty();
+    for ((schema_name, role), stmts) in hidden_in {
+        grants.push(Check::fail(
+            "catalogue",
+            format!(
+                "{} statement(s) name tables of schema {schema_name}, which role {role} may not use (the server says they do not exist), e.g. {}",
+                stmts.len(),
+                stmts.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+            ),
+            format!("a missing grant, not a missing migration: GRANT USAGE ON SCHEMA {schema_name} TO {role}"),
+        ));
     }
     let busy_count = busy.values().map(Vec::len).sum();
     let mut checks = Vec::new();
@@ -152,5 +187,6 @@ pub async fn pass(
         needs,
         without_tree,
         busy: busy_count,
+        schema_hidden,
     })
 }

@@ -9,15 +9,18 @@
 //! and one line per table or sequence naming the missing privileges, the GRANT that
 //! adds them and the statements that need them. Deletes that `ON DELETE CASCADE`
 //! carries out need no grant (the key's triggers run as the table owner), so they are
-//! not asked; what a trigger function of GitLab's does runs as the caller and is not
-//! derived here.
+//! not asked. A trigger function that is not `SECURITY DEFINER` runs as the role: the
+//! tables its static SQL uses ([`super::triggers`]) are needed by the statements that
+//! fire it (GitLab's loose-foreign-key trigger on `users` inserts into
+//! `loose_foreign_keys_deleted_records`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
 use tokio_postgres::Client;
 
-use super::tree::{PermInfo, DELETE, INSERT, PRIVILEGES};
+use super::tree::{PermInfo, DELETE, INSERT, PRIVILEGES, UPDATE};
+use super::triggers::{uses, TG_DELETE, TG_INSERT, TG_UPDATE};
 use super::{sql, Check};
 
 /// One privilege on one relation, with what needs it.
@@ -54,8 +57,23 @@ pub async fn check(
     let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
     let mut table_needs: BTreeMap<(u32, u32), Need> = BTreeMap::new();
     let mut seq_needs: BTreeMap<String, (bool, BTreeSet<String>)> = BTreeMap::new();
+    // (relation, trigger event) → the statements that fire it.
+    let mut fires: BTreeMap<(u32, i32), BTreeSet<String>> = BTreeMap::new();
     for (stmt, infos) in needs {
         for p in infos {
+            // An UPDATE bit with no column set is a row lock (`FOR UPDATE`): no trigger.
+            for (bit, event) in [
+                (INSERT, TG_INSERT),
+                (DELETE, TG_DELETE),
+                (UPDATE, TG_UPDATE),
+            ] {
+                if p.required & bit != 0 && (bit != UPDATE || !p.updated.is_empty()) {
+                    fires
+                        .entry((p.relid, event))
+                        .or_default()
+                        .insert(stmt.clone());
+                }
+            }
             for (bit, _) in PRIVILEGES {
                 if p.required & bit == 0 {
                     continue;
@@ -75,6 +93,24 @@ pub async fn check(
                     e.0 = r.get(1);
                     e.1.insert(stmt.clone());
                 }
+            }
+        }
+    }
+    for ((relid, event), stmts) in &fires {
+        for r in c.query(sql::TRIGGERS, &[relid, event]).await? {
+            let (trigger, body): (String, String) = (r.get(0), r.get(1));
+            for (name, bit) in uses(&body) {
+                let Some(oid) = c
+                    .query_opt(sql::RELATION_OID, &[&name])
+                    .await?
+                    .map(|r| r.get::<_, u32>(0))
+                else {
+                    continue;
+                };
+                let n = table_needs.entry((oid, bit)).or_default();
+                n.any = true;
+                n.statements
+                    .extend(stmts.iter().map(|s| format!("{s} (trigger {trigger})")));
             }
         }
     }

@@ -34,6 +34,13 @@ pub const LOCKED_TABLES: &str = "SELECT DISTINCT c.relname::text FROM pg_locks l
        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
        AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
      ORDER BY 1";
+/// The schemas holding a table named `$1` that the role may not use (so it is not on
+/// its search path), with the role, both quoted for a GRANT.
+pub const HIDDEN_SCHEMAS: &str = "SELECT quote_ident(n.nspname::text), quote_ident(current_user)
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.relname = $1 AND c.relkind IN ('r', 'p', 'v')
+       AND NOT has_schema_privilege(n.oid, 'USAGE')
+     ORDER BY n.nspname = 'public' DESC, 1 LIMIT 1";
 /// The connected role, quoted for a GRANT.
 pub const ROLE: &str = "SELECT quote_ident(current_user)";
 /// Whether the role holds privilege `$2` (SELECT, INSERT, UPDATE, DELETE) on relation
@@ -59,6 +66,17 @@ pub const SEQUENCES: &str = "SELECT DISTINCT s.oid::regclass::text,
                      AND p.refclassid = 'pg_class'::regclass
      JOIN pg_class s ON s.oid = p.refobjid AND s.relkind = 'S'
      WHERE d.adrelid = $1::oid AND NOT (d.adnum = ANY($2::int2[]))";
+
+/// The enabled user triggers of relation `$1` on the events of `$2` (`tgtype` bits)
+/// whose function runs as the caller (not `SECURITY DEFINER`): name and body.
+pub const TRIGGERS: &str = "SELECT t.tgname::text, p.prosrc FROM pg_trigger t
+     JOIN pg_proc p ON p.oid = t.tgfoid
+     WHERE t.tgrelid = $1::oid AND NOT t.tgisinternal AND t.tgenabled <> 'D'
+       AND NOT p.prosecdef AND (t.tgtype::int4 & $2::int4) <> 0";
+/// The table a name (as a trigger body writes it) resolves to by the search path, if
+/// any.
+pub const RELATION_OID: &str = "SELECT c.oid FROM pg_class c
+     WHERE c.oid = to_regclass($1::text) AND c.relkind IN ('r', 'p')";
 
 /// Whether GitLab's `schema_migrations` exists.
 pub const HAS_SCHEMA_MIGRATIONS: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
