@@ -17,10 +17,13 @@
 
 pub mod catalogue;
 pub mod database;
+pub mod inserts;
 pub mod privileges;
 pub mod sql;
 pub mod tree;
 pub mod triggers;
+
+pub use inserts::catalogue_inserts;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -230,34 +233,6 @@ pub fn version_check(num: i32, text: &str) -> Check {
     }
 }
 
-/// The `(table, columns)` of every `INSERT INTO table (columns…)` of the catalogue.
-pub fn catalogue_inserts() -> Vec<(String, Vec<String>, String)> {
-    let mut out = Vec::new();
-    for s in shared::catalogue::all() {
-        let text = s.text;
-        let mut rest = text;
-        while let Some(i) = rest.find("INSERT INTO ") {
-            let after = &rest[i + "INSERT INTO ".len()..];
-            let table: String = after
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let tail = after[table.len()..].trim_start();
-            if let (Some(body), false) = (tail.strip_prefix('('), table.is_empty()) {
-                if let Some(end) = body.find(')') {
-                    let cols = body[..end]
-                        .split(',')
-                        .map(|c| c.trim().to_string())
-                        .collect();
-                    out.push((table.clone(), cols, format!("{}::{}", s.module, s.name)));
-                }
-            }
-            rest = after;
-        }
-    }
-    out
-}
-
 /// The session check: a session advisory lock taken by one statement is still held by
 /// the same backend in the next, and a second connection neither shares that backend
 /// nor gets the lock. `a` and `b` are two connections opened like the functions'.
@@ -369,7 +344,7 @@ async fn in_read_only(
             "grant USAGE on the schema (see the catalogue line), then run `hk check` again",
         ));
     } else {
-        checks.extend(insert_columns(c).await?);
+        checks.extend(inserts::insert_columns(c).await?);
         checks.extend(database::conflict_arbiters(c).await?);
         checks.extend(foreign_keys(c).await?);
     }
@@ -377,36 +352,6 @@ async fn in_read_only(
     checks.push(tls(c, loopback).await?);
     checks.extend(waiting(c, now).await);
     Ok(checks)
-}
-
-async fn insert_columns(c: &Client) -> Result<Vec<Check>> {
-    let mut out = Vec::new();
-    for (table, supplied, stmt) in catalogue_inserts() {
-        let rows = c.query(sql::REQUIRED_COLUMNS, &[&table]).await?;
-        let missing: Vec<String> = rows
-            .iter()
-            .filter(|r| !supplied.contains(&r.get::<_, String>(0)))
-            .map(|r| {
-                let (col, check): (String, String) = (r.get(0), r.get(1));
-                if check.is_empty() {
-                    format!("{table}.{col}")
-                } else {
-                    format!("{table}.{col} (NOT NULL by CHECK constraint {check})")
-                }
-            })
-            .collect();
-        let name = format!("insert into {table} ({stmt})");
-        out.push(if missing.is_empty() {
-            Check::pass(name, "every NOT NULL column without a default is supplied")
-        } else {
-            Check::fail(
-                name,
-                format!("NOT NULL without default and not supplied: {}", missing.join(", ")),
-                "these inserts would fail: the schema differs from GitLab 18's (a column added without a default?)",
-            )
-        });
-    }
-    Ok(out)
 }
 
 async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
