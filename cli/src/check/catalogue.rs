@@ -3,9 +3,10 @@
 //! Owns: PREPARE of every catalogue statement with [`shared::preflight::prepare_one`]
 //! (the cold-start gate's code) on a session that asks the server for each
 //! statement's rewritten parse tree (`debug_print_rewritten` at `client_min_messages =
-//! log`; parse-only, no statement runs), and the lines it yields: a schema the
-//! statement does not fit, a grant parse analysis checks (USAGE on a schema), or a
-//! busy database (a lock held by another session, once per table:
+//! log`; parse-only, no statement runs; the server writes those LOG messages to its
+//! own log as well, about 2 MB per run on GitLab's schema), and the lines it yields: a
+//! schema the statement does not fit, a grant parse analysis checks (USAGE on a
+//! schema), or a busy database (a lock held by another session, once per table:
 //! `database busy: lock held on <table> (retry)`; later statements naming a table
 //! found locked are not prepared, so a held lock costs one `lock_timeout`, not one per
 //! statement).
