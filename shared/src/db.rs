@@ -17,7 +17,10 @@ use postgres_native_tls::MakeTlsConnector;
 use tokio::sync::Mutex;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::types::Type;
-use tokio_postgres::Client;
+use tokio_postgres::{AsyncMessage, Client};
+
+/// Where a connection's task sends the server's notices.
+type Notices = tokio::sync::mpsc::UnboundedSender<tokio_postgres::error::DbError>;
 
 use crate::aws::{SecretSource, Stage};
 use crate::config::DatabaseConfig;
@@ -188,14 +191,58 @@ impl Connector {
         &self,
         pg: &tokio_postgres::Config,
     ) -> std::result::Result<Client, tokio_postgres::Error> {
-        let (client, conn) = pg.connect(self.tls.clone()).await?;
-        // The connection must run on its own task, or every query hangs.
+        self.open_with(pg, None).await
+    }
+
+    /// Open a connection with `pg` and spawn its task, which sends every notice the
+    /// server sends to `notices` (when given) and drops them otherwise.
+    async fn open_with(
+        &self,
+        pg: &tokio_postgres::Config,
+        notices: Option<Notices>,
+    ) -> std::result::Result<Client, tokio_postgres::Error> {
+        let (client, mut conn) = pg.connect(self.tls.clone()).await?;
+        // The connection must run on its own task, or every query hangs. A notice is
+        // sent on before the messages after it are routed, so a statement's notices
+        // are in the channel when its result is.
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let ended = std::future::poll_fn(|cx| loop {
+                match conn.poll_message(cx) {
+                    std::task::Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
+                        if let Some(tx) = &notices {
+                            let _ = tx.send(n);
+                        }
+                    }
+                    std::task::Poll::Ready(Some(Ok(_))) => {}
+                    std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(e)),
+                    std::task::Poll::Ready(None) => return std::task::Poll::Ready(Ok(())),
+                    std::task::Poll::Pending => return std::task::Poll::Pending,
+                }
+            })
+            .await;
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "database connection ended");
             }
         });
         Ok(client)
+    }
+
+    /// Open a session like [`Connector::connect`] whose server notices (and log
+    /// messages, with `client_min_messages = log`) arrive on the returned channel:
+    /// for `hk check`, which reads the server's rewritten parse trees. No secret
+    /// re-read on an authentication failure.
+    pub async fn connect_with_notices(
+        &self,
+        application_name: &str,
+    ) -> Result<(
+        Client,
+        tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::error::DbError>,
+    )> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let pg = self.session_config(application_name);
+        let client = self.open_with(&pg, Some(tx)).await?;
+        self.configure(&client).await?;
+        Ok((client, rx))
     }
 
     /// After the server refused `pg`'s credentials: re-read the secret (bounded) and

@@ -14,7 +14,11 @@
 //! Before the first event of an execution environment, [`SchemaGate`] PREPAREs the
 //! statement catalogue ([`crate::preflight`]); against an incompatible schema the
 //! whole invocation fails (one log line, the `schema_incompatible` metric) and no
-//! record is touched, until a later invocation finds the schema fixed.
+//! record is touched, until a later invocation finds the schema fixed. A statement
+//! that cannot PREPARE because another session holds a lock (lock or statement
+//! timeout) says nothing about the schema: the database is busy, every record of the
+//! batch is returned untouched as a retryable item failure (no `schema_incompatible`,
+//! no page), and the next invocation checks again.
 //!
 //! [`run`] is generic over the function's [`Job`], so a function binary
 //! links its own handler only; tests hand [`handle_event_with`] the
@@ -155,34 +159,57 @@ impl SchemaGate {
 
     /// Check the schema unless a previous check passed. A database that cannot be
     /// reached says nothing about the schema: the records then report the outage as
-    /// they always do, and the check runs again on the next invocation.
-    pub async fn check(&self, deps: &Deps) -> Result<(), InvokeError> {
+    /// they always do, and the check runs again on the next invocation. A lock held by
+    /// another session ([`preflight::Problem::Busy`]) is [`Gate::Busy`]: retry later.
+    pub async fn check(&self, deps: &Deps) -> Result<Gate, InvokeError> {
         if self.compatible.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(Gate::Open);
         }
         let failed = {
             let client = match deps.session.client().await {
                 Ok(c) => c,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(Gate::Open),
             };
             match preflight::prepare_catalogue(&client).await {
                 Ok(f) => f,
-                Err(_) => return Ok(()),
+                Err(_) => return Ok(Gate::Open),
             }
         };
         if failed.is_empty() {
             self.compatible.store(true, Ordering::Release);
-            return Ok(());
+            return Ok(Gate::Open);
         }
-        let statements = failed
+        let list = |f: &mut dyn Iterator<Item = &preflight::Incompatible>| {
+            f.map(|f| format!("{}::{} ({})", f.module, f.name, f.object))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if let Some(busy) = failed
             .iter()
-            .map(|f| format!("{}::{} ({})", f.module, f.name, f.object))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .find(|f| f.problem == preflight::Problem::Busy)
+        {
+            let statement = format!("{}::{}", busy.module, busy.name);
+            tracing::warn!(
+                function = deps.function.name(),
+                statement = statement.as_str(),
+                error = busy.message.as_str(),
+                error_class = "db_busy",
+                "database busy: a catalogue statement waited too long for a lock held by \
+                 another session; the records are retried, the schema check runs again"
+            );
+            return Ok(Gate::Busy(format!("{statement}: {}", busy.message)));
+        }
+        let statements = list(&mut failed.iter());
+        let grants = list(
+            &mut failed
+                .iter()
+                .filter(|f| f.problem == preflight::Problem::Permission),
+        );
         tracing::error!(
             function = deps.function.name(),
             failed = failed.len(),
             statements = statements.as_str(),
+            permission_denied = grants.as_str(),
             "schema incompatible: catalogue statements do not prepare on this database; \
              processing nothing, the messages stay on the queue (run `hk check`)"
         );
@@ -191,16 +218,47 @@ impl SchemaGate {
     }
 }
 
+/// What the schema check lets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// Process the records.
+    Open,
+    /// Another session holds a lock a catalogue statement needs: return every record
+    /// untouched, to be retried (the reason).
+    Busy(String),
+}
+
 /// [`handle_event_with`] behind the schema check: the whole invocation fails, and no
-/// record is processed, while the schema is incompatible.
+/// record is processed, while the schema is incompatible; while the database is busy
+/// every record is a retryable item failure, untouched.
 pub async fn handle_event_checked<H: Handler>(
     handler: &H,
     deps: &Deps,
     gate: &SchemaGate,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
-    gate.check(deps).await?;
-    handle_event_with(handler, deps, event).await
+    match gate.check(deps).await? {
+        Gate::Open => handle_event_with(handler, deps, event).await,
+        Gate::Busy(_) => {
+            let sqs = event.payload;
+            if sqs.records.iter().any(|r| r.message_id.is_none()) {
+                return Err(InvokeError::MissingMessageId);
+            }
+            let mut response = SqsBatchResponse::default();
+            for rec in &sqs.records {
+                metrics::emit_record_metrics(
+                    deps.function,
+                    metrics::OutcomeKind::Retryable,
+                    true,
+                    0.0,
+                    None,
+                    Vec::new(),
+                );
+                response.add_failure(rec.message_id.clone().expect("checked above"));
+            }
+            Ok(response)
+        }
+    }
 }
 
 /// Time left before Lambda's deadline. A deadline more than a day in the past is not

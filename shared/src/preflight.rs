@@ -2,10 +2,14 @@
 //! runs first: every statement of [`crate::catalogue::all`] must PREPARE on the
 //! target database (issue 15; behaviour §S4 lists the schema facts behind them).
 //!
-//! Owns: [`prepare_catalogue`] (parse-only: PREPARE plans nothing, writes nothing and
-//! takes no lock beyond the catalog's) and [`Incompatible`], one failed statement with
-//! the database object its error names (`column m.expires_at`, `relation "members"`,
-//! a type mismatch), so an operator sees what to fix. It has no SQL of its own.
+//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only: PREPARE plans nothing
+//! and writes nothing, but parse analysis takes the statement's table locks, so a lock
+//! held by another session makes it wait up to `lock_timeout`), [`Incompatible`], one
+//! failed statement with the database object its error names (`column m.expires_at`,
+//! `relation "members"`, a type mismatch), and its [`Problem`]: an incompatible
+//! schema, a missing grant (`permission denied`, SQLSTATE 42501) or a busy database
+//! (lock or statement timeout, 55P03 / 57014: retry, the schema is not in question).
+//! It has no SQL of its own.
 
 use tokio_postgres::Client;
 
@@ -24,6 +28,32 @@ pub struct Incompatible {
     pub object: String,
     /// The server's message.
     pub message: String,
+    /// What kind of failure it is.
+    pub problem: Problem,
+}
+
+/// What a failed PREPARE says about the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// The schema lacks or differs in what the statement uses.
+    Schema,
+    /// The role lacks a privilege parse analysis checks (`permission denied`, 42501:
+    /// USAGE on a schema): a missing grant, not a missing migration.
+    Permission,
+    /// A lock timeout (55P03) or statement timeout (57014): another session holds a
+    /// lock on a table the statement uses. Retryable; says nothing about the schema.
+    Busy,
+}
+
+impl Problem {
+    /// The class of a server error's SQLSTATE.
+    pub fn of_sqlstate(code: &str) -> Problem {
+        match code {
+            "55P03" | "57014" => Problem::Busy,
+            "42501" => Problem::Permission,
+            _ => Problem::Schema,
+        }
+    }
 }
 
 impl std::fmt::Display for Incompatible {
@@ -77,39 +107,64 @@ fn near(text: &str, at: usize) -> String {
 
 /// PREPARE every catalogue statement on `client`; the ones that fail, in catalogue
 /// order. An error that is not the server's (the connection broke) is returned as
-/// such: it says nothing about the schema.
+/// such: it says nothing about the schema. The first [`Problem::Busy`] failure ends
+/// the pass (it is the last entry): the next statements would wait for the same lock,
+/// and a busy database is retried as a whole.
 pub async fn prepare_catalogue(client: &Client) -> Result<Vec<Incompatible>, Error> {
     let mut failed = Vec::new();
     for s in catalogue::all() {
-        match client.prepare(s.text).await {
-            Ok(_) => {}
-            Err(e) => match e.as_db_error() {
-                Some(db) => {
-                    let mut object = object_of(db.message());
-                    if object == db.message() {
-                        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) =
-                            db.position()
-                        {
-                            object = format!("{object} near `{}`", near(s.text, *at as usize));
-                        }
-                    }
-                    failed.push(Incompatible {
-                        module: s.module,
-                        name: s.name,
-                        object,
-                        message: db.message().to_string(),
-                    })
-                }
-                None => return Err(Error::from(e)),
-            },
+        if let Some(f) = prepare_one(client, &s).await? {
+            let busy = f.problem == Problem::Busy;
+            failed.push(f);
+            if busy {
+                break;
+            }
         }
     }
     Ok(failed)
 }
 
+/// PREPARE one statement on `client`: `None` when it prepares, its failure otherwise;
+/// an error that is not the server's is returned as such.
+pub async fn prepare_one(
+    client: &Client,
+    s: &catalogue::Statement,
+) -> Result<Option<Incompatible>, Error> {
+    let e = match client.prepare(s.text).await {
+        Ok(_) => return Ok(None),
+        Err(e) => e,
+    };
+    let Some(db) = e.as_db_error() else {
+        return Err(Error::from(e));
+    };
+    let problem = Problem::of_sqlstate(db.code().code());
+    let mut object = object_of(db.message());
+    if object == db.message() && problem == Problem::Schema {
+        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) = db.position() {
+            object = format!("{object} near `{}`", near(s.text, *at as usize));
+        }
+    }
+    Ok(Some(Incompatible {
+        module: s.module,
+        name: s.name,
+        object,
+        message: db.message().to_string(),
+        problem,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::object_of;
+    use super::{object_of, Problem};
+
+    #[test]
+    fn a_lock_or_statement_timeout_is_busy_and_permission_denied_a_grant() {
+        assert_eq!(Problem::of_sqlstate("55P03"), Problem::Busy);
+        assert_eq!(Problem::of_sqlstate("57014"), Problem::Busy);
+        assert_eq!(Problem::of_sqlstate("42501"), Problem::Permission);
+        assert_eq!(Problem::of_sqlstate("42703"), Problem::Schema);
+        assert_eq!(Problem::of_sqlstate("42P01"), Problem::Schema);
+    }
 
     #[test]
     fn the_object_is_read_from_the_servers_message() {

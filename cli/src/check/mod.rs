@@ -1,8 +1,12 @@
-//! `hk check`: the read-only preflight against a target database (issue 15).
+//! `hk check`: the read-only preflight against a target database (issues 15, 33).
 //!
-//! Owns: the checks and their one-line results ([`Check`]): server version, the
-//! statement catalogue ([`shared::preflight`], the same code every function runs at
-//! cold start), the GitLab facts the bundle assumes (insert columns, the foreign keys
+//! Owns: the checks and their one-line results ([`Check`]): server version, whether
+//! the database takes writes ([`database`]), the GitLab schema version, the statement
+//! catalogue ([`catalogue`], through [`shared::preflight`], the same code every
+//! function runs at cold start; a lock held elsewhere is a busy, retryable result),
+//! the grants each statement needs ([`privileges`], derived by the server: [`tree`]),
+//! the GitLab facts the bundle assumes (insert columns, `NOT NULL` by constraint
+//! included; `ON CONFLICT` unique indexes; the foreign keys
 //! of behaviour §S4 with their `ON DELETE` action, settings rows, the ghost user), the
 //! session check (a session advisory lock survives to the next statement on the same
 //! backend, which PgBouncer transaction pooling breaks), TLS, and the work waiting per
@@ -11,7 +15,15 @@
 //! transaction of its own (a failing check does not abort the next, and the session
 //! check needs statements in separate transactions anyway). Its SQL is in [`sql`].
 
+pub mod catalogue;
+pub mod database;
+pub mod inserts;
+pub mod privileges;
 pub mod sql;
+pub mod tree;
+pub mod triggers;
+
+pub use inserts::catalogue_inserts;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -37,6 +49,9 @@ pub struct Check {
     /// What to do when it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
+    /// A failure that is the database being busy (a lock held elsewhere): retry.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Check {
@@ -47,6 +62,7 @@ impl Check {
             required: true,
             detail: detail.into(),
             fix: None,
+            busy: false,
         }
     }
 
@@ -57,6 +73,7 @@ impl Check {
             required: true,
             detail: detail.into(),
             fix: Some(fix.into()),
+            busy: false,
         }
     }
 
@@ -65,8 +82,20 @@ impl Check {
         self
     }
 
-    /// The output line: `✓ name: detail` or `✗ name: detail — fix`.
+    fn busy(mut self) -> Check {
+        self.busy = true;
+        self
+    }
+
+    /// The output line: `✓ name: detail`, `✗ name: detail — fix`, or `⚠ …` for a
+    /// failed check that is advisory.
     pub fn line(&self) -> String {
+        if !self.ok && !self.required {
+            return match &self.fix {
+                Some(fix) => format!("⚠ {}: {} — {}", self.name, self.detail, fix),
+                None => format!("⚠ {}: {}", self.name, self.detail),
+            };
+        }
         match (&self.fix, self.ok) {
             (Some(fix), false) => format!("✗ {}: {} — {}", self.name, self.detail, fix),
             (_, false) => format!("✗ {}: {}", self.name, self.detail),
@@ -78,6 +107,13 @@ impl Check {
 /// Whether every required check passed.
 pub fn all_required_pass(checks: &[Check]) -> bool {
     checks.iter().all(|c| c.ok || !c.required)
+}
+
+/// Whether the required checks that failed all failed because the database was busy
+/// (retry), and at least one did.
+pub fn only_busy(checks: &[Check]) -> bool {
+    let mut failed = checks.iter().filter(|c| !c.ok && c.required).peekable();
+    failed.peek().is_some() && failed.all(|c| c.busy)
 }
 
 /// A foreign key the bundle relies on (behaviour §S4): `table.column → references`
@@ -197,34 +233,6 @@ pub fn version_check(num: i32, text: &str) -> Check {
     }
 }
 
-/// The `(table, columns)` of every `INSERT INTO table (columns…)` of the catalogue.
-pub fn catalogue_inserts() -> Vec<(String, Vec<String>, String)> {
-    let mut out = Vec::new();
-    for s in shared::catalogue::all() {
-        let text = s.text;
-        let mut rest = text;
-        while let Some(i) = rest.find("INSERT INTO ") {
-            let after = &rest[i + "INSERT INTO ".len()..];
-            let table: String = after
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let tail = after[table.len()..].trim_start();
-            if let (Some(body), false) = (tail.strip_prefix('('), table.is_empty()) {
-                if let Some(end) = body.find(')') {
-                    let cols = body[..end]
-                        .split(',')
-                        .map(|c| c.trim().to_string())
-                        .collect();
-                    out.push((table.clone(), cols, format!("{}::{}", s.module, s.name)));
-                }
-            }
-            rest = after;
-        }
-    }
-    out
-}
-
 /// The session check: a session advisory lock taken by one statement is still held by
 /// the same backend in the next, and a second connection neither shares that backend
 /// nor gets the lock. `a` and `b` are two connections opened like the functions'.
@@ -295,6 +303,8 @@ pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> R
     if !session.ok {
         return Ok(vec![session]);
     }
+    // As the role and database configure a session: before this one is made read only.
+    let writable = database::writable(&a).await?;
     a.simple_query(sql::READ_ONLY).await?;
     let ro = row(&a, sql::IS_READ_ONLY).await?;
     anyhow::ensure!(
@@ -302,66 +312,46 @@ pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> R
         "the session did not become read only ({})",
         ro[0]
     );
-    let mut checks = in_read_only(&a, loopback, now).await?;
+    let (trees, mut notices) = catalogue::tree_session(connector).await?;
+    let pass = catalogue::pass(&trees, &mut notices, &a).await?;
+    drop(trees);
+    let mut checks = in_read_only(&a, writable, pass, loopback, now).await?;
     checks.push(session);
     Ok(checks)
 }
 
-async fn in_read_only(c: &Client, loopback: bool, now: DateTime<Utc>) -> Result<Vec<Check>> {
+async fn in_read_only(
+    c: &Client,
+    writable: Check,
+    pass: catalogue::Pass,
+    loopback: bool,
+    now: DateTime<Utc>,
+) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
     let v = c.query_one(sql::SERVER_VERSION, &[]).await?;
     checks.push(version_check(v.get(0), v.get(1)));
-    checks.extend(catalogue(c).await?);
-    checks.extend(insert_columns(c).await?);
-    checks.extend(foreign_keys(c).await?);
+    checks.push(writable);
+    let hidden = pass.schema_hidden;
+    if !hidden {
+        checks.push(database::schema_version(c).await?);
+    }
+    checks.extend(pass.checks);
+    checks.extend(privileges::check(c, &pass.needs, pass.without_tree, pass.busy).await?);
+    if hidden {
+        checks.push(Check::fail(
+            "GitLab facts",
+            "not checked (schema version, insert columns, ON CONFLICT indexes, foreign keys): the role may not use the tables' schema",
+            "grant USAGE on the schema (see the catalogue line), then run `hk check` again",
+        ));
+    } else {
+        checks.extend(inserts::insert_columns(c).await?);
+        checks.extend(database::conflict_arbiters(c).await?);
+        checks.extend(foreign_keys(c).await?);
+    }
     checks.extend(settings_and_ghost(c).await);
     checks.push(tls(c, loopback).await?);
     checks.extend(waiting(c, now).await);
     Ok(checks)
-}
-
-async fn catalogue(c: &Client) -> Result<Vec<Check>> {
-    let total = shared::catalogue::all().len();
-    let failed = shared::preflight::prepare_catalogue(c).await?;
-    if failed.is_empty() {
-        return Ok(vec![Check::pass(
-            "catalogue",
-            format!("all {total} statements prepare"),
-        )]);
-    }
-    Ok(failed
-        .into_iter()
-        .map(|f| {
-            Check::fail(
-                format!("catalogue {}::{}", f.module, f.name),
-                format!("{} ({})", f.object, f.message),
-                "the database lacks what this statement uses: compare its schema with GitLab 18's for that object (a missing migration?)",
-            )
-        })
-        .collect())
-}
-
-async fn insert_columns(c: &Client) -> Result<Vec<Check>> {
-    let mut out = Vec::new();
-    for (table, supplied, stmt) in catalogue_inserts() {
-        let rows = c.query(sql::REQUIRED_COLUMNS, &[&table]).await?;
-        let missing: Vec<String> = rows
-            .iter()
-            .map(|r| r.get::<_, String>(0))
-            .filter(|col| !supplied.contains(col))
-            .collect();
-        let name = format!("insert into {table} ({stmt})");
-        out.push(if missing.is_empty() {
-            Check::pass(name, "every NOT NULL column without a default is supplied")
-        } else {
-            Check::fail(
-                name,
-                format!("NOT NULL without default and not supplied: {}", missing.iter().map(|m| format!("{table}.{m}")).collect::<Vec<_>>().join(", ")),
-                "these inserts would fail: the schema differs from GitLab 18's (a column added without a default?)",
-            )
-        });
-    }
-    Ok(out)
 }
 
 async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
@@ -420,7 +410,7 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
     out.push(match c.query_one(sql::SETTINGS_ROWS, &[]).await {
         Ok(r) if r.get::<_, i64>(0) > 0 => Check::pass("settings", "application_settings has a row (its deletion_adjourned_period is used)"),
         Ok(_) => Check::pass("settings", format!("application_settings is empty: the defaults apply (deletion_adjourned_period {} days)", group_deletion::DEFAULT_PERIOD_DAYS)),
-        Err(e) => Check::fail("settings", format!("cannot read application_settings: {}", shared::Error::from(e)), "the table must exist as in GitLab 18"),
+        Err(e) => db_failure("settings", format!("cannot read application_settings: {}", db_message(&e)), "the table must exist as in GitLab 18", &e),
     });
     let ghost = c.query_opt(sql::GHOST, &[]).await;
     let orgs = c.query_one(sql::ORGANIZATIONS, &[]).await;
@@ -437,13 +427,38 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
             "none, and no organization for its namespace",
             "create the ghost user in GitLab (it does at boot) before the first user deletion",
         ),
-        (Err(e), _) | (_, Err(e)) => Check::fail(
+        (Err(e), _) | (_, Err(e)) => db_failure(
             "ghost user",
-            shared::Error::from(e).to_string(),
+            db_message(&e).to_string(),
             "the users and organizations tables must exist as in GitLab 18",
+            &e,
         ),
     });
     out
+}
+
+/// The server's message of a database error (the error itself otherwise).
+fn db_message(e: &tokio_postgres::Error) -> String {
+    e.as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_string())
+}
+
+/// A failed check from a database error: busy (retry) when the error is a lock or
+/// statement timeout.
+fn db_failure(name: &str, detail: String, fix: &str, e: &tokio_postgres::Error) -> Check {
+    let busy = e.code().is_some_and(|c| {
+        shared::preflight::Problem::of_sqlstate(c.code()) == shared::preflight::Problem::Busy
+    });
+    if busy {
+        Check::fail(
+            name,
+            format!("database busy: {detail} (retry)"),
+            "another session holds a lock on the table; run `hk check` again when it is released",
+        )
+        .busy()
+    } else {
+        Check::fail(name, detail, fix)
+    }
 }
 
 async fn tls(c: &Client, loopback: bool) -> Result<Check> {

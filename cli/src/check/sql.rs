@@ -11,14 +11,112 @@ pub const SERVER_VERSION: &str =
 pub const READ_ONLY: &str = "SET default_transaction_read_only = on";
 /// Whether the current transaction is read only (`on`).
 pub const IS_READ_ONLY: &str = "SHOW transaction_read_only";
+/// Before [`READ_ONLY`]: whether the server is a replica, the session's
+/// `default_transaction_read_only` and `transaction_read_only` as the role and
+/// database set them, and where the default comes from (`pg_settings.source`).
+pub const WRITABLE: &str = "SELECT pg_is_in_recovery(),
+            current_setting('default_transaction_read_only'),
+            current_setting('transaction_read_only'),
+            (SELECT source FROM pg_settings WHERE name = 'default_transaction_read_only')";
 
-/// The columns of table `$1` (schema search path) an INSERT must supply: NOT NULL, no
-/// default, not identity or generated.
-pub const REQUIRED_COLUMNS: &str = "SELECT column_name::text FROM information_schema.columns
-     WHERE table_schema = current_schema() AND table_name = $1
-       AND is_nullable = 'NO' AND column_default IS NULL
-       AND is_identity = 'NO' AND is_generated = 'NEVER'
-     ORDER BY ordinal_position";
+/// The parse-tree session (simple query, several statements): read only, and the
+/// server sends each statement's rewritten parse tree as a LOG message (parse only:
+/// PREPARE runs nothing).
+pub const PARSE_TREES: &str = "SET default_transaction_read_only = on;
+     SET debug_pretty_print = off; SET client_min_messages = log;
+     SET debug_print_rewritten = on";
+/// Tables of this database another session holds a lock on that blocks a PREPARE
+/// (SHARE mode or stronger: they block the ROW EXCLUSIVE lock of a write's target;
+/// ACCESS EXCLUSIVE blocks every read too).
+pub const LOCKED_TABLES: &str = "SELECT DISTINCT c.relname::text FROM pg_locks l
+     JOIN pg_class c ON c.oid = l.relation
+     WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+     ORDER BY 1";
+/// The schemas holding a table named `$1` that the role may not use (so it is not on
+/// its search path), with the role, both quoted for a GRANT.
+pub const HIDDEN_SCHEMAS: &str = "SELECT quote_ident(n.nspname::text), quote_ident(current_user)
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.relname = $1 AND c.relkind IN ('r', 'p', 'v')
+       AND NOT has_schema_privilege(n.oid, 'USAGE')
+     ORDER BY n.nspname = 'public' DESC, 1 LIMIT 1";
+/// The connected role, quoted for a GRANT.
+pub const ROLE: &str = "SELECT quote_ident(current_user)";
+/// Whether the role holds privilege `$2` (SELECT, INSERT, UPDATE, DELETE) on relation
+/// `$1` as the executor checks it: the table privilege; else (not for DELETE) every
+/// column of `$3` (0: every column), and any one column when `$4`. Also the relation's
+/// name as a GRANT names it.
+pub const PRIVILEGE: &str = "SELECT $1::oid::regclass::text,
+       has_table_privilege($1::oid, $2::text)
+       OR ($2::text <> 'DELETE'
+           AND (NOT $4::bool OR has_any_column_privilege($1::oid, $2::text))
+           AND coalesce((SELECT bool_and(has_column_privilege($1::oid, a.attnum, $2::text))
+                         FROM pg_attribute a
+                         WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped
+                           AND (a.attnum = ANY($3::int2[]) OR 0 = ANY($3::int2[]))), true))";
+/// The sequences the column defaults of relation `$1` draw from (`nextval`), for the
+/// columns an INSERT leaves out (not in `$2`), and whether the role may use each
+/// (`nextval` needs USAGE or UPDATE).
+pub const SEQUENCES: &str = "SELECT DISTINCT s.oid::regclass::text,
+            has_sequence_privilege(s.oid, 'USAGE') OR has_sequence_privilege(s.oid, 'UPDATE')
+     FROM pg_attrdef d
+     JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum AND NOT a.attisdropped
+     JOIN pg_depend p ON p.classid = 'pg_attrdef'::regclass AND p.objid = d.oid
+                     AND p.refclassid = 'pg_class'::regclass
+     JOIN pg_class s ON s.oid = p.refobjid AND s.relkind = 'S'
+     WHERE d.adrelid = $1::oid AND NOT (d.adnum = ANY($2::int2[]))";
+
+/// The enabled user triggers of relation `$1` on the events of `$2` (`tgtype` bits)
+/// whose function runs as the caller (not `SECURITY DEFINER`): name and body.
+pub const TRIGGERS: &str = "SELECT t.tgname::text, p.prosrc FROM pg_trigger t
+     JOIN pg_proc p ON p.oid = t.tgfoid
+     WHERE t.tgrelid = $1::oid AND NOT t.tgisinternal AND t.tgenabled <> 'D'
+       AND NOT p.prosecdef AND (t.tgtype::int4 & $2::int4) <> 0";
+/// The table a name (as a trigger body writes it) resolves to by the search path, if
+/// any.
+pub const RELATION_OID: &str = "SELECT c.oid FROM pg_class c
+     WHERE c.oid = to_regclass($1::text) AND c.relkind IN ('r', 'p')";
+
+/// Whether GitLab's `schema_migrations` exists.
+pub const HAS_SCHEMA_MIGRATIONS: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
+/// The newest migration version (14 digits, so text order is numeric order).
+pub const NEWEST_MIGRATION: &str = "SELECT version::text FROM schema_migrations
+     WHERE version ~ '^[0-9]{14}$' ORDER BY version DESC LIMIT 1";
+/// The unique indexes (or constraints) of table `$1` that can arbitrate `ON CONFLICT
+/// ($2)`: unique, immediate, valid, not partial, no expression, key columns exactly
+/// the set `$2`.
+pub const ARBITER_INDEXES: &str = "SELECT count(*)::int8 FROM pg_index i
+     JOIN pg_class t ON t.oid = i.indrelid
+     WHERE t.relname = $1 AND t.relnamespace = to_regnamespace(current_schema())
+       AND i.indisunique AND i.indimmediate AND i.indisvalid
+       AND i.indpred IS NULL AND i.indexprs IS NULL
+       AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a
+            WHERE a.attrelid = t.oid
+              AND a.attnum = ANY((i.indkey::int2[])[0:i.indnkeyatts - 1]))
+         = (SELECT array_agg(c ORDER BY c) FROM unnest($2::text[]) c)";
+
+/// The columns of table `$1` (current schema) an INSERT must supply: not null (by the
+/// column's `NOT NULL`, or by a `CHECK (col IS NOT NULL)` constraint, validated or
+/// not, GitLab's usual way: its name is the second column, empty for `NOT NULL`), no
+/// default, not identity or generated. Read from the catalog, which shows every
+/// column whatever the role's grants.
+pub const REQUIRED_COLUMNS: &str = "SELECT a.attname::text,
+            CASE WHEN a.attnotnull THEN '' ELSE ck.conname END
+     FROM pg_attribute a
+     JOIN pg_class t ON t.oid = a.attrelid
+     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+     LEFT JOIN LATERAL (
+       SELECT c.conname::text AS conname FROM pg_constraint c
+       WHERE c.conrelid = a.attrelid AND c.contype = 'c' AND c.conkey = ARRAY[a.attnum]
+         AND pg_get_constraintdef(c.oid)
+             ~ ('^CHECK \\(\\(' || quote_ident(a.attname::text) || ' IS NOT NULL\\)\\)')
+       ORDER BY 1 LIMIT 1) ck ON true
+     WHERE t.relname = $1 AND t.relnamespace = to_regnamespace(current_schema())
+       AND a.attnum > 0 AND NOT a.attisdropped AND d.adrelid IS NULL
+       AND a.attidentity = '' AND a.attgenerated = ''
+       AND (a.attnotnull OR ck.conname IS NOT NULL)
+     ORDER BY a.attnum";
 
 /// The `ON DELETE` action (`confdeltype`: a no action, r restrict, c cascade, n set
 /// null, d set default) of every single-column foreign key from `$1`.`$2` to `$3`.

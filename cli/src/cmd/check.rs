@@ -37,7 +37,9 @@ fn is_loopback(pg: &tokio_postgres::Config) -> bool {
     })
 }
 
-/// Run every check; exit 0 only when every required one passes, 1 otherwise.
+/// Run every check; exit 0 only when every required one passes, 1 when the only
+/// failures are a busy database (a lock held elsewhere: retry), 2 otherwise (the
+/// database must change first).
 pub(crate) async fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let now = parse_now(a.now.as_deref())?;
     // `hk check` emits no metric: the Lambda-only SERVICE_NAME is not required here.
@@ -54,6 +56,7 @@ pub(crate) async fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let checks = hk::check::run(&connector, loopback, now).await?;
     let ok = hk::check::all_required_pass(&checks);
     let failed = checks.iter().filter(|c| !c.ok && c.required).count();
+    let busy = hk::check::only_busy(&checks);
     if a.json {
         println!(
             "{}",
@@ -68,13 +71,17 @@ pub(crate) async fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
                 "hk check: all {} required checks pass",
                 checks.iter().filter(|c| c.required).count()
             );
+        } else if busy {
+            println!("hk check: {failed} required check(s) failed: the database is busy, retry");
         } else {
             println!("hk check: {failed} required check(s) failed");
         }
     }
     Ok(if ok {
         ExitCode::SUCCESS
+    } else if busy {
+        ExitCode::from(super::exit::RETRYABLE)
     } else {
-        ExitCode::from(1)
+        ExitCode::from(super::exit::PERMANENT)
     })
 }

@@ -79,8 +79,10 @@ pub(crate) enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Read-only preflight of the target database: version, statement catalogue, GitLab
-    /// facts, session locks, TLS and the work waiting (exit 0 only when all pass).
+    /// Read-only preflight of the target database: version, writable primary, GitLab
+    /// schema version, statement catalogue and the grants it needs, GitLab facts, session
+    /// locks, TLS and the work waiting (exit 0 when all pass; 1 when the only failure is a
+    /// lock held by another session: retry; 2 when the database must change).
     Check(CheckArgs),
     /// Run a function as its trigger would, with the in-process queue.
     #[command(after_help = exit::EXIT_CODES_HELP)]

@@ -121,3 +121,82 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
         "processed once fixed"
     );
 }
+
+/// A lock another session holds on a table of the catalogue (ACCESS EXCLUSIVE in an
+/// open transaction: a migration) is a busy database, not an incompatible schema: no
+/// `schema_incompatible`, no failed invocation; every record is a retryable item
+/// failure, untouched; once the lock is released the same environment processes them.
+#[tokio::test]
+async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10)]).await;
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    let other = db.session().await;
+    other
+        .batch_execute("BEGIN; LOCK TABLE members IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let q = Arc::new(LocalQueue::new(t(NOW)));
+    let mut deps = deps(&db, q.clone());
+    deps.session = Session::new(
+        db.connector().with_lock_timeout_ms(200),
+        deps.function.name(),
+    );
+    let gate = SchemaGate::new();
+    let (log, _g) = capture();
+    let ev = event();
+    let ids: Vec<String> = ev
+        .records
+        .iter()
+        .filter_map(|r| r.message_id.clone())
+        .collect();
+    assert!(!ids.is_empty());
+    let resp = handle_event_checked(
+        &Dispatch,
+        &deps,
+        &gate,
+        LambdaEvent::new(ev, Context::default()),
+    )
+    .await
+    .expect("busy is not a failed invocation");
+    let failed: Vec<String> = resp
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failed, ids, "every record retried");
+    assert!(
+        !log.dump().contains("schema_incompatible") && !log.dump().contains("schema incompatible"),
+        "{}",
+        log.dump()
+    );
+    let lines = log.with_message(
+        "database busy: a catalogue statement waited too long for a lock held by \
+         another session; the records are retried, the schema check runs again",
+    );
+    assert_eq!(lines.len(), 1, "{}", log.dump());
+    assert_eq!(lines[0]["level"], "warn", "{}", log.dump());
+    other.batch_execute("ROLLBACK").await.unwrap();
+    assert!(
+        db.exists("members WHERE id = 10").await,
+        "nothing processed"
+    );
+
+    let resp = handle_event_checked(
+        &Dispatch,
+        &deps,
+        &gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await
+    .expect("served once the lock is released");
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "processed once released"
+    );
+}

@@ -1,0 +1,283 @@
+//! `hk check`'s database-level facts: the database accepts writes, its GitLab schema
+//! version is in the supported range, and every `ON CONFLICT` target of the catalogue
+//! has the unique index it needs.
+//!
+//! Owns: the writable check (a replica, `pg_is_in_recovery()`, or
+//! `default_transaction_read_only` as the role and database configure it, read before
+//! `hk check` makes its own session read only), the release classification of
+//! GitLab's `schema_migrations` by the marker versions of docs/gitlab-source-notes.md
+//! §A.1 ([`release_of`], [`schema_version_check`]), and the `ON CONFLICT` arbiter
+//! check (PREPARE does not plan, so a missing unique index shows only when the
+//! statement runs).
+
+use anyhow::Result;
+use tokio_postgres::Client;
+
+use super::{sql, Check};
+
+/// The first migration version known for each release (docs/gitlab-source-notes.md
+/// §A.1): a newest version at or above it means at least that release.
+pub const MARKERS: &[(&str, &str)] = &[
+    ("20250502102329", "18.0"),
+    ("20250526065102", "18.1"),
+    ("20250709143510", "18.2"),
+    ("20250722084637", "18.3"),
+    ("20250813085941", "18.4"),
+    ("20250915232121", "18.5"),
+    ("20251014132633", "18.6"),
+    ("20251119195901", "18.7"),
+    ("20251231013427", "18.8"),
+    ("20260117231951", "18.9"),
+    ("20260330104732", "19.0"),
+];
+
+/// The oldest supported release.
+pub const OLDEST: &str = "18.2";
+/// The newest supported (and tested) release.
+pub const NEWEST: &str = "18.8";
+
+fn marker(release: &str) -> &'static str {
+    MARKERS
+        .iter()
+        .find(|(_, r)| *r == release)
+        .expect("a listed release")
+        .0
+}
+
+/// The newest release whose marker is at or below `newest` (a 14-digit migration
+/// version); `None` below 18.0's.
+pub fn release_of(newest: &str) -> Option<&'static str> {
+    MARKERS
+        .iter()
+        .rev()
+        .find(|(v, _)| newest.len() == v.len() && newest >= *v)
+        .map(|(_, r)| *r)
+}
+
+/// The schema version line for the newest `schema_migrations` version (`None`: the
+/// table is empty; `table` false: there is no such table).
+pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
+    let name = "GitLab schema";
+    let range = format!("supported {OLDEST} to {NEWEST}");
+    let Some(v) = newest.filter(|_| table) else {
+        return Check::fail(
+            name,
+            if table {
+                "schema_migrations holds no migration version".to_string()
+            } else {
+                "not a GitLab database (no schema_migrations)".to_string()
+            },
+            "point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab 18.2 to 18.8",
+        );
+    };
+    let (old, new) = (marker(OLDEST), marker(NEWEST));
+    match release_of(v) {
+        Some(r) if v >= old && v < marker("18.9") => Check::pass(
+            name,
+            format!("GitLab {r} found (newest migration {v}; {range})"),
+        ),
+        Some(r) if v >= old => Check::fail(
+            name,
+            format!("GitLab {r} found (newest migration {v}): newer than tested ({range})"),
+            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (migration {new})"),
+        )
+        .advisory(),
+        found => Check::fail(
+            name,
+            format!(
+                "GitLab {} found (newest migration {v}): older than the {range}",
+                found.map_or("before 18.0".to_string(), str::to_string)
+            ),
+            format!("upgrade GitLab to {OLDEST} or later: its migrations from {old} on are missing"),
+        ),
+    }
+}
+
+/// The GitLab schema version line, read from `schema_migrations`.
+pub async fn schema_version(c: &Client) -> Result<Check> {
+    let table: bool = c.query_one(sql::HAS_SCHEMA_MIGRATIONS, &[]).await?.get(0);
+    let newest: Option<String> = if table {
+        c.query_opt(sql::NEWEST_MIGRATION, &[])
+            .await?
+            .map(|r| r.get(0))
+    } else {
+        None
+    };
+    Ok(schema_version_check(table, newest.as_deref()))
+}
+
+/// The writable line, from `(in recovery, default_transaction_read_only,
+/// transaction_read_only, source of the default)` as a new session of the role has
+/// them.
+pub fn writable_check(recovery: bool, default_ro: &str, ro: &str, source: &str) -> Check {
+    let name = "writable";
+    if recovery {
+        return Check::fail(
+            name,
+            "the server is a replica (pg_is_in_recovery()): every write fails",
+            "point DATABASE_URL at the primary",
+        );
+    }
+    if default_ro == "on" || ro == "on" {
+        let how = match source {
+            "database" => "ALTER DATABASE <db> RESET default_transaction_read_only",
+            "user" => "ALTER ROLE <role> RESET default_transaction_read_only",
+            "database user" => {
+                "ALTER ROLE <role> IN DATABASE <db> RESET default_transaction_read_only"
+            }
+            _ => "set default_transaction_read_only = off where it is set (server configuration, connection options or pooler)",
+        };
+        return Check::fail(
+            name,
+            format!("sessions start read only (default_transaction_read_only = {default_ro}, set by {source}): every write fails"),
+            how,
+        );
+    }
+    Check::pass(name, "a primary; sessions of this role start read-write")
+}
+
+/// The writable line for session `c`, before it is made read only.
+pub async fn writable(c: &Client) -> Result<Check> {
+    let r = c.query_one(sql::WRITABLE, &[]).await?;
+    Ok(writable_check(
+        r.get(0),
+        r.get::<_, String>(1).as_str(),
+        r.get::<_, String>(2).as_str(),
+        r.get::<_, String>(3).as_str(),
+    ))
+}
+
+/// `(table, conflict columns, statement)` of every `INSERT INTO t … ON CONFLICT
+/// (columns)` of the catalogue.
+pub fn conflict_targets() -> Vec<(String, Vec<String>, String)> {
+    let mut out = Vec::new();
+    for s in shared::catalogue::all() {
+        let mut table = None;
+        let mut rest = s.text;
+        loop {
+            let ins = rest.find("INSERT INTO ");
+            let conf = rest.find("ON CONFLICT (");
+            match (ins, conf) {
+                (Some(i), c) if c.is_none_or(|c| i < c) => {
+                    let after = &rest[i + "INSERT INTO ".len()..];
+                    table = Some(
+                        after
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect::<String>(),
+                    );
+                    rest = after;
+                }
+                (_, Some(c)) => {
+                    let after = &rest[c + "ON CONFLICT (".len()..];
+                    if let (Some(t), Some(end)) = (&table, after.find(')')) {
+                        let cols = after[..end]
+                            .split(',')
+                            .map(|c| c.trim().to_string())
+                            .collect();
+                        out.push((t.clone(), cols, format!("{}::{}", s.module, s.name)));
+                    }
+                    rest = after;
+                }
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+/// One line per `ON CONFLICT` target without a unique index on exactly its columns,
+/// or one line saying all have one.
+pub async fn conflict_arbiters(c: &Client) -> Result<Vec<Check>> {
+    let targets = conflict_targets();
+    let mut out = Vec::new();
+    for (table, cols, stmt) in &targets {
+        let n: i64 = c
+            .query_one(sql::ARBITER_INDEXES, &[table, cols])
+            .await?
+            .get(0);
+        if n == 0 {
+            out.push(Check::fail(
+                format!("on conflict {stmt}"),
+                format!("no unique index or constraint on exactly {table} ({})", cols.join(", ")),
+                "the statement fails when it runs (there is no unique or exclusion constraint matching the ON CONFLICT specification): restore GitLab's unique index",
+            ));
+        }
+    }
+    if out.is_empty() {
+        out.push(Check::pass(
+            "on conflict",
+            format!(
+                "each of the {} ON CONFLICT targets has its unique index",
+                targets.len()
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_is_classified_by_the_markers() {
+        assert_eq!(release_of("20250502102328"), None);
+        assert_eq!(release_of("20250502102329"), Some("18.0"));
+        assert_eq!(release_of("20250610152957"), Some("18.1"));
+        assert_eq!(release_of("20250709143510"), Some("18.2"));
+        assert_eq!(release_of("20251231013427"), Some("18.8"));
+        assert_eq!(release_of("20260117000000"), Some("18.8"));
+        assert_eq!(release_of("20260117231951"), Some("18.9"));
+        assert_eq!(release_of("20270101000000"), Some("19.0"));
+        assert_eq!(release_of("2025"), None, "not a migration version");
+    }
+
+    #[test]
+    fn the_supported_range_passes_older_fails_and_newer_warns() {
+        let c = schema_version_check(true, Some("20250610152957"));
+        assert!(!c.ok && c.required, "{c:?}");
+        assert!(c
+            .detail
+            .contains("GitLab 18.1 found (newest migration 20250610152957)"));
+        assert!(c.fix.as_deref().unwrap().contains("20250709143510"));
+        let c = schema_version_check(true, Some("20250709143510"));
+        assert!(c.ok && c.detail.starts_with("GitLab 18.2 found"), "{c:?}");
+        let c = schema_version_check(true, Some("20251231013427"));
+        assert!(c.ok && c.detail.starts_with("GitLab 18.8 found"), "{c:?}");
+        let c = schema_version_check(true, Some("20260117231951"));
+        assert!(!c.ok && !c.required, "a warning: {c:?}");
+        assert!(c.detail.contains("newer than tested"), "{c:?}");
+        let c = schema_version_check(false, None);
+        assert!(!c.ok && c.required);
+        assert_eq!(c.detail, "not a GitLab database (no schema_migrations)");
+        assert!(!schema_version_check(true, None).ok);
+        assert!(!schema_version_check(true, Some("20240101000000")).ok);
+    }
+
+    #[test]
+    fn a_replica_or_a_read_only_default_fails() {
+        assert!(writable_check(false, "off", "off", "default").ok);
+        let c = writable_check(true, "off", "on", "default");
+        assert!(!c.ok && c.detail.contains("replica"), "{c:?}");
+        let c = writable_check(false, "on", "on", "database");
+        assert!(!c.ok, "{c:?}");
+        assert!(c.fix.as_deref().unwrap().starts_with("ALTER DATABASE"));
+        let c = writable_check(false, "on", "on", "user");
+        assert!(c.fix.as_deref().unwrap().starts_with("ALTER ROLE"));
+    }
+
+    #[test]
+    fn the_conflict_targets_of_the_catalogue_are_read() {
+        let t = conflict_targets();
+        assert!(
+            t.iter()
+                .any(|(table, cols, _)| table == "project_authorizations"
+                    && cols == &["user_id", "project_id", "access_level"]),
+            "{t:?}"
+        );
+        assert!(t
+            .iter()
+            .all(|(table, cols, _)| !table.is_empty() && !cols.is_empty()));
+    }
+}
