@@ -100,16 +100,6 @@ macro_rules! with_functions {
                 max_hops: 0,
                 sends_to: [DeleteUser],
             }
-            /// Throwaway: a cron that does nothing.
-            NoopCron = "noop-cron" {
-                job: batches::noop_cron::NoopCron,
-                class: "NoopCronWorker",
-                messages: ["noop-cron.run"],
-                cron: Some("cron(0/5 * * * ? *)"),
-                timeout_s: 300,
-                max_hops: 100,
-                sends_to: [NoopCron],
-            }
             /// B28 cron batch: expiring personal and resource access tokens.
             PatExpiring = "pat-expiring" {
                 job: batches::pat_expiring::PatExpiring,
