@@ -31,6 +31,7 @@
 //! (docs/gitlab-differences.md).
 
 mod bots;
+mod claims;
 mod hook_body;
 mod humans;
 mod interval;
@@ -40,7 +41,7 @@ pub(crate) mod sql;
 use chrono::NaiveDate;
 use serde::Serialize;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::GenericClient;
 
 pub use bots::bot_notices;
 pub use hook_body::{hook_body, ClaimedToken, Resource};
@@ -53,7 +54,7 @@ use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
 use crate::notify::{Instance, Notifier, NotifyConfig};
-use crate::queue::{self, OutMessage};
+use crate::queue::OutMessage;
 use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
@@ -186,81 +187,6 @@ fn distinct_in_order(ids: impl Iterator<Item = i64>) -> Vec<i64> {
     ids.filter(|id| seen.insert(*id)).collect()
 }
 
-/// How one subject's savepoint ended (the page's transaction is still usable).
-enum Savepoint<T> {
-    /// The work succeeded and the savepoint was released.
-    Released(T),
-    /// The work failed and was rolled back to its savepoint, alone.
-    RolledBack(Error),
-}
-
-impl<T> Savepoint<T> {
-    /// The subject's own outcome.
-    fn into_result(self) -> Result<T> {
-        match self {
-            Savepoint::Released(v) => Ok(v),
-            Savepoint::RolledBack(e) => Err(e),
-        }
-    }
-}
-
-/// `work` in its own savepoint of the page's transaction: released when it succeeds,
-/// rolled back when it fails. `Err(e)`: the savepoint could not be opened, released
-/// or rolled back, so the page's transaction is unusable.
-async fn in_savepoint<T>(
-    tx: &mut Transaction<'_>,
-    work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
-) -> Result<Savepoint<T>> {
-    let sp = tx.transaction().await?;
-    match work(&sp).await {
-        Ok(v) => {
-            sp.commit().await?;
-            Ok(Savepoint::Released(v))
-        }
-        Err(e) => {
-            sp.rollback().await?;
-            Ok(Savepoint::RolledBack(e))
-        }
-    }
-}
-
-/// How a page's grouped transaction ended once its messages were handed over.
-enum Sent {
-    /// Every message was sent and the transaction committed.
-    Committed,
-    /// A send failed and the transaction rolled back.
-    RolledBack,
-}
-
-/// Send-then-commit (behaviour §7.2 (b)): the page's messages in calls of ten, then
-/// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
-/// COMMIT or the ROLLBACK failed (the connection is lost).
-async fn send_then_commit(
-    run: &Run<'_, '_>,
-    tx: Transaction<'_>,
-    out: &[OutMessage],
-) -> Result<Sent> {
-    if queue::send_outbox(run.inv.queue, out).await.is_err() {
-        tx.rollback().await?;
-        return Ok(Sent::RolledBack);
-    }
-    tx.commit().await?;
-    Ok(Sent::Committed)
-}
-
-/// How a page's group ended.
-enum GroupEnd {
-    /// Sent and committed; whether the deadline guard stopped the page.
-    Committed(Flow),
-    /// A send failed and the group rolled back: these subjects run again one by one.
-    Unsent {
-        /// The subjects the group attempted (claimed, or claimed elsewhere).
-        attempted: Vec<i64>,
-        /// Whether the deadline guard stopped the group.
-        flow: Flow,
-    },
-}
-
 /// Which subjects a keyset page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subjects {
@@ -293,8 +219,12 @@ impl Subjects {
         C: GenericClient + Send + Sync,
     {
         match self {
-            Subjects::Humans => humans::page(run, client, iv, min, subjects, excluded).await,
-            Subjects::Bots => bots::page(run, client, iv, min, subjects, excluded).await,
+            Subjects::Humans => {
+                claims::page::<humans::Humans, C>(run, client, iv, min, subjects, excluded).await
+            }
+            Subjects::Bots => {
+                claims::page::<bots::Bots, C>(run, client, iv, min, subjects, excluded).await
+            }
         }
     }
 }
