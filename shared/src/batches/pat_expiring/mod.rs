@@ -3,32 +3,12 @@
 //! Owns: the handler and its typed `done` report ([`PatExpiringDone`]), the run's
 //! state (budget, deadline guard, progress, totals), the one keyset page loop that
 //! pages humans and bots alike (pages of 100 by `(expires_at, id)` with the inclusive
-//! advance of `:min`, the excluded subjects, the budget and deadline stops), the
-//! savepoint and send-then-commit steps both page kinds share, and the continuation.
-//! It sends messages only; delivery is `deliver-notification`. Submodules:
-//! `interval` (the three intervals and their dates), `humans` (behaviour §B28.5), `bots` (behaviour §B28.6),
-//! `lookup` (a bot's resource, hooks and recipients), `hook_body` (the web-hook body
-//! built at claim time) and `sql` (every statement).
-//!
-//! **Claim-then-enqueue**: `UPDATE … RETURNING` claims every matching token of the
-//! subject, the messages are sent, then COMMIT: a crash never loses a notice and a
-//! second run cannot claim a token twice. Subjects are grouped per page as behaviour §B28.4 and
-//! behaviour §7.2 allow: one transaction per page, in which one statement claims the
-//! page's users (with their user rows `FOR SHARE`), or finds the page's bots'
-//! resources and claims their tokens (one more reads their hooks and recipients); the
-//! page's messages go out in `send` calls of ten, then COMMIT. Per-subject isolation
-//! is kept: when the set-based claim fails, or the deadline guard is near (so it can
-//! stop after one unit), each subject runs in a SAVEPOINT of its own and a failing one
-//! rolls back alone; when a send fails, the page rolls back and its subjects run again
-//! one transaction each, so only the subject whose message cannot be sent fails
-//! (scenario 11 as written). Info lines and totals are applied once the page has
-//! committed.
-//!
-//! Deadline guard per item (behaviour §7.2 (c)): the page's set-based claim is one item
-//! bounded by the page size, and the guard is checked before it; on the SAVEPOINT path
-//! it is checked before each user or bot. Send-failure rule (behaviour §7.2 (b)): re-run the
-//! page's subjects one transaction each, never a retryable end of the record
-//! (docs/gitlab-differences.md).
+//! advance of `:min`, the excluded subjects, the budget and deadline stops), and the
+//! continuation. It sends messages only; delivery is `deliver-notification`.
+//! Submodules: `claims` (one page's grouped claim, claim-then-enqueue), `interval`
+//! (the three intervals and their dates), `humans` (behaviour §B28.5), `bots`
+//! (behaviour §B28.6), `lookup` (a bot's resource, hooks and recipients), `hook_body`
+//! (the web-hook body built at claim time) and `sql` (every statement).
 
 mod bots;
 mod claims;
