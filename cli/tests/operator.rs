@@ -282,7 +282,7 @@ fn local_setup_pump_and_replay_print_one_json_object() {
         ]),
         &[],
     ));
-    assert_eq!(v["queues"], 10);
+    assert_eq!(v["queues"], shared::Function::ALL.len());
     assert_eq!(v["schedule_group"], prefix.as_str());
     assert_eq!(v["env_file"], env_file.to_str().unwrap());
     // Nothing queued: the pump ends at once, having delivered nothing.

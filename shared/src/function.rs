@@ -8,118 +8,121 @@
 use std::fmt;
 use std::time::Duration;
 
-/// The table of every function, one row each: its name, GitLab class, the messages it
-/// accepts (`Variant(payload type) = "type"`), cron, timeout, hop limit, the functions
-/// it sends to, and its job. `with_functions!(m)` hands the whole table to macro `m`:
-/// [`Function`] is built here, `messages::Message` and `handlers` from the same rows
-/// (the payload and job names resolve where those modules expand them).
+/// The table of every function, one row each: its job (`layer::module::Type`, the
+/// module declared from this row in `batches` or `workers`), GitLab class, the message
+/// types it accepts, cron, timeout, hop limit and the functions it sends to.
+/// `with_functions!(m)` hands the whole table to macro `m`: [`Function`] is built
+/// here; the modules of `batches` and `workers`, and `handlers` (re-exports, the sum
+/// `Message` of every job's payload type, `Dispatch`) from the same rows (the job
+/// paths resolve where those modules expand them).
 macro_rules! with_functions {
-    ($m:ident) => {
+    ($m:ident $($arg:ident)?) => {
         $m! {
+            $($arg)?
             /// B38 cron batch.
             RemoveExpiredMembers = "remove-expired-members" {
+                job: batches::remove_expired_members::RemoveExpiredMembers,
                 class: "RemoveExpiredMembersWorker",
-                messages: [RemoveExpiredMembers(RemoveExpiredMembersRun) = "remove-expired-members.run"],
+                messages: ["remove-expired-members.run"],
                 cron: Some("cron(10 0 * * ? *)"),
                 timeout_s: 600,
                 max_hops: 10_000,
                 sends_to: [RemoveExpiredMembers, DeleteUser],
-                job: batches::remove_expired_members::RemoveExpiredMembers,
             }
             /// Phase 2 of user removal (behaviour §5.2).
             DeleteUser = "delete-user" {
+                job: workers::delete_user::DeleteUser,
                 class: "DeleteUserWorker",
-                messages: [DeleteUser(DeleteUserRun) = "delete-user.run"],
+                messages: ["delete-user.run"],
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
                 sends_to: [DeleteUser],
-                job: workers::delete_user::DeleteUser,
             }
             /// B43 cron: enqueues `prune-deletions` when schedules exist (its message is
             /// hop 0).
             SchedulePruneDeletions = "schedule-prune-deletions" {
+                job: batches::schedule_prune_deletions::SchedulePruneDeletions,
                 class: "Members::SchedulePruneDeletionsWorker",
-                messages: [SchedulePruneDeletions(SchedulePruneDeletionsRun) = "schedule-prune-deletions.run"],
+                messages: ["schedule-prune-deletions.run"],
                 cron: Some("cron(0/5 * * * ? *)"),
                 timeout_s: 300,
                 max_hops: 0,
                 sends_to: [PruneDeletions],
-                job: batches::schedule_prune_deletions::SchedulePruneDeletions,
             }
             /// B43 single-flight worker: carries out `members_deletion_schedules`.
             PruneDeletions = "prune-deletions" {
+                job: workers::prune_deletions::PruneDeletions,
                 class: "Members::PruneDeletionsWorker",
-                messages: [PruneDeletions(PruneDeletionsRun) = "prune-deletions.run"],
+                messages: ["prune-deletions.run"],
                 cron: None,
                 timeout_s: 120,
                 max_hops: 10_000,
                 sends_to: [PruneDeletions],
-                job: workers::prune_deletions::PruneDeletions,
             }
             /// B51 cron batch: destroy or restore groups whose adjourned period is over.
             AdjournedGroupDeletion = "adjourned-group-deletion" {
+                job: batches::adjourned_group_deletion::AdjournedGroupDeletion,
                 class: "AdjournedGroupDeletionWorker",
-                messages: [AdjournedGroupDeletion(AdjournedGroupDeletionRun) = "adjourned-group-deletion.run"],
+                messages: ["adjourned-group-deletion.run"],
                 cron: Some("cron(0 2 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 1000,
                 sends_to: [AdjournedGroupDeletion, GroupDestroy],
-                job: batches::adjourned_group_deletion::AdjournedGroupDeletion,
             }
             /// B51 child: destroy one group, depth first, in chunks.
             GroupDestroy = "group-destroy" {
+                job: workers::group_destroy::GroupDestroy,
                 class: "GroupDestroyWorker",
-                messages: [GroupDestroy(GroupDestroyRun) = "group-destroy.run"],
+                messages: ["group-destroy.run"],
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
                 sends_to: [GroupDestroy, DeleteUser],
-                job: workers::group_destroy::GroupDestroy,
             }
             /// B70 cron batch.
             PlaceholderUserCleanup = "placeholder-user-cleanup" {
+                job: batches::placeholder_user_cleanup::PlaceholderUserCleanup,
                 class: "Import::PlaceholderUserCleanupWorker",
-                messages: [PlaceholderUserCleanup(PlaceholderUserCleanupRun) = "placeholder-user-cleanup.run"],
+                messages: ["placeholder-user-cleanup.run"],
                 cron: Some("cron(0 0 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 1000,
                 sends_to: [PlaceholderUserCleanup, DeletePlaceholderUser],
-                job: batches::placeholder_user_cleanup::PlaceholderUserCleanup,
             }
             /// B70 child: deletes one placeholder user (never continues itself).
             DeletePlaceholderUser = "delete-placeholder-user" {
+                job: workers::delete_placeholder_user::DeletePlaceholderUser,
                 class: "Import::DeletePlaceholderUserWorker",
-                messages: [DeletePlaceholderUser(DeletePlaceholderUserRun) = "delete-placeholder-user.run"],
+                messages: ["delete-placeholder-user.run"],
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
                 sends_to: [DeleteUser],
-                job: workers::delete_placeholder_user::DeletePlaceholderUser,
             }
             /// B28 cron batch: expiring personal and resource access tokens.
             PatExpiring = "pat-expiring" {
+                job: batches::pat_expiring::PatExpiring,
                 class: "PersonalAccessTokens::ExpiringWorker",
-                messages: [PatExpiring(PatExpiringRun) = "pat-expiring.run"],
+                messages: ["pat-expiring.run"],
                 cron: Some("cron(0 1 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 100,
                 sends_to: [PatExpiring, DeliverNotification],
-                job: batches::pat_expiring::PatExpiring,
             }
             /// B28 child: delivers one email or one web hook (every message is one
             /// delivery).
             DeliverNotification = "deliver-notification" {
+                job: workers::deliver_notification::DeliverNotification,
                 class: "ActionMailer::MailDeliveryJob",
                 messages: [
-                    Email(EmailNotification) = "deliver-notification.email",
-                    Webhook(WebhookNotification) = "deliver-notification.webhook"
+                    "deliver-notification.email",
+                    "deliver-notification.webhook"
                 ],
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
                 sends_to: [],
-                job: workers::deliver_notification::DeliverNotification,
             }
         }
     };
@@ -131,13 +134,13 @@ macro_rules! functions {
     ($(
         $(#[$doc:meta])*
         $variant:ident = $name:literal {
+            job: $layer:ident::$module:ident::$job:ident,
             class: $class:literal,
-            messages: [$($message:ident($payload:ty) = $kind:literal),+ $(,)?],
+            messages: [$($kind:literal),+ $(,)?],
             cron: $cron:expr,
             timeout_s: $timeout:literal,
             max_hops: $hops:literal,
             sends_to: [$($to:ident),*],
-            job: $($job:ident)::+,
         }
     )*) => {
         /// A function of the bundle. Only implemented functions are listed.
@@ -195,6 +198,31 @@ macro_rules! functions {
 }
 
 with_functions!(functions);
+
+/// Declares the modules of the functions of one layer: `with_functions!(modules
+/// batches)` in `batches/mod.rs` is `pub mod <module>;` for every row whose job is
+/// `batches::<module>::…` (likewise `workers`), so a function's module is declared by
+/// its row.
+macro_rules! modules {
+    ($here:ident $($(#[$doc:meta])* $f:ident = $n:literal {
+        job: $layer:ident::$module:ident::$job:ident, $($rest:tt)*
+    })*) => {
+        $(crate::function::module_of!($here $layer $module);)*
+    };
+}
+pub(crate) use modules;
+
+/// `pub mod $module;` when the row's layer is the layer being declared.
+macro_rules! module_of {
+    (batches batches $module:ident) => {
+        pub mod $module;
+    };
+    (workers workers $module:ident) => {
+        pub mod $module;
+    };
+    ($here:ident $layer:ident $module:ident) => {};
+}
+pub(crate) use module_of;
 
 impl Function {
     /// Parse a function name.

@@ -1,7 +1,10 @@
 //! Which handler serves which function, as types (issue 8, footprint).
 //!
 //! Owns: every function's [`crate::job::Job`] type (from the function table),
-//! re-exported under the name of its [`Function`] variant (what a function binary hands to [`crate::lambda::run`]), and
+//! re-exported under the name of its [`Function`] variant (what a function binary
+//! hands to [`crate::lambda::run`]); [`Message`], the sum of every job's payload type
+//! (built here, above the functions' modules, so a payload type may live in its
+//! function's module), with `Envelope::parse` and `Envelope::decode` for it; and
 //! [`Dispatch`], the match over [`Function`] that `hk`, the local runner, the benches
 //! and the tests use. Because the choice is a type, a function binary instantiates
 //! (and links) its own job and nothing else, and builds B28's delivery means only when
@@ -10,42 +13,69 @@
 
 use std::future::Future;
 
+use serde_json::Value;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::drive;
-use crate::messages::{Envelope, Message};
+use crate::job::{drive, Job};
+use crate::messages::{unknown_type, Envelope, FromMessage, Malformed, PayloadError};
 use crate::runtime::{Ended, Handler, Invocation};
-use crate::{batches, workers};
 
-/// Re-exports each function's [`crate::job::Job`] under the name of its [`Function`]
-/// variant and builds [`Dispatch`], from the function table.
+/// Re-exports each function's [`Job`] under the name of its [`Function`] variant and
+/// builds [`Message`] and [`Dispatch`], from the function table.
 macro_rules! handlers {
     ($(
         $(#[$doc:meta])*
         $function:ident = $name:literal {
-            class: $class:literal,
-            messages: [$($messages:tt)*],
-            cron: $cron:expr,
-            timeout_s: $timeout:literal,
-            max_hops: $hops:literal,
-            sends_to: [$($to:ident),*],
             job: $($job:ident)::+,
+            $($rest:tt)*
         }
     )*) => {
-        $(pub use $($job)::+ as $function;)*
+        $(pub use crate::$($job)::+ as $function;)*
+
+        /// A validated payload of any function, by its receiver.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Message {
+            $($(#[$doc])* $function(<$function as Job>::Payload),)*
+        }
+
+        impl FromMessage for Message {
+            fn decode(kind: &str, payload: &Value) -> std::result::Result<Self, PayloadError> {
+                match Function::receiver_of(kind) {
+                    $(Some(Function::$function) => {
+                        FromMessage::decode(kind, payload).map(Message::$function)
+                    })*
+                    None => Err(unknown_type()),
+                }
+            }
+
+            fn payload_value(&self) -> Value {
+                match self {
+                    $(Message::$function(p) => p.payload_value(),)*
+                }
+            }
+
+            fn cursor(&self) -> Option<Value> {
+                match self {
+                    $(Message::$function(p) => p.cursor(),)*
+                }
+            }
+        }
 
         /// The function of each job of the list, in list order.
         #[cfg(test)]
-        const JOBS: &[Function] = &[$(<$function as crate::job::Job>::FUNCTION),*];
+        const JOBS: &[Function] = &[$(<$function as Job>::FUNCTION),*];
 
-        /// Every function's handler, chosen by `inv.function` at run time (`hk`, the
-        /// local runner, benches, tests). Function binaries never name it.
+        /// Every function's handler, chosen by the message's receiver, which the
+        /// envelope checked is `inv.function` (`hk`, the local runner, benches, tests).
+        /// Function binaries never name it.
         #[derive(Debug, Clone, Copy, Default)]
         pub struct Dispatch;
 
         impl Handler for Dispatch {
+            type Message = Message;
+
             fn handle<C>(
                 &self,
                 inv: &Invocation<'_>,
@@ -57,8 +87,8 @@ macro_rules! handlers {
                 C: GenericClient + Send + Sync,
             {
                 async move {
-                    match inv.function {
-                        $(Function::$function => drive::<$function, C>(inv, client, env, message).await,)*
+                    match message {
+                        $(Message::$function(p) => drive::<$function, C>(inv, client, env, p).await,)*
                     }
                 }
             }
@@ -68,12 +98,60 @@ macro_rules! handlers {
 
 crate::function::with_functions!(handlers);
 
+impl Envelope {
+    /// Parse and validate a body for `receiver`: every rule of behaviour §9.1 and §9.4,
+    /// its payload's too. The error names the first violation and never quotes the body.
+    pub fn parse(body: &str, receiver: Function) -> std::result::Result<Envelope, Malformed> {
+        Envelope::decode(body, receiver).map(|(env, _)| env)
+    }
+
+    /// [`Envelope::parse`], keeping the payload as the [`Message`] it was decoded to.
+    pub fn decode(
+        body: &str,
+        receiver: Function,
+    ) -> std::result::Result<(Envelope, Message), Malformed> {
+        Envelope::decode_as(body, receiver)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_list_has_one_job_per_function_in_catalogue_order() {
         assert_eq!(JOBS, Function::ALL);
+    }
+
+    #[test]
+    fn every_kind_decodes_to_its_receiver_and_round_trips() {
+        let samples = [
+            ("remove-expired-members.run", json!({})),
+            ("delete-user.run", json!({"user_id": 3})),
+            ("schedule-prune-deletions.run", json!({})),
+            ("prune-deletions.run", json!({})),
+            ("adjourned-group-deletion.run", json!({})),
+            (
+                "group-destroy.run",
+                json!({"group_id": 1, "user_id": 2, "marked_for_deletion_on": "2025-03-01"}),
+            ),
+            ("placeholder-user-cleanup.run", json!({})),
+            (
+                "delete-placeholder-user.run",
+                json!({"placeholder_user_id": 5, "attempt": 1}),
+            ),
+            ("pat-expiring.run", json!({})),
+        ];
+        for (kind, payload) in samples {
+            let m = Message::decode(kind, &payload).unwrap();
+            assert_eq!(Message::decode(kind, &m.payload_value()).unwrap(), m);
+        }
+        assert!(matches!(
+            Message::decode("delete-user.run", &json!({"user_id": 3})).unwrap(),
+            Message::DeleteUser(p) if p.user_id == 3
+        ));
+        let err = Message::decode("nope.run", &json!({})).unwrap_err();
+        assert_eq!(err.field, "type");
     }
 }

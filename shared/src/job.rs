@@ -15,7 +15,7 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::locks;
-use crate::messages::{Envelope, FromMessage, Message};
+use crate::messages::{Envelope, FromMessage};
 use crate::notify::{Notifier, NotifyConfig};
 use crate::queue::OutMessage;
 use crate::runtime::{Done, Ended, Handler, Invocation, Report, Skipped};
@@ -85,7 +85,7 @@ pub trait Job: Default + Send + Sync + 'static {
     /// The log line when the overlap lock is held elsewhere.
     const BUSY: &'static str = "skipped: already running";
     /// The payload it receives (and continues with).
-    type Payload: FromMessage + Send + Sync;
+    type Payload: FromMessage;
     /// Its `done` result.
     type Outcome: Done;
 
@@ -133,25 +133,25 @@ pub trait Job: Default + Send + Sync + 'static {
         C: GenericClient + Send + Sync;
 }
 
-/// Run job `J` on one decoded message: take its overlap lock, run it, release the lock,
+/// Run job `J` on one decoded payload: take its overlap lock, run it, release the lock,
 /// send the continuation or re-send (unless the hop limit forbids it), and report.
 pub async fn drive<J, C>(
     inv: &Invocation<'_>,
     client: &mut C,
     env: &Envelope,
-    message: Message,
+    payload: J::Payload,
 ) -> Result<Ended>
 where
     J: Job,
     C: GenericClient + Send + Sync,
 {
-    let kind = message.kind();
-    let payload = J::Payload::from_message(message).ok_or_else(|| {
-        Error::Malformed(format!(
-            "message type `{kind}` is not accepted by {}",
+    if inv.function != J::FUNCTION {
+        return Err(Error::Malformed(format!(
+            "message type `{}` is not accepted by {}",
+            env.kind,
             J::FUNCTION
-        ))
-    })?;
+        )));
+    }
     let lock = match J::overlap(&payload) {
         Overlap::None => None,
         Overlap::Function => Some(locks::function_key(J::FUNCTION.name())),
@@ -183,9 +183,7 @@ where
             delay_s,
         } => {
             let envelope = match next {
-                Next::Payload(p) => {
-                    env.continuation(J::FUNCTION, inv.now, p.into().payload_value())
-                }
+                Next::Payload(p) => env.continuation(J::FUNCTION, inv.now, p.payload_value()),
                 Next::Resend => env.resend(inv.now),
             };
             let hop = envelope.hop;
@@ -201,12 +199,14 @@ where
 /// Every job is a [`Handler`] (what `lambda::run` and the local runner call): it
 /// drives itself.
 impl<J: Job + Default> Handler for J {
+    type Message = J::Payload;
+
     fn handle<C>(
         &self,
         inv: &Invocation<'_>,
         client: &mut C,
         env: &Envelope,
-        message: Message,
+        message: J::Payload,
     ) -> impl Future<Output = Result<Ended>> + Send
     where
         C: GenericClient + Send + Sync,

@@ -25,7 +25,7 @@ use crate::clock::rfc3339;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::messages::{Envelope, Message};
+use crate::messages::{Envelope, FromMessage};
 use crate::metrics::{emit_record_metrics, Metric, OutcomeKind};
 use crate::queue::Queue;
 
@@ -324,13 +324,16 @@ impl From<Report> for Ended {
 /// ([`crate::handlers`], what a function binary links) or all of them
 /// ([`crate::handlers::Dispatch`]).
 pub trait Handler: Sync {
+    /// The payload it serves, decoded once on receipt.
+    type Message: FromMessage;
+
     /// Handle one decoded, validated message of `inv.function`.
     fn handle<C>(
         &self,
         inv: &Invocation<'_>,
         client: &mut C,
         env: &Envelope,
-        message: Message,
+        message: Self::Message,
     ) -> impl Future<Output = Result<Ended>> + Send
     where
         C: GenericClient + Send + Sync;
@@ -414,7 +417,7 @@ where
     async move {
         let started = Instant::now();
         let function = inv.function;
-        let (env, message) = match Envelope::decode(body, function) {
+        let (env, message) = match Envelope::decode_as::<H::Message>(body, function) {
             Ok(e) => e,
             Err(m) => {
                 log_malformed(meta, &m.error, m.message_key.as_deref());

@@ -36,7 +36,7 @@ use super::{exit_code_of, process_record, run_of, Runner, MAX_RECEIVES, VISIBILI
 use crate::local_queue::{LocalQueue, Pending};
 use shared::error::Result;
 use shared::function::Function;
-use shared::messages::Envelope;
+use shared::messages::{Envelope, FromMessage};
 use shared::notify::Notifier;
 use shared::queue::OutMessage;
 use shared::runtime::{Deadline, Invocation, RecordMeta};

@@ -1,10 +1,10 @@
 //! Cron batches: one module per batch (behaviour §B38, §B43, §B51, §B70, §B28).
 //!
-//! Owns: each batch's selection, per-item processing, continuation and `done` report.
-//! Batches take the overlap lock first and release it before any continuation.
+//! Owns: each batch's selection, per-item processing and `done` outcome (the overlap
+//! lock and continuations are `job::drive`'s). Each module is declared by its row of
+//! the function table, and its `//!` header is its entry in the code map.
 
-pub mod adjourned_group_deletion;
-pub mod pat_expiring;
-pub mod placeholder_user_cleanup;
-pub mod remove_expired_members;
-pub mod schedule_prune_deletions;
+use crate::function::modules;
+
+// A module per row of the function table whose job is `batches::<module>::…`.
+crate::function::with_functions!(modules batches);

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::keys::{valid_key, valid_run_id};
-use super::message::{FromMessage, Message};
+use super::message::FromMessage;
 use super::strict::{Strict, DUPLICATE_KEY};
 use crate::clock::{key_time, rfc3339};
 use crate::error::{Error, Result};
@@ -52,16 +52,13 @@ pub struct Malformed {
 impl Envelope {
     /// Parse and validate a body for `receiver`. Every rule of behaviour §9.1 and §9.4 is checked;
     /// the error names the first violation and never quotes the body.
-    pub fn parse(body: &str, receiver: Function) -> std::result::Result<Envelope, Malformed> {
-        Envelope::decode(body, receiver).map(|(env, _)| env)
-    }
-
-    /// [`Envelope::parse`], keeping the payload as the [`Message`] it was decoded to:
-    /// what the runtime hands to a handler, so a payload is decoded once.
-    pub fn decode(
+    /// The payload is decoded as `M` (for every function at once: `handlers::Message`,
+    /// whose `Envelope::parse` and `Envelope::decode` are this with it), and kept: what
+    /// the runtime hands to a handler, so a payload is decoded once.
+    pub fn decode_as<M: FromMessage>(
         body: &str,
         receiver: Function,
-    ) -> std::result::Result<(Envelope, Message), Malformed> {
+    ) -> std::result::Result<(Envelope, M), Malformed> {
         let value: Value = match serde_json::from_str::<Strict>(body) {
             Ok(Strict(v)) => v,
             Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
@@ -140,7 +137,7 @@ impl Envelope {
             "field `payload` is not an object",
             &Value::is_object,
         )?;
-        let message = Message::decode(&kind, &payload).map_err(|e| fail(e.to_string()))?;
+        let message = M::decode(&kind, &payload).map_err(|e| fail(e.to_string()))?;
         let env = Envelope {
             version: VERSION,
             kind,
@@ -153,17 +150,11 @@ impl Envelope {
         Ok((env, message))
     }
 
-    /// The payload as `T`, decoded and validated (tests and tools; the runtime uses the
-    /// [`Message`] of [`Envelope::decode`]). An error makes the message malformed
+    /// The payload as `T`, decoded and validated (tests and tools; the runtime keeps
+    /// the payload of [`Envelope::decode_as`]). An error makes the message malformed
     /// (behaviour §9.4) and names the field, never its value.
     pub fn payload<T: FromMessage>(&self) -> Result<T> {
-        Message::decode(&self.kind, &self.payload)
-            .map_err(|e| Error::Malformed(e.to_string()))
-            .and_then(|m| {
-                T::from_message(m).ok_or_else(|| {
-                    Error::Malformed(format!("message type `{}` has another payload", self.kind))
-                })
-            })
+        T::decode(&self.kind, &self.payload).map_err(|e| Error::Malformed(e.to_string()))
     }
 
     /// Serialize to the wire body.

@@ -4,7 +4,7 @@
 //! API. The parts live in submodules:
 //! * `envelope`: the [`Envelope`] every message travels in, its parsing and the
 //!   validation of its fields (malformed = permanent failure), hops, continuations.
-//! * `message`: [`Message`], the list from message type to payload type, decoded once.
+//! * `message`: [`FromMessage`], how a handler's payload is decoded once.
 //! * `payloads`: the payload types of each message type and their validating decoders.
 //! * `keys`: message keys, the `run_id` rule and the key alphabet.
 //!
@@ -33,7 +33,7 @@ pub use keys::{
     bot_email_key, delete_placeholder_user_key, delete_user_key, group_destroy_key,
     prune_deletions_key, user_email_key, webhook_event_key, webhook_key,
 };
-pub use message::{FromMessage, Message, Notification};
+pub use message::{unknown_type, FromMessage, Notification};
 pub use payloads::{
     AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
     EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor, PatExpiringRun, Payload,

@@ -1,5 +1,6 @@
 //! The module rules: every module opens with a `//!` header (the tests' too); every
-//! `shared` module has exactly one line in ARCHITECTURE.md's code map; the modules of
+//! `shared` module has exactly one line in ARCHITECTURE.md's code map (a function's
+//! module under `batches/` or `workers/`: its header stands for it); the modules of
 //! `shared` import each other without a cycle; SQL text lives only in the statement
 //! catalogue's `sql` modules, each listed once.
 
@@ -78,13 +79,19 @@ fn every_shared_module_has_exactly_one_line_in_the_code_map() {
     for m in shared_modules() {
         let needle = format!("`{m}`");
         let n = lines.iter().filter(|l| l.contains(&needle)).count();
-        if n != 1 {
+        // A function's module (declared by its row of the function table) has its
+        // `//!` header as its entry: the code map's line for its folder says so.
+        let function_module = ["shared/src/batches/", "shared/src/workers/"]
+            .iter()
+            .any(|f| m.starts_with(f) && m != *f);
+        if n != 1 && !(function_module && n == 0) {
             bad.push(format!("{m}: {n} lines"));
         }
     }
     assert!(
         bad.is_empty(),
-        "each shared module needs exactly one code-map line (`* `path` — …`):\n{}",
+        "each shared module needs exactly one code-map line (`* `path` — …`), a \
+         function's module under batches/ or workers/ none or one:\n{}",
         bad.join("\n")
     );
 }

@@ -113,12 +113,14 @@ async fn an_unreachable_database_fails_a_record_of_every_function_with_the_stack
 struct Panics;
 
 impl Handler for Panics {
+    type Message = shared::handlers::Message;
+
     async fn handle<C>(
         &self,
         _inv: &Invocation<'_>,
         _client: &mut C,
         _env: &Envelope,
-        _message: shared::messages::Message,
+        _message: shared::handlers::Message,
     ) -> shared::error::Result<shared::runtime::Ended>
     where
         C: tokio_postgres::GenericClient + Send + Sync,

@@ -1,14 +1,10 @@
 //! B28's human tokens (behaviour §B28.5).
 //!
-//! Owns: one page of users, grouped as behaviour §7.2 allows: one transaction; the
-//! page's users claimed set-based in one statement (or, when that fails or the deadline
-//! guard is near, one savepoint per user, so one user's failure never touches
-//! another); the page's emails sent in calls of ten before COMMIT. When a send fails,
-//! the page's transaction rolls back and its users run again one transaction each
-//! (the outcome of behaviour §B28.5 without grouping: only the user whose email cannot be sent
-//! fails). Also the human email (at most [`MAX_TOKENS`] names, by expiry then id), its
-//! suppression for users who cannot receive notifications, and their log lines and
-//! counters. The keyset page loop is [`super::keyset_pages`].
+//! Owns: [`Humans`], the human side of a page's claim ([`super::claims`]): the page's
+//! users claimed set-based in one statement with their user rows `FOR SHARE`, or one
+//! user at a time; the human email (at most [`MAX_TOKENS`] names, by expiry then id),
+//! its suppression for users who cannot receive notifications, and their log lines
+//! and counters. A failing user fails alone (the outcome of behaviour §B28.5).
 
 use std::collections::HashMap;
 
@@ -16,12 +12,12 @@ use chrono::NaiveDate;
 use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
+use super::claims::{Claim, Claims, Outcome};
 use super::interval::Interval;
-use super::{in_savepoint, send_then_commit, sql, Flow, GroupEnd, Run, Sent, MAX_TOKENS};
-use crate::error::{Error, Result};
+use super::{sql, Run, MAX_TOKENS};
+use crate::error::Result;
 use crate::messages::{user_email_key, EmailNotification};
 use crate::queue::OutMessage;
-use crate::retry_transient;
 
 /// A human's claimed tokens: how many, and the email when the user can receive one.
 pub(super) struct UserClaim {
@@ -30,8 +26,12 @@ pub(super) struct UserClaim {
     email: Option<OutMessage>,
 }
 
-impl UserClaim {
-    /// Log the claim's line (behaviour §B28.9): the email, or its suppression.
+impl Claim for UserClaim {
+    fn messages(&self) -> &[OutMessage] {
+        self.email.as_slice()
+    }
+
+    /// The claim's line (behaviour §B28.9): the email, or its suppression.
     fn log(&self, iv: Interval) {
         if self.email.is_some() {
             tracing::info!(
@@ -58,14 +58,6 @@ impl UserClaim {
             run.totals.user_emails_suppressed += 1;
         }
     }
-}
-
-/// How one user's claim ended.
-enum UserOutcome {
-    /// Another session claimed the tokens (or none is left in scope).
-    NothingClaimed,
-    /// Tokens claimed.
-    Claimed(UserClaim),
 }
 
 /// The human email of `user_id` for its claimed `(expires_at, id, name)` rows, or
@@ -106,7 +98,7 @@ async fn claim_user_rows<C: GenericClient>(
     iv: Interval,
     min: NaiveDate,
     user_id: i64,
-) -> Result<UserOutcome> {
+) -> Result<Outcome<UserClaim>> {
     let (_, last) = iv.bounds(run.inv.today());
     let rows = c
         .query(
@@ -115,7 +107,7 @@ async fn claim_user_rows<C: GenericClient>(
         )
         .await?;
     if rows.is_empty() {
-        return Ok(UserOutcome::NothingClaimed);
+        return Ok(Outcome::NothingClaimed);
     }
     let claimed: Vec<(NaiveDate, i64, String)> = rows
         .iter()
@@ -126,7 +118,7 @@ async fn claim_user_rows<C: GenericClient>(
         .await?
         .map(|r| r.get(0))
         .unwrap_or(false);
-    Ok(UserOutcome::Claimed(user_email(
+    Ok(Outcome::Claimed(user_email(
         run,
         iv,
         user_id,
@@ -137,14 +129,14 @@ async fn claim_user_rows<C: GenericClient>(
 
 /// behaviour §B28.5 step 2 for a whole page at once, set-based: one claim of every matching token
 /// of `users`, then their user rows `FOR SHARE` (by id). The claims in the order of
-/// `users`; users whose tokens were claimed elsewhere are absent.
+/// `users`.
 async fn claim_users_set<C: GenericClient>(
     run: &Run<'_, '_>,
     c: &C,
     iv: Interval,
     min: NaiveDate,
     users: &[i64],
-) -> Result<Vec<UserClaim>> {
+) -> Result<Vec<(i64, Outcome<UserClaim>)>> {
     let (_, last) = iv.bounds(run.inv.today());
     // One statement: the claim, then the claimed users' rows `FOR SHARE` (by id).
     let rows = c
@@ -170,168 +162,66 @@ async fn claim_users_set<C: GenericClient>(
     }
     Ok(users
         .iter()
-        .filter_map(|u| {
-            by_user
-                .remove(u)
-                .map(|(can, claimed)| user_email(run, iv, *u, claimed, can))
+        .map(|&u| match by_user.remove(&u) {
+            Some((can, claimed)) => (u, Outcome::Claimed(user_email(run, iv, u, claimed, can))),
+            None => (u, Outcome::NothingClaimed),
         })
         .collect())
 }
 
-/// behaviour §B28.5 step 2 for one user in its own transaction: claim, then enqueue, then COMMIT
-/// (the fall-back when a page's group could not be sent).
-async fn claim_user<C>(
-    run: &Run<'_, '_>,
-    client: &mut C,
-    iv: Interval,
-    min: NaiveDate,
-    user_id: i64,
-) -> Result<UserOutcome>
-where
-    C: GenericClient + Send + Sync,
-{
-    let tx = client.transaction().await?;
-    let outcome = claim_user_rows(run, &tx, iv, min, user_id).await?;
-    if let UserOutcome::Claimed(c) = &outcome {
-        c.log(iv);
-        if let Some(msg) = &c.email {
-            run.inv.queue.send(std::slice::from_ref(msg)).await?;
-        }
-    }
-    tx.commit().await?;
-    Ok(outcome)
-}
+/// The human side of a page's claim.
+pub(super) struct Humans;
 
-fn user_failed(
-    run: &mut Run<'_, '_>,
-    failed_users: &mut Vec<i64>,
-    iv: Interval,
-    user_id: i64,
-    e: &Error,
-) {
-    failed_users.push(user_id);
-    run.totals.user_failures += 1;
-    tracing::error!(
-        user_id,
-        interval = iv.name(),
-        error = %e,
-        error_class = e.class(),
-        "Failed to send notification about expiring personal access tokens"
-    );
-}
+impl Claims for Humans {
+    type Claim = UserClaim;
+    const SET_CLAIM_IS_PROGRESS: bool = true;
+    const DONE_AFTER_FALL_BACK: bool = true;
 
-/// One page of humans (see the module header); `failed_users` collects the users
-/// that failed, which the following pages exclude.
-pub(super) async fn page<C>(
-    run: &mut Run<'_, '_>,
-    client: &mut C,
-    iv: Interval,
-    min: NaiveDate,
-    users: &[i64],
-    failed_users: &mut Vec<i64>,
-) -> Result<Flow>
-where
-    C: GenericClient + Send + Sync,
-{
-    if run.deadline_stop() {
-        return Ok(Flow::Stop);
+    async fn claim_set<C: GenericClient + Send + Sync>(
+        run: &Run<'_, '_>,
+        c: &C,
+        iv: Interval,
+        min: NaiveDate,
+        users: &[i64],
+    ) -> Result<Vec<(i64, Outcome<UserClaim>)>> {
+        claim_users_set(run, c, iv, min, users).await
     }
-    let attempted = match group(run, client, iv, min, users, failed_users).await? {
-        GroupEnd::Committed(flow) => return Ok(flow),
-        // The page ends `Done` after its fall-back, even if the guard stopped the group.
-        GroupEnd::Unsent { attempted, .. } => attempted,
-    };
-    tracing::warn!(
-        interval = iv.name(),
-        users = attempted.len(),
-        "user group could not be sent; its users run one by one"
-    );
-    for user_id in attempted {
-        if run.deadline_stop() {
-            return Ok(Flow::Stop);
-        }
-        match retry_transient!(claim_user(run, client, iv, min, user_id).await) {
-            Ok(UserOutcome::NothingClaimed) => {}
-            Ok(UserOutcome::Claimed(c)) => c.count(run),
-            Err(e) if e.is_connection_lost() => return Err(e),
-            Err(e) => user_failed(run, failed_users, iv, user_id, &e),
-        }
-    }
-    Ok(Flow::Done)
-}
 
-/// The grouped transaction of [`page`].
-async fn group<C>(
-    run: &mut Run<'_, '_>,
-    client: &mut C,
-    iv: Interval,
-    min: NaiveDate,
-    users: &[i64],
-    failed_users: &mut Vec<i64>,
-) -> Result<GroupEnd>
-where
-    C: GenericClient + Send + Sync,
-{
-    let mut flow = Flow::Done;
-    let mut claims: Vec<UserClaim> = Vec::new();
-    // Users attempted in the group (claimed, or claimed elsewhere), for the fall-back.
-    let mut attempted: Vec<i64> = Vec::new();
-    let mut tx = client.transaction().await?;
-    let mut set = None;
-    // Near the deadline, user by user, so the guard can stop after the first unit.
-    if !run.inv.deadline.reached() {
-        match claim_users_set(run, &tx, iv, min, users).await {
-            Ok(c) => set = Some(c),
-            Err(e) if e.is_connection_lost() => return Err(e),
-            Err(_) => {
-                // The claim was the transaction's only statement.
-                tx.rollback().await?;
-                tx = client.transaction().await?;
-            }
+    async fn claim_rows<C: GenericClient + Send + Sync>(
+        run: &Run<'_, '_>,
+        c: &C,
+        iv: Interval,
+        min: NaiveDate,
+        user_id: i64,
+    ) -> Result<Outcome<UserClaim>> {
+        claim_user_rows(run, c, iv, min, user_id).await
+    }
+
+    fn ended(
+        run: &mut Run<'_, '_>,
+        failed_users: &mut Vec<i64>,
+        iv: Interval,
+        user_id: i64,
+        outcome: &Result<Outcome<UserClaim>>,
+    ) {
+        if let Err(e) = outcome {
+            failed_users.push(user_id);
+            run.totals.user_failures += 1;
+            tracing::error!(
+                user_id,
+                interval = iv.name(),
+                error = %e,
+                error_class = e.class(),
+                "Failed to send notification about expiring personal access tokens"
+            );
         }
     }
-    match set {
-        Some(c) => {
-            attempted.extend_from_slice(users);
-            run.progress |= !c.is_empty();
-            claims = c;
-        }
-        None => {
-            let mut progress = run.progress;
-            for &user_id in users {
-                if progress && run.inv.deadline.reached() {
-                    flow = Flow::Stop;
-                    break;
-                }
-                match retry_transient!(in_savepoint(&mut tx, async |sp| claim_user_rows(
-                    run, sp, iv, min, user_id
-                )
-                .await)
-                .await?
-                .into_result())
-                {
-                    Ok(UserOutcome::NothingClaimed) => attempted.push(user_id),
-                    Ok(UserOutcome::Claimed(c)) => {
-                        attempted.push(user_id);
-                        progress = true;
-                        claims.push(c);
-                    }
-                    Err(e) if e.is_connection_lost() => return Err(e),
-                    Err(e) => user_failed(run, failed_users, iv, user_id, &e),
-                }
-            }
-        }
-    }
-    // Send-then-commit, in calls of ten (behaviour §7.2 (b)).
-    let out: Vec<OutMessage> = claims.iter().filter_map(|c| c.email.clone()).collect();
-    match send_then_commit(run, tx, &out).await? {
-        Sent::RolledBack => Ok(GroupEnd::Unsent { attempted, flow }),
-        Sent::Committed => {
-            for c in &claims {
-                c.log(iv);
-                c.count(run);
-            }
-            Ok(GroupEnd::Committed(flow))
-        }
+
+    fn unsent(iv: Interval, users: usize) {
+        tracing::warn!(
+            interval = iv.name(),
+            users,
+            "user group could not be sent; its users run one by one"
+        );
     }
 }

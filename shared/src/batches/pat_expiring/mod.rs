@@ -3,34 +3,15 @@
 //! Owns: the handler and its typed `done` report ([`PatExpiringDone`]), the run's
 //! state (budget, deadline guard, progress, totals), the one keyset page loop that
 //! pages humans and bots alike (pages of 100 by `(expires_at, id)` with the inclusive
-//! advance of `:min`, the excluded subjects, the budget and deadline stops), the
-//! savepoint and send-then-commit steps both page kinds share, and the continuation.
-//! It sends messages only; delivery is `deliver-notification`. Submodules:
-//! `interval` (the three intervals and their dates), `humans` (behaviour §B28.5), `bots` (behaviour §B28.6),
-//! `lookup` (a bot's resource, hooks and recipients), `hook_body` (the web-hook body
-//! built at claim time) and `sql` (every statement).
-//!
-//! **Claim-then-enqueue**: `UPDATE … RETURNING` claims every matching token of the
-//! subject, the messages are sent, then COMMIT: a crash never loses a notice and a
-//! second run cannot claim a token twice. Subjects are grouped per page as behaviour §B28.4 and
-//! behaviour §7.2 allow: one transaction per page, in which one statement claims the
-//! page's users (with their user rows `FOR SHARE`), or finds the page's bots'
-//! resources and claims their tokens (one more reads their hooks and recipients); the
-//! page's messages go out in `send` calls of ten, then COMMIT. Per-subject isolation
-//! is kept: when the set-based claim fails, or the deadline guard is near (so it can
-//! stop after one unit), each subject runs in a SAVEPOINT of its own and a failing one
-//! rolls back alone; when a send fails, the page rolls back and its subjects run again
-//! one transaction each, so only the subject whose message cannot be sent fails
-//! (scenario 11 as written). Info lines and totals are applied once the page has
-//! committed.
-//!
-//! Deadline guard per item (behaviour §7.2 (c)): the page's set-based claim is one item
-//! bounded by the page size, and the guard is checked before it; on the SAVEPOINT path
-//! it is checked before each user or bot. Send-failure rule (behaviour §7.2 (b)): re-run the
-//! page's subjects one transaction each, never a retryable end of the record
-//! (docs/gitlab-differences.md).
+//! advance of `:min`, the excluded subjects, the budget and deadline stops), and the
+//! continuation. It sends messages only; delivery is `deliver-notification`.
+//! Submodules: `claims` (one page's grouped claim, claim-then-enqueue), `interval`
+//! (the three intervals and their dates), `humans` (behaviour §B28.5), `bots`
+//! (behaviour §B28.6), `lookup` (a bot's resource, hooks and recipients), `hook_body`
+//! (the web-hook body built at claim time) and `sql` (every statement).
 
 mod bots;
+mod claims;
 mod hook_body;
 mod humans;
 mod interval;
@@ -40,7 +21,7 @@ pub(crate) mod sql;
 use chrono::NaiveDate;
 use serde::Serialize;
 use tokio_postgres::types::Type;
-use tokio_postgres::{GenericClient, Transaction};
+use tokio_postgres::GenericClient;
 
 pub use bots::bot_notices;
 pub use hook_body::{hook_body, ClaimedToken, Resource};
@@ -53,7 +34,7 @@ use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
 use crate::notify::{Instance, Notifier, NotifyConfig};
-use crate::queue::{self, OutMessage};
+use crate::queue::OutMessage;
 use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
@@ -186,81 +167,6 @@ fn distinct_in_order(ids: impl Iterator<Item = i64>) -> Vec<i64> {
     ids.filter(|id| seen.insert(*id)).collect()
 }
 
-/// How one subject's savepoint ended (the page's transaction is still usable).
-enum Savepoint<T> {
-    /// The work succeeded and the savepoint was released.
-    Released(T),
-    /// The work failed and was rolled back to its savepoint, alone.
-    RolledBack(Error),
-}
-
-impl<T> Savepoint<T> {
-    /// The subject's own outcome.
-    fn into_result(self) -> Result<T> {
-        match self {
-            Savepoint::Released(v) => Ok(v),
-            Savepoint::RolledBack(e) => Err(e),
-        }
-    }
-}
-
-/// `work` in its own savepoint of the page's transaction: released when it succeeds,
-/// rolled back when it fails. `Err(e)`: the savepoint could not be opened, released
-/// or rolled back, so the page's transaction is unusable.
-async fn in_savepoint<T>(
-    tx: &mut Transaction<'_>,
-    work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
-) -> Result<Savepoint<T>> {
-    let sp = tx.transaction().await?;
-    match work(&sp).await {
-        Ok(v) => {
-            sp.commit().await?;
-            Ok(Savepoint::Released(v))
-        }
-        Err(e) => {
-            sp.rollback().await?;
-            Ok(Savepoint::RolledBack(e))
-        }
-    }
-}
-
-/// How a page's grouped transaction ended once its messages were handed over.
-enum Sent {
-    /// Every message was sent and the transaction committed.
-    Committed,
-    /// A send failed and the transaction rolled back.
-    RolledBack,
-}
-
-/// Send-then-commit (behaviour §7.2 (b)): the page's messages in calls of ten, then
-/// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
-/// COMMIT or the ROLLBACK failed (the connection is lost).
-async fn send_then_commit(
-    run: &Run<'_, '_>,
-    tx: Transaction<'_>,
-    out: &[OutMessage],
-) -> Result<Sent> {
-    if queue::send_outbox(run.inv.queue, out).await.is_err() {
-        tx.rollback().await?;
-        return Ok(Sent::RolledBack);
-    }
-    tx.commit().await?;
-    Ok(Sent::Committed)
-}
-
-/// How a page's group ended.
-enum GroupEnd {
-    /// Sent and committed; whether the deadline guard stopped the page.
-    Committed(Flow),
-    /// A send failed and the group rolled back: these subjects run again one by one.
-    Unsent {
-        /// The subjects the group attempted (claimed, or claimed elsewhere).
-        attempted: Vec<i64>,
-        /// Whether the deadline guard stopped the group.
-        flow: Flow,
-    },
-}
-
 /// Which subjects a keyset page holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Subjects {
@@ -293,8 +199,12 @@ impl Subjects {
         C: GenericClient + Send + Sync,
     {
         match self {
-            Subjects::Humans => humans::page(run, client, iv, min, subjects, excluded).await,
-            Subjects::Bots => bots::page(run, client, iv, min, subjects, excluded).await,
+            Subjects::Humans => {
+                claims::page::<humans::Humans, C>(run, client, iv, min, subjects, excluded).await
+            }
+            Subjects::Bots => {
+                claims::page::<bots::Bots, C>(run, client, iv, min, subjects, excluded).await
+            }
         }
     }
 }

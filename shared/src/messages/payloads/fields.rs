@@ -161,6 +161,11 @@ pub trait Payload: Sized {
     fn from_value(v: &Value) -> Checked<Self> {
         Self::from_payload(&Fields::top(v)?)
     }
+
+    /// The cursor of a continuing run, for the `start` line (none by default).
+    fn cursor(&self) -> Option<Value> {
+        None
+    }
 }
 
 /// A cursor's run-wide `index` counts children of rows with ids up to the cursor's

@@ -54,6 +54,10 @@ impl Payload for AdjournedGroupDeletionRun {
                 .transpose()?,
         })
     }
+
+    fn cursor(&self) -> Option<serde_json::Value> {
+        self.cursor.and_then(|c| serde_json::to_value(c).ok())
+    }
 }
 
 impl Payload for GroupDestroyRun {

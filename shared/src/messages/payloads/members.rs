@@ -64,6 +64,10 @@ impl Payload for RemoveExpiredMembersRun {
                 .transpose()?,
         })
     }
+
+    fn cursor(&self) -> Option<serde_json::Value> {
+        self.cursor.and_then(|c| serde_json::to_value(c).ok())
+    }
 }
 
 impl Payload for DeleteUserRun {

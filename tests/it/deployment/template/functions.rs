@@ -54,7 +54,7 @@ fn every_function_crate_is_in_the_template_and_every_template_function_is_a_crat
         crates, catalogue,
         "functions/ and shared::Function::ALL disagree"
     );
-    assert_eq!(crates.len(), 10);
+    assert!(crates.len() >= 10, "{} function crates read", crates.len());
 }
 
 #[test]

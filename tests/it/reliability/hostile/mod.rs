@@ -29,7 +29,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
 use shared::messages::{
     AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
-    EmailNotification, Envelope, GroupCursor, GroupDestroyRun, MemberCursor, Message, Payload,
+    EmailNotification, Envelope, FromMessage, GroupCursor, GroupDestroyRun, MemberCursor, Payload,
     PlaceholderUserCleanupRun, RemoveExpiredMembersRun, ResourceType, WebhookNotification,
 };
 use shared::notify::webhook::WebhookClient;
