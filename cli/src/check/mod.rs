@@ -110,10 +110,10 @@ const fn fk(
 
 /// behaviour §S4, one entry per foreign key.
 const FKS: &[Fk] = &[
-    fk("members", "user_id", "users", "c"),
+    // members.user_id, notification_settings.user_id and project_authorizations.user_id
+    // have no database FK in GitLab (loose FKs: `users_loose_fk_trigger`, checked in
+    // `foreign_keys`), nor has ghost_user_migrations.initiator_user_id.
     fk("personal_access_tokens", "user_id", "users", "c"),
-    fk("notification_settings", "user_id", "users", "c"),
-    fk("project_authorizations", "user_id", "users", "c"),
     fk("group_deletion_schedules", "user_id", "users", "c"),
     fk("members_deletion_schedules", "user_id", "users", "c"),
     fk(
@@ -131,7 +131,6 @@ const FKS: &[Fk] = &[
     fk("ghost_user_migrations", "user_id", "users", "c"),
     fk("import_source_users", "placeholder_user_id", "users", "n"),
     fk("import_source_users", "reassign_to_user_id", "users", "n"),
-    fk("ghost_user_migrations", "initiator_user_id", "users", "n"),
     Fk {
         required: false,
         ..fk("issues", "author_id", "users", "n")
@@ -155,7 +154,7 @@ const FKS: &[Fk] = &[
     fk("import_source_users", "namespace_id", "namespaces", "c"),
     fk("web_hooks", "group_id", "namespaces", "c"),
     fk("projects", "project_namespace_id", "namespaces", "c"),
-    fk("members", "member_namespace_id", "namespaces", "n"),
+    fk("members", "member_namespace_id", "namespaces", "c"),
     fk(
         "import_placeholder_user_details",
         "namespace_id",
@@ -399,6 +398,13 @@ async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
                 ));
             }
         }
+    }
+    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[]).await?.is_none() {
+        bad.push(Check::fail(
+            "loose foreign keys of users",
+            "users_loose_fk_trigger is missing",
+            "GitLab records deleted users in loose_foreign_keys_deleted_records through this trigger;              without it GitLab never cleans up what the batches leave to it (members, notification settings, …)",
+        ));
     }
     if bad.iter().all(|b| !b.required) {
         bad.insert(

@@ -39,8 +39,8 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn cmd_migrate(json: bool) -> Result<ExitCode> {
-    let applied = migrate(&database_url()?).await?;
+pub(crate) async fn cmd_migrate(json: bool, gitlab: hk::migrate::GitlabVersion) -> Result<ExitCode> {
+    let applied = migrate_for(&database_url()?, gitlab).await?;
     if json {
         println!("{}", serde_json::json!({ "applied": applied }));
     } else {
