@@ -251,6 +251,14 @@ impl TestDb {
         Self::clone_of(&admin, base, &template).await
     }
 
+    /// An empty `t_<uuid>` (no schema, no throwaway marker): for tests that build the
+    /// model themselves (`hk::migrate::run_for` per GitLab release).
+    pub async fn empty() -> TestDb {
+        let base = base_url();
+        let admin = harness_session(&base).await;
+        Self::clone_of(&admin, base, "template0").await
+    }
+
     /// Create `t_<uuid>` from `template` through `admin` (a session to `base`) and
     /// connect to it.
     async fn clone_of(admin: &Client, base: String, template: &str) -> TestDb {
@@ -329,7 +337,10 @@ impl TestDb {
         self.client
             .batch_execute(sql)
             .await
-            .unwrap_or_else(|e| panic!("fixture SQL failed: {e}\n{sql}"));
+            .unwrap_or_else(|e| {
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+                panic!("fixture SQL failed: {why}\n{sql}")
+            });
     }
 
     /// One scalar.

@@ -217,9 +217,9 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
     let db = TestDb::new().await;
     Fx(&db).users(&[U::human(11).admin()]).await;
     db.exec(&format!(
-        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
            SELECT g, 'g' || g, 'g' || g, 'Group', ARRAY[g]::bigint[], '2024-01-01', '2024-01-01'
-           FROM generate_series(1000, {last}) g;
+          , 1 FROM generate_series(1000, {last}) g;
          INSERT INTO group_deletion_schedules (group_id, user_id, marked_for_deletion_on)
            SELECT g, 11, '2025-03-03' FROM generate_series(1000, {last}) g;",
         last = 1000 + N - 1
