@@ -1,10 +1,14 @@
 -- B51 demo data (adjourned group deletion): ids 4000-4999 for users, namespaces and
--- projects, 40000-49999 for members. `:today` is replaced with the run's date. No
--- application_settings row: the default period of 7 days applies.
+-- projects, 40000-49999 for members. `:today` is replaced with the run's date. The
+-- instance's application_settings row keeps a 7-day period (an instance upgraded from
+-- before GitLab 18.3 keeps its stored 7; new installs default to 30).
 --   oldco  (marked 8 days ago by its owner gina)  -> destroyed with its subgroup,
 --          projects, memberships and hooks; its site bot is removed as a user.
 --   labs   (marked 10 days ago by ivan, who is only a maintainer) -> restored as `labs`.
 --   newco  (marked 2 days ago)                    -> not yet due, untouched.
+
+INSERT INTO application_settings (id, deletion_adjourned_period, created_at, updated_at)
+VALUES (1, 7, '2024-01-01', '2024-01-01');
 
 INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at, projects_limit, organization_id) VALUES
  (4001, 'gina', 'Gina Owner', 'gina@example.com', 'active', false, 0, '2024-01-01', '2024-01-01', 100000, 1),

@@ -82,7 +82,11 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
             100 + r.gen_range(0..groups)
         };
         sql.push_str(&format!(
-            "INSERT INTO projects (id, name, path, namespace_id) VALUES ({id}, 'p{id}', 'p{id}', {ns});\n"
+            "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+             SELECT 100000 + {id}, 'p{id}', 'p{id}', 'Project', {ns}, traversal_ids || (100000 + {id})::bigint, 1
+             FROM namespaces WHERE id = {ns};
+             INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id)
+             VALUES ({id}, 'p{id}', 'p{id}', {ns}, 100000 + {id}, 1);\n"
         ));
     }
     let levels = [0, 5, 10, 20, 30, 40, 50, 50];

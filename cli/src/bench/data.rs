@@ -67,8 +67,12 @@ pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) 
            SELECT {t} + s, 'g' || ({t} + s), 'g' || ({t} + s), 'Group', 1 + (s - 1) % {t},
                   ARRAY[1 + (s - 1) % {t}, {t} + s]::bigint[], 1, '{today}', '{today}'
            FROM generate_series(1, {groups} - {t}) s;
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           SELECT p, 'p' || p, 'p' || p, 1 + (p - 1) / 2, 1, '{today}', '{today}'
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT 100000000 + p, 'p' || p, 'p' || p, 'Project', n.id, n.traversal_ids || (100000000 + p)::bigint, 1,
+                  '{today}', '{today}'
+           FROM generate_series(1, {projects}) p JOIN namespaces n ON n.id = 1 + (p - 1) / 2;
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           SELECT p, 'p' || p, 'p' || p, 1 + (p - 1) / 2, 100000000 + p, 1, '{today}', '{today}'
            FROM generate_series(1, {projects}) p;
          INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'u' || i, 'User ' || i, 'u' || i || '@example.com', 'active', 0, '{today}', '{today}'
@@ -142,7 +146,11 @@ pub async fn keyset(
         format!("date '{today}' - 1")
     };
     let sql = format!(
-        "INSERT INTO users (id, username, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
+        "-- The memberships name projects that are not loaded (the bench reads members only);
+         -- their member_namespace_id (NOT NULL in GitLab) is one stand-in namespace.
+         INSERT INTO namespaces (id, name, path, type, traversal_ids, organization_id)
+           VALUES (1, 'keyset', 'keyset', 'Group', ARRAY[1]::bigint[], 1) ON CONFLICT (id) DO NOTHING;
+         INSERT INTO users (id, username, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'k' || i, 'k' || i || '@example.com', 'active', 0, '{today}', '{today}'
           , 100000, 1 FROM generate_series(1, 1000) i;
          INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at, notification_level, member_namespace_id)
@@ -150,7 +158,7 @@ pub async fn keyset(
                   CASE WHEN i <= {expired} THEN {date}
                        WHEN i % 10 = 0 THEN date '{today}' + 1 + (i % 3650)::int END,
                   '{today}', '{today}'
-          , 3, (SELECT project_namespace_id FROM projects WHERE id = 1 + i % 5000) FROM generate_series(1, {total}) i;"
+          , 3, 1 FROM generate_series(1, {total}) i;"
     );
     c.batch_execute(&sql).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
@@ -163,8 +171,10 @@ pub async fn b38_bots(c: &Client, today: NaiveDate, count: u64) -> Result<()> {
     let sql = format!(
         "INSERT INTO namespaces (id, name, path, type, traversal_ids, organization_id, created_at, updated_at)
            VALUES (1, 'bots', 'bots', 'Group', ARRAY[1]::bigint[], 1, '{today}', '{today}');
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           VALUES (1, 'p', 'p', 1, 1, '{today}', '{today}');
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           VALUES (100000001, 'p', 'p', 'Project', 1, ARRAY[1, 100000001]::bigint[], 1, '{today}', '{today}');
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           VALUES (1, 'p', 'p', 1, 100000001, 1, '{today}', '{today}');
          INSERT INTO users (id, username, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'bot' || i, 'bot' || i || '@noreply.example.com', 'active', 6, '{today}', '{today}'
           , 100000, 1 FROM generate_series(1, {count}) i;
@@ -248,8 +258,12 @@ pub async fn b28(c: &Client, today: NaiveDate, s: B28Sizes) -> Result<()> {
          INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
            SELECT {t} + g, 's' || g, 's' || g, 'Group', g, ARRAY[g, {t} + g]::bigint[], 1, '{today}', '{today}'
            FROM generate_series(1, {t}) g;
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           SELECT i, 'p' || i, 'p' || i, {t} + 1 + (i - 1) % {t}, 1, '{today}', '{today}'
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT 100000000 + i, 'p' || i, 'p' || i, 'Project', n.id, n.traversal_ids || (100000000 + i)::bigint, 1,
+                  '{today}', '{today}'
+           FROM generate_series(1, {p}) i JOIN namespaces n ON n.id = {t} + 1 + (i - 1) % {t};
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           SELECT i, 'p' || i, 'p' || i, {t} + 1 + (i - 1) % {t}, 100000000 + i, 1, '{today}', '{today}'
            FROM generate_series(1, {p}) i;
          INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'u' || i, 'User ' || i, 'u' || i || '@example.com',

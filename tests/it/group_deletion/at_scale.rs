@@ -32,6 +32,7 @@ const CRON: Function = Function::AdjournedGroupDeletion;
 async fn sixty_due_groups_go_to_sqs_up_to_index_45_and_to_one_time_schedules_after() {
     const N: i64 = 60;
     let db = TestDb::new().await;
+    super::period(&db, 1, 7).await;
     Fx(&db).users(&[U::human(11).admin()]).await;
     db.exec(&format!(
         "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
@@ -219,6 +220,7 @@ const TREE: [i64; 10] = [5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5
 /// schedules, import rows. Control data in G8000 / P8001 must survive.
 async fn tree() -> TestDb {
     let db = TestDb::new().await;
+    super::period(&db, 1, 7).await;
     let fx = Fx(&db);
     fx.users(&[U::human(11), U::ghost(5), U::placeholder(3100)])
         .await;

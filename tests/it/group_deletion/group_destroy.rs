@@ -184,7 +184,7 @@ async fn with_no_budget_each_invocation_runs_one_chunk_deepest_first() {
 async fn contributions_go_in_chunks_of_a_thousand_before_the_project() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO issues (id, project_id, author_id, namespace_id, work_item_type_id) SELECT g, 200, 11, (SELECT project_namespace_id FROM projects WHERE id = g), 1 FROM generate_series(1, 1500) g;
+        "INSERT INTO issues (id, project_id, author_id, namespace_id, work_item_type_id) SELECT g, 200, 11, (SELECT project_namespace_id FROM projects WHERE id = 200), 1 FROM generate_series(1, 1500) g;
          INSERT INTO notes (id, project_id, author_id, noteable_type) VALUES (1, 200, 11, 'Issue'), (2, 200, 11, 'Issue');",
     )
     .await;
