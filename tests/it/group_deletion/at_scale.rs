@@ -404,6 +404,45 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             Some(format!("merge_requests WHERE target_project_id = ANY({p})")),
         ),
         ("notes", Some(format!("notes WHERE project_id = ANY({p})"))),
+        (
+            "namespace_details",
+            Some(format!("namespace_details WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "project_authorizations_for_migration",
+            Some(format!("project_authorizations_for_migration WHERE project_id = ANY({p})")),
+        ),
+        (
+            "project_group_links",
+            Some(format!("project_group_links WHERE project_id = ANY({p}) OR group_id = ANY({d})")),
+        ),
+        (
+            "group_group_links",
+            Some(format!("group_group_links WHERE shared_group_id = ANY({d}) OR shared_with_group_id = ANY({d})")),
+        ),
+        (
+            "namespaces_sync_events",
+            Some(format!("namespaces_sync_events WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "projects_sync_events",
+            Some(format!("projects_sync_events WHERE project_id = ANY({p})")),
+        ),
+        (
+            "member_roles",
+            Some(format!("member_roles WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "user_details",
+            Some("user_details WHERE user_id BETWEEN 3001 AND 3006".into()),
+        ),
+        (
+            "organization_users",
+            Some("organization_users WHERE user_id BETWEEN 3001 AND 3006".into()),
+        ),
+        // GitLab's loose-FK queue and its migration versions: written, never orphans.
+        ("loose_foreign_keys_deleted_records", None),
+        ("schema_migrations", None),
     ]
 }
 
@@ -483,4 +522,18 @@ async fn a_three_level_tree_is_destroyed_until_idle_without_orphan_rows() {
         db.exists("import_placeholder_user_details WHERE namespace_id = 8000")
             .await
     );
+    // GitLab's loose-FK triggers recorded every deleted group, project namespace,
+    // project and bot for GitLab's cleanup of the children left to it.
+    let recorded = |table: &str, ids: &str| {
+        format!(
+            "(SELECT DISTINCT primary_key_value FROM loose_foreign_keys_deleted_records
+              WHERE fully_qualified_table_name = 'public.{table}' AND primary_key_value = ANY({ids})) x"
+        )
+    };
+    let tree = format!("ARRAY{TREE:?}::bigint[] || ARRAY(SELECT generate_series(7001, 7050))::bigint[]");
+    assert_eq!(db.count(&recorded("namespaces", &tree)).await, 60);
+    let projects = "ARRAY(SELECT generate_series(6001, 6050))::bigint[]";
+    assert_eq!(db.count(&recorded("projects", projects)).await, 50);
+    let bots = "ARRAY(SELECT generate_series(3001, 3006))::bigint[]";
+    assert_eq!(db.count(&recorded("users", bots)).await, 6);
 }
