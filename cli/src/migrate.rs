@@ -116,8 +116,8 @@ pub async fn run_for(
     client
         .batch_execute("CREATE SCHEMA IF NOT EXISTS hk_meta")
         .await?;
-    let mut runner = embedded::migrations::runner()
-        .set_target(refinery::Target::Version(version.target()));
+    let mut runner =
+        embedded::migrations::runner().set_target(refinery::Target::Version(version.target()));
     let report = runner
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)

@@ -399,7 +399,10 @@ async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
             }
         }
     }
-    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[]).await?.is_none() {
+    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[])
+        .await?
+        .is_none()
+    {
         bad.push(Check::fail(
             "loose foreign keys of users",
             "users_loose_fk_trigger is missing",

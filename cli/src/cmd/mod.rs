@@ -271,7 +271,10 @@ pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
 }
 
 /// Apply `version`'s model.
-pub(crate) async fn migrate_for(url: &str, version: hk::migrate::GitlabVersion) -> Result<Vec<i32>> {
+pub(crate) async fn migrate_for(
+    url: &str,
+    version: hk::migrate::GitlabVersion,
+) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
     Ok(hk::migrate::run_for(&mut c, version).await?)
 }

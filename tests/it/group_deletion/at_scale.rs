@@ -530,7 +530,8 @@ async fn a_three_level_tree_is_destroyed_until_idle_without_orphan_rows() {
               WHERE fully_qualified_table_name = 'public.{table}' AND primary_key_value = ANY({ids})) x"
         )
     };
-    let tree = format!("ARRAY{TREE:?}::bigint[] || ARRAY(SELECT generate_series(7001, 7050))::bigint[]");
+    let tree =
+        format!("ARRAY{TREE:?}::bigint[] || ARRAY(SELECT generate_series(7001, 7050))::bigint[]");
     assert_eq!(db.count(&recorded("namespaces", &tree)).await, 60);
     let projects = "ARRAY(SELECT generate_series(6001, 6050))::bigint[]";
     assert_eq!(db.count(&recorded("projects", projects)).await, 50);

@@ -24,12 +24,19 @@ async fn the_model_loads_on_both_releases_and_every_statement_prepares() {
         let mut failed = Vec::new();
         for s in shared::catalogue::all() {
             if let Err(e) = db.client.prepare(s.text).await {
-                failed.push(format!("{}::{}: {}", s.module, s.name, shared::Error::from(e)));
+                failed.push(format!(
+                    "{}::{}: {}",
+                    s.module,
+                    s.name,
+                    shared::Error::from(e)
+                ));
             }
         }
         assert!(failed.is_empty(), "on {version}:\n{}", failed.join("\n"));
         // The newest marker version tells the release (docs/gitlab-source-notes.md §A.1).
-        let newest: String = db.scalar("SELECT max(version) FROM schema_migrations").await;
+        let newest: String = db
+            .scalar("SELECT max(version) FROM schema_migrations")
+            .await;
         let expected = match version {
             GitlabVersion::V18_2 => "20250709143510",
             GitlabVersion::V18_8 => "20251231013427",
@@ -65,8 +72,14 @@ async fn the_releases_differ_where_gitlab_changed_the_tables() {
         ("personal_access_tokens", "group_id"),
         ("personal_access_tokens", "granular"),
     ] {
-        assert!(!old.exists(&column(table, col)).await, "{table}.{col} on 18.2");
-        assert!(new.exists(&column(table, col)).await, "{table}.{col} on 18.8");
+        assert!(
+            !old.exists(&column(table, col)).await,
+            "{table}.{col} on 18.2"
+        );
+        assert!(
+            new.exists(&column(table, col)).await,
+            "{table}.{col} on 18.8"
+        );
     }
     assert!(old.exists(&column("users", "role")).await);
     assert!(!new.exists(&column("users", "role")).await);
@@ -107,7 +120,8 @@ async fn deleting_a_namespace_cascades_to_its_members() {
     fx.group(100, "acme", None).await;
     fx.group(101, "web", Some(100)).await;
     fx.users(&[U::human(10), U::human(11)]).await;
-    fx.members(&[M::gm(1, 101, 10, 30), M::gm(2, 100, 11, 50)]).await;
+    fx.members(&[M::gm(1, 101, 10, 30), M::gm(2, 100, 11, 50)])
+        .await;
     db.exec("DELETE FROM routes WHERE source_id = 101; DELETE FROM namespaces WHERE id = 101")
         .await;
     // members_namespace_id → namespaces is ON DELETE CASCADE in GitLab.
@@ -131,16 +145,27 @@ async fn a_project_delete_removes_its_namespace_and_is_recorded_for_the_loose_fk
     fx.users(&[U::human(10)]).await;
     fx.pas(&[(10, 200, 30)]).await;
     // The sync triggers: the project's insert event and its mirrored authorization.
-    assert!(db.exists("projects_sync_events WHERE project_id = 200").await);
+    assert!(
+        db.exists("projects_sync_events WHERE project_id = 200")
+            .await
+    );
     assert!(
         db.exists("project_authorizations_for_migration WHERE user_id = 10 AND project_id = 200")
             .await
     );
     // namespace_details rows come from GitLab's triggers.
-    assert!(db.exists("namespace_details WHERE namespace_id = 100").await);
-    assert!(db.exists("namespace_details WHERE namespace_id = 300").await);
-    db.exec("DELETE FROM routes WHERE source_type = 'Project'; DELETE FROM projects WHERE id = 200")
-        .await;
+    assert!(
+        db.exists("namespace_details WHERE namespace_id = 100")
+            .await
+    );
+    assert!(
+        db.exists("namespace_details WHERE namespace_id = 300")
+            .await
+    );
+    db.exec(
+        "DELETE FROM routes WHERE source_type = 'Project'; DELETE FROM projects WHERE id = 200",
+    )
+    .await;
     // delete_associated_project_namespace removed the project namespace.
     assert!(!db.exists("namespaces WHERE id = 300").await);
     assert!(!db.exists("project_authorizations").await);
@@ -157,7 +182,10 @@ async fn a_project_delete_removes_its_namespace_and_is_recorded_for_the_loose_fk
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(recorded, vec!["public.namespaces:300", "public.projects:200"]);
+    assert_eq!(
+        recorded,
+        vec!["public.namespaces:300", "public.projects:200"]
+    );
 }
 
 #[tokio::test]
@@ -168,5 +196,8 @@ async fn the_default_organization_cannot_be_deleted() {
         .batch_execute("DELETE FROM organizations WHERE id = 1")
         .await
         .expect_err("GitLab's trigger refuses");
-    assert!(format!("{err:?}").contains("default Organization"), "{err:?}");
+    assert!(
+        format!("{err:?}").contains("default Organization"),
+        "{err:?}"
+    );
 }
