@@ -112,7 +112,8 @@ const fn fk(
 const FKS: &[Fk] = &[
     // members.user_id, notification_settings.user_id and project_authorizations.user_id
     // have no database FK in GitLab (loose FKs: `users_loose_fk_trigger`, checked in
-    // `foreign_keys`), nor has ghost_user_migrations.initiator_user_id.
+    // `foreign_keys`), nor have ghost_user_migrations.initiator_user_id and
+    // notes.author_id.
     fk("personal_access_tokens", "user_id", "users", "c"),
     fk("group_deletion_schedules", "user_id", "users", "c"),
     fk("members_deletion_schedules", "user_id", "users", "c"),
@@ -138,10 +139,6 @@ const FKS: &[Fk] = &[
     Fk {
         required: false,
         ..fk("merge_requests", "author_id", "users", "n")
-    },
-    Fk {
-        required: false,
-        ..fk("notes", "author_id", "users", "n")
     },
     fk("routes", "namespace_id", "namespaces", "c"),
     fk("group_deletion_schedules", "group_id", "namespaces", "c"),
