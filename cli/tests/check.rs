@@ -207,7 +207,10 @@ async fn a_missing_loose_fk_trigger_on_users_fails() {
     assert_fails_naming(
         &db,
         "DROP TRIGGER users_loose_fk_trigger ON users",
-        &["loose foreign keys of users", "users_loose_fk_trigger is missing"],
+        &[
+            "loose foreign keys of users",
+            "users_loose_fk_trigger is missing",
+        ],
     )
     .await;
 }

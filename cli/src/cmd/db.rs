@@ -1,5 +1,5 @@
-//! `hk db up|down`, `hk migrate` and `hk seed`: the throwaway cluster, the schema
-//! subset and the demo data set.
+//! `hk db up|down`, `hk migrate` and `hk seed`: the throwaway cluster, the model of
+//! GitLab's tables (per supported GitLab release) and the demo data set.
 
 use super::*;
 
