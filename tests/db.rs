@@ -8,9 +8,28 @@ use tokio_postgres::Client;
 
 use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
 
-/// Versioned: a template left by an older harness (without the throwaway marker)
-/// is not reused.
-const TEMPLATE: &str = "hk_template_m1";
+/// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2` or
+/// `18.8`), default the newest.
+pub fn gitlab_version() -> hk::migrate::GitlabVersion {
+    match std::env::var("HK_TEST_GITLAB") {
+        Ok(v) if !v.trim().is_empty() => {
+            v.parse().unwrap_or_else(|e| panic!("HK_TEST_GITLAB: {e}"))
+        }
+        _ => hk::migrate::GitlabVersion::default(),
+    }
+}
+
+/// The template's name: the selected release and a fingerprint of the embedded
+/// migrations up to it, so a template built from another model or release (or by an
+/// older harness) is never reused.
+fn template_name() -> String {
+    let v = gitlab_version();
+    format!(
+        "hk_template_{}_{}",
+        v.as_str().replace('.', "_"),
+        hk::migrate::fingerprint(v)
+    )
+}
 
 /// A connector for the harness's own sessions: administration (create, clone, rename
 /// databases; the template locks), template builds, fixtures and assertions. Their
@@ -106,25 +125,32 @@ pub fn drop_database_blocking(admin_url: &str, name: &str) -> Result<(), String>
     .unwrap_or_else(|_| Err("the drop panicked".to_string()))
 }
 
-async fn ensure_template(admin: &Client, base: &str) {
+async fn ensure_template(admin: &Client, base: &str) -> String {
+    let template = template_name();
     // Serialize template creation across the test processes that nextest runs.
     admin
         .execute("SELECT pg_advisory_lock(4242)", &[])
         .await
         .expect("lock");
     let exists = admin
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&TEMPLATE])
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&template])
         .await
         .expect("query")
         .is_some();
     if !exists {
         admin
-            .batch_execute(&format!("CREATE DATABASE {TEMPLATE}_build"))
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {template}_build"))
+            .await
+            .expect("drop a stale template build");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {template}_build"))
             .await
             .expect("create template");
         {
-            let mut c = harness_session(&with_db(base, &format!("{TEMPLATE}_build"))).await;
-            hk::migrate::run(&mut c).await.expect("migrate template");
+            let mut c = harness_session(&with_db(base, &format!("{template}_build"))).await;
+            hk::migrate::run_for(&mut c, gitlab_version())
+                .await
+                .expect("migrate template");
             // Every test database is cloned from here: all of them are throwaway.
             hk::migrate::mark_throwaway(&c, "test harness")
                 .await
@@ -132,7 +158,7 @@ async fn ensure_template(admin: &Client, base: &str) {
         }
         admin
             .batch_execute(&format!(
-                "ALTER DATABASE {TEMPLATE}_build RENAME TO {TEMPLATE}"
+                "ALTER DATABASE {template}_build RENAME TO {template}"
             ))
             .await
             .expect("rename template");
@@ -141,12 +167,15 @@ async fn ensure_template(admin: &Client, base: &str) {
         .execute("SELECT pg_advisory_unlock(4242)", &[])
         .await
         .expect("unlock");
+    template
 }
 
 impl TestDb {
-    /// Create `t_<uuid>` from a template database named `template` that `init` fills
-    /// once per cluster (starting from the migrated schema): for data sets that are
-    /// slow to build. The name must change whenever what `init` does changes.
+    /// Create `t_<uuid>` from a template database named after `template` that `init`
+    /// fills once per cluster (starting from the migrated schema): for data sets that
+    /// are slow to build. The name must change whenever what `init` does changes; the
+    /// schema template's name is appended, so a change of the model or of
+    /// `HK_TEST_GITLAB` builds it anew.
     pub async fn from_template<F, Fut>(template: &str, init: F) -> TestDb
     where
         F: FnOnce(TestDb) -> Fut,
@@ -154,7 +183,8 @@ impl TestDb {
     {
         let base = base_url();
         let admin = harness_session(&base).await;
-        ensure_template(&admin, &base).await;
+        let schema = ensure_template(&admin, &base).await;
+        let template = &format!("{template}_{}", schema.trim_start_matches("hk_template_"));
         admin
             .execute("SELECT pg_advisory_lock(4243)", &[])
             .await
@@ -171,7 +201,7 @@ impl TestDb {
                 .await
                 .expect("drop stale build");
             admin
-                .batch_execute(&format!("CREATE DATABASE {build} TEMPLATE {TEMPLATE}"))
+                .batch_execute(&format!("CREATE DATABASE {build} TEMPLATE {schema}"))
                 .await
                 .expect("create build database");
             let url = with_db(&base, &build);
@@ -217,8 +247,16 @@ impl TestDb {
     pub async fn new() -> TestDb {
         let base = base_url();
         let admin = harness_session(&base).await;
-        ensure_template(&admin, &base).await;
-        Self::clone_of(&admin, base, TEMPLATE).await
+        let template = ensure_template(&admin, &base).await;
+        Self::clone_of(&admin, base, &template).await
+    }
+
+    /// An empty `t_<uuid>` (no schema, no throwaway marker): for tests that build the
+    /// model themselves (`hk::migrate::run_for` per GitLab release).
+    pub async fn empty() -> TestDb {
+        let base = base_url();
+        let admin = harness_session(&base).await;
+        Self::clone_of(&admin, base, "template0").await
     }
 
     /// Create `t_<uuid>` from `template` through `admin` (a session to `base`) and
@@ -296,10 +334,12 @@ impl TestDb {
 
     /// Execute SQL statements (fixtures).
     pub async fn exec(&self, sql: &str) {
-        self.client
-            .batch_execute(sql)
-            .await
-            .unwrap_or_else(|e| panic!("fixture SQL failed: {e}\n{sql}"));
+        self.client.batch_execute(sql).await.unwrap_or_else(|e| {
+            let why = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_string());
+            panic!("fixture SQL failed: {why}\n{sql}")
+        });
     }
 
     /// One scalar.

@@ -127,6 +127,16 @@ fn q(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// The `members.member_namespace_id` of a source: the group itself, or the project's
+/// project namespace.
+pub fn member_namespace(source_type: &str, source_id: i64) -> String {
+    if source_type == "Project" {
+        format!("(SELECT project_namespace_id FROM projects WHERE id = {source_id})")
+    } else {
+        source_id.to_string()
+    }
+}
+
 fn opt(s: &Option<String>) -> String {
     s.as_deref().map(q).unwrap_or_else(|| "NULL".into())
 }
@@ -137,8 +147,9 @@ impl Fx<'_> {
         for u in us {
             self.0
                 .exec(&format!(
-                    "INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at)
-                     VALUES ({id}, 'u{id}', {name}, 'u{id}@example.com', {state}, {admin}, {t},
+                    "INSERT INTO users (id, username, name, email, state, admin, user_type, projects_limit,
+                                        organization_id, created_at, updated_at)
+                     VALUES ({id}, 'u{id}', {name}, 'u{id}@example.com', {state}, {admin}, {t}, 100000, 1,
                              '2024-01-01', '2024-01-01')",
                     id = u.id,
                     name = u.name.as_deref().map(q).unwrap_or_else(|| format!("'User {}'", u.id)),
@@ -162,8 +173,8 @@ impl Fx<'_> {
         };
         self.0
             .exec(&format!(
-                "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
-                 VALUES ({id}, {p}, {p}, 'Group', {parent}, {traversal}, '2024-01-01', '2024-01-01');
+                "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+                 VALUES ({id}, {p}, {p}, 'Group', {parent}, {traversal}, 1, '2024-01-01', '2024-01-01');
                  INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
                  VALUES ({id}, 'Namespace', {full_path}, {full_name}, {id}, '2024-01-01', '2024-01-01');",
                 p = q(path),
@@ -182,8 +193,8 @@ impl Fx<'_> {
         let pns = id + 100;
         self.0
             .exec(&format!(
-                "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
-                 SELECT {pns}, {p}, {p}, 'Project', {ns}, traversal_ids || {pns}::bigint, '2024-01-01', '2024-01-01'
+                "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+                 SELECT {pns}, {p}, {p}, 'Project', {ns}, traversal_ids || {pns}::bigint, organization_id, '2024-01-01', '2024-01-01'
                  FROM namespaces WHERE id = {ns};
                  INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
                  VALUES ({id}, {p}, {p}, {ns}, {pns}, 1, '2024-01-01', '2024-01-01');
@@ -199,8 +210,8 @@ impl Fx<'_> {
     pub async fn personal_namespace(&self, id: i64, user: i64) {
         self.0
             .exec(&format!(
-                "INSERT INTO namespaces (id, name, path, owner_id, type, traversal_ids, created_at, updated_at)
-                 VALUES ({id}, 'u{user}', 'u{user}', {user}, 'User', ARRAY[{id}]::bigint[], '2024-01-01', '2024-01-01');
+                "INSERT INTO namespaces (id, name, path, owner_id, type, traversal_ids, organization_id, created_at, updated_at)
+                 VALUES ({id}, 'u{user}', 'u{user}', {user}, 'User', ARRAY[{id}]::bigint[], 1, '2024-01-01', '2024-01-01');
                  INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
                  VALUES ({id}, 'Namespace', 'u{user}', 'u{user}', {id}, '2024-01-01', '2024-01-01');"
             ))
@@ -222,9 +233,10 @@ impl Fx<'_> {
             self.0
                 .exec(&format!(
                     "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at,
-                                          requested_at, invite_email, invite_token, state, created_at, updated_at)
-                     VALUES ({id}, {lvl}, {src}, '{st}', '{kind}', {user}, {exp}, {req}, {email}, {token}, {state},
-                             '2024-01-01', '2024-01-01')",
+                                          requested_at, invite_email, invite_token, state, notification_level,
+                                          member_namespace_id, created_at, updated_at)
+                     VALUES ({id}, {lvl}, {src}, '{st}', '{kind}', {user}, {exp}, {req}, {email}, {token}, {state}, 3,
+                             {mns}, '2024-01-01', '2024-01-01')",
                     id = m.id,
                     lvl = m.level,
                     src = m.source,
@@ -232,6 +244,7 @@ impl Fx<'_> {
                     exp = opt(&m.expires),
                     req = opt(&m.requested),
                     state = m.state,
+                    mns = member_namespace(st, m.source),
                 ))
                 .await;
         }
@@ -271,15 +284,8 @@ impl Fx<'_> {
 
     /// A contribution row (`issues`, `merge_requests` or `notes`) by `author`.
     pub async fn contribution(&self, table: &str, id: i64, project: i64, author: i64) {
-        let col = if table == "merge_requests" {
-            "target_project_id"
-        } else {
-            "project_id"
-        };
         self.0
-            .exec(&format!(
-                "INSERT INTO {table} (id, {col}, author_id, created_at, updated_at) VALUES ({id}, {project}, {author}, '2024-01-01', '2024-01-01')"
-            ))
+            .exec(&contribution_sql(table, id, project, &author))
             .await;
     }
 
@@ -292,5 +298,34 @@ impl Fx<'_> {
                 i = initiator.map(|i| i.to_string()).unwrap_or_else(|| "NULL".into())
             ))
             .await;
+    }
+}
+
+/// The INSERT of a contribution row (`issues`, `merge_requests` or `notes`) `id` in
+/// `project` by `author` (a SQL expression), with the columns GitLab requires: an
+/// issue's namespace (the project namespace) and work item type, a merge request's
+/// branches, a note's noteable type.
+pub fn contribution_sql(
+    table: &str,
+    id: i64,
+    project: i64,
+    author: &dyn std::fmt::Display,
+) -> String {
+    let pns = format!("(SELECT project_namespace_id FROM projects WHERE id = {project})");
+    match table {
+        "issues" => format!(
+            "INSERT INTO issues (id, project_id, namespace_id, work_item_type_id, author_id, created_at, updated_at)
+             VALUES ({id}, {project}, {pns}, 1, {author}, '2024-01-01', '2024-01-01')"
+        ),
+        "merge_requests" => format!(
+            "INSERT INTO merge_requests (id, target_project_id, source_project_id, target_branch, source_branch,
+                                         author_id, created_at, updated_at)
+             VALUES ({id}, {project}, {project}, 'main', 'topic-{id}', {author}, '2024-01-01', '2024-01-01')"
+        ),
+        "notes" => format!(
+            "INSERT INTO notes (id, project_id, noteable_type, author_id, created_at, updated_at)
+             VALUES ({id}, {project}, 'Issue', {author}, '2024-01-01', '2024-01-01')"
+        ),
+        other => panic!("not a contribution table: {other}"),
     }
 }

@@ -5,20 +5,20 @@
 -- `hk` default); every demo hook points at a loopback or private address, so the
 -- deliverer refuses it (local_network) and the demo sends no network traffic.
 
-INSERT INTO users (id, username, name, email, notification_email, state, admin, user_type, created_at, updated_at) VALUES
- (6001, 'erin',  'Erin Tokens',  'erin@example.com',  'erin.alerts@example.com', 'active',  false, 0, '2024-06-01', '2024-06-01'),
- (6002, 'frank', 'Frank Blocked', 'frank@example.com', NULL, 'blocked', false, 0, '2024-06-01', '2024-06-01'),
- (6003, 'grace', 'Grace Maint',  'grace@example.com', NULL, 'active',  false, 0, '2024-06-01', '2024-06-01'),
- (6004, 'heidi', 'Heidi Owner',  'heidi@example.com', NULL, 'active',  false, 0, '2024-06-01', '2024-06-01'),
- (6010, 'project_6200_bot_1', 'hooks deploy bot', 'project_6200_bot_1@noreply.example.com', NULL, 'active', false, 6, '2024-06-01', '2024-06-01'),
- (6011, 'group_6100_bot_1',   'demo-b28 ci bot',  'group_6100_bot_1@noreply.example.com',   NULL, 'active', false, 6, '2024-06-01', '2024-06-01'),
- (6012, 'project_6999_bot_1', 'orphan bot',       'project_6999_bot_1@noreply.example.com', NULL, 'active', false, 6, '2024-06-01', '2024-06-01');
+INSERT INTO users (id, username, name, email, notification_email, state, admin, user_type, created_at, updated_at, projects_limit, organization_id) VALUES
+ (6001, 'erin',  'Erin Tokens',  'erin@example.com',  'erin.alerts@example.com', 'active',  false, 0, '2024-06-01', '2024-06-01', 100000, 1),
+ (6002, 'frank', 'Frank Blocked', 'frank@example.com', NULL, 'blocked', false, 0, '2024-06-01', '2024-06-01', 100000, 1),
+ (6003, 'grace', 'Grace Maint',  'grace@example.com', NULL, 'active',  false, 0, '2024-06-01', '2024-06-01', 100000, 1),
+ (6004, 'heidi', 'Heidi Owner',  'heidi@example.com', NULL, 'active',  false, 0, '2024-06-01', '2024-06-01', 100000, 1),
+ (6010, 'project_6200_bot_1', 'hooks deploy bot', 'project_6200_bot_1@noreply.example.com', NULL, 'active', false, 6, '2024-06-01', '2024-06-01', 100000, 1),
+ (6011, 'group_6100_bot_1',   'demo-b28 ci bot',  'group_6100_bot_1@noreply.example.com',   NULL, 'active', false, 6, '2024-06-01', '2024-06-01', 100000, 1),
+ (6012, 'project_6999_bot_1', 'orphan bot',       'project_6999_bot_1@noreply.example.com', NULL, 'active', false, 6, '2024-06-01', '2024-06-01', 100000, 1);
 
 -- Groups: demo-b28 > tokens; project hooks in tokens.
-INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at) VALUES
- (6100, 'demo-b28', 'demo-b28', 'Group',   NULL, '{6100}',           '2024-06-01', '2024-06-01'),
- (6101, 'tokens',   'tokens',   'Group',   6100, '{6100,6101}',      '2024-06-01', '2024-06-01'),
- (6300, 'hooks',    'hooks',    'Project', 6101, '{6100,6101,6300}', '2024-06-01', '2024-06-01');
+INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id) VALUES
+ (6100, 'demo-b28', 'demo-b28', 'Group',   NULL, '{6100}',           '2024-06-01', '2024-06-01', 1),
+ (6101, 'tokens',   'tokens',   'Group',   6100, '{6100,6101}',      '2024-06-01', '2024-06-01', 1),
+ (6300, 'hooks',    'hooks',    'Project', 6101, '{6100,6101,6300}', '2024-06-01', '2024-06-01', 1);
 INSERT INTO projects (id, name, path, description, namespace_id, project_namespace_id, organization_id, created_at, updated_at) VALUES
  (6200, 'hooks', 'hooks', 'Receives web hooks', 6101, 6300, 1, '2024-06-01', '2024-06-01');
 INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at) VALUES
@@ -28,11 +28,11 @@ INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at
 
 -- heidi owns demo-b28; grace maintains hooks; the bots are members of their resource.
 -- No membership expires (B38 leaves them alone).
-INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, created_at, updated_at) VALUES
- (60001, 50, 6100, 'Namespace', 'GroupMember',   6004, 6100, '2024-06-01', '2024-06-01'),
- (60002, 40, 6200, 'Project',   'ProjectMember', 6003, 6300, '2024-06-01', '2024-06-01'),
- (60003, 40, 6200, 'Project',   'ProjectMember', 6010, 6300, '2024-06-01', '2024-06-01'),
- (60004, 30, 6100, 'Namespace', 'GroupMember',   6011, 6100, '2024-06-01', '2024-06-01');
+INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, created_at, updated_at, notification_level) VALUES
+ (60001, 50, 6100, 'Namespace', 'GroupMember',   6004, 6100, '2024-06-01', '2024-06-01', 3),
+ (60002, 40, 6200, 'Project',   'ProjectMember', 6003, 6300, '2024-06-01', '2024-06-01', 3),
+ (60003, 40, 6200, 'Project',   'ProjectMember', 6010, 6300, '2024-06-01', '2024-06-01', 3),
+ (60004, 30, 6100, 'Namespace', 'GroupMember',   6011, 6100, '2024-06-01', '2024-06-01', 3);
 
 -- Tokens: erin's expire in 3 and 20 days (and a revoked one), frank (blocked) is
 -- marked without a mail, the project bot's in 6 days fires the hooks, the group bot's

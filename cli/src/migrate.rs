@@ -1,7 +1,9 @@
 //! Schema migrations for LOCAL AND TEST databases only (behaviour §S).
 //!
-//! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates GitLab's
-//! table subset. The runtime code never issues DDL, and `hk migrate` must never be
+//! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates the model of
+//! GitLab's tables the bundle touches, per supported GitLab release ([`GitlabVersion`]:
+//! V1 is GitLab 18.2's model, V2 the changes up to 18.8), and the fingerprint of that
+//! SQL the test harness names its template after ([`fingerprint`]). The runtime code never issues DDL, and `hk migrate` must never be
 //! pointed at a real GitLab database. refinery's history table lives in the separate
 //! schema `hk_meta`, so `public` holds only GitLab's tables (behaviour §S1.1).
 //!
@@ -23,12 +25,100 @@ mod embedded {
 /// Where refinery records applied migrations.
 pub const HISTORY_TABLE: &str = "hk_meta.refinery_schema_history";
 
-/// Apply every pending migration; returns the versions applied now.
+/// A supported GitLab release the model can be built for: the oldest and the newest
+/// (both GitLab upgrade stops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GitlabVersion {
+    /// GitLab 18.2 (migration V1 only).
+    V18_2,
+    /// GitLab 18.8 (V1 and V2), the default.
+    #[default]
+    V18_8,
+}
+
+impl GitlabVersion {
+    /// Every supported release, oldest first.
+    pub const ALL: [GitlabVersion; 2] = [GitlabVersion::V18_2, GitlabVersion::V18_8];
+
+    /// `18.2` or `18.8`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GitlabVersion::V18_2 => "18.2",
+            GitlabVersion::V18_8 => "18.8",
+        }
+    }
+
+    /// The last migration of this release's model.
+    pub fn target(self) -> i32 {
+        match self {
+            GitlabVersion::V18_2 => 1,
+            GitlabVersion::V18_8 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for GitlabVersion {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        GitlabVersion::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s.trim())
+            .ok_or_else(|| format!("unsupported GitLab version {s:?}: expected 18.2 or 18.8"))
+    }
+}
+
+impl std::fmt::Display for GitlabVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A hex fingerprint of the embedded migrations up to `version`'s target (their names
+/// and SQL) and of the version: it changes whenever either does, so a database built
+/// from an older model is never taken for the current one.
+pub fn fingerprint(version: GitlabVersion) -> String {
+    use std::hash::{Hash, Hasher};
+    // FNV-1a, 64 bits: stable across runs and Rust releases (unlike `DefaultHasher`).
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 ^= u64::from(*b);
+                self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    version.as_str().hash(&mut h);
+    for m in embedded::migrations::runner().get_migrations() {
+        if m.version() <= version.target() {
+            m.name().hash(&mut h);
+            m.sql().unwrap_or_default().hash(&mut h);
+        }
+    }
+    format!("{:016x}", h.finish())
+}
+
+/// Apply every pending migration of the newest model; returns the versions applied now.
 pub async fn run(client: &mut tokio_postgres::Client) -> Result<Vec<i32>> {
+    run_for(client, GitlabVersion::default()).await
+}
+
+/// Apply the pending migrations of `version`'s model (none past its target); returns
+/// the versions applied now.
+pub async fn run_for(
+    client: &mut tokio_postgres::Client,
+    version: GitlabVersion,
+) -> Result<Vec<i32>> {
     client
         .batch_execute("CREATE SCHEMA IF NOT EXISTS hk_meta")
         .await?;
-    let report = embedded::migrations::runner()
+    let mut runner =
+        embedded::migrations::runner().set_target(refinery::Target::Version(version.target()));
+    let report = runner
         .set_migration_table_name(HISTORY_TABLE)
         .run_async(client)
         .await

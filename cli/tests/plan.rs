@@ -97,25 +97,25 @@ async fn expired(url: &str, users: i64, projects: i64) -> tokio_postgres::Client
         .await
         .unwrap();
     c.batch_execute(&format!(
-        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at)
-           VALUES (100, 'g', 'g', 'Group', ARRAY[100]::bigint[], '2024-01-01', '2024-01-01');
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
+           VALUES (100, 'g', 'g', 'Group', ARRAY[100]::bigint[], '2024-01-01', '2024-01-01', 1);
          INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
            VALUES (100, 'Namespace', 'g', 'g', 100, '2024-01-01', '2024-01-01');
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
            SELECT 1000 + p, 'p' || p, 'p' || p, 'Project', 100, ARRAY[100, 1000 + p]::bigint[],
-                  '2024-01-01', '2024-01-01' FROM generate_series(1, {projects}) p;
+                  '2024-01-01', '2024-01-01', 1 FROM generate_series(1, {projects}) p;
          INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id,
                                created_at, updated_at)
            SELECT p, 'p' || p, 'p' || p, 100, 1000 + p, 1, '2024-01-01', '2024-01-01'
            FROM generate_series(1, {projects}) p;
-         INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at)
+         INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT u, 'u' || u, 'U' || u, 'u' || u || '@example.com', 'active', false, 0,
-                  '2024-01-01', '2024-01-01' FROM generate_series(1, {users}) u;
+                  '2024-01-01', '2024-01-01', 100000, 1 FROM generate_series(1, {users}) u;
          INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at,
-                              created_at, updated_at)
+                              created_at, updated_at, notification_level, member_namespace_id)
            SELECT (u - 1) * {projects} + p, 30, p, 'Project', 'ProjectMember', u, '2026-02-28',
                   '2024-01-01', '2024-01-01'
-           FROM generate_series(1, {users}) u, generate_series(1, {projects}) p;
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = p) FROM generate_series(1, {users}) u, generate_series(1, {projects}) p;
          INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
            SELECT u, p, 30, true FROM generate_series(1, {users}) u, generate_series(1, {projects}) p;"
     ))

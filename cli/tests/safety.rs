@@ -184,8 +184,8 @@ async fn the_log_mailer_is_refused_on_a_database_hk_did_not_create() {
         .await
         .unwrap();
     c.batch_execute(
-        "INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at)
-           VALUES (10, 'u10', 'U', 'u10@example.com', 'active', false, 0, '2024-01-01', '2024-01-01');
+        "INSERT INTO users (id, username, name, email, state, admin, user_type, created_at, updated_at, projects_limit, organization_id)
+           VALUES (10, 'u10', 'U', 'u10@example.com', 'active', false, 0, '2024-01-01', '2024-01-01', 100000, 1);
          INSERT INTO personal_access_tokens (id, user_id, name, revoked, expires_at, organization_id, created_at, updated_at)
            VALUES (1, 10, 'laptop', false, '2026-03-05', 1, '2024-01-01', '2024-01-01');",
     )

@@ -95,8 +95,7 @@ async fn refresh_gives_the_owner_of_a_personal_namespace_owner_access() {
     let db = tree().await;
     let fx = Fx(&db);
     fx.personal_namespace(900, 10).await;
-    db.exec("INSERT INTO projects (id, name, path, namespace_id, organization_id) VALUES (901, 'mine', 'mine', 900, 1)")
-        .await;
+    Fx(&db).project_path(901, 900, "mine").await;
     authz::refresh(&db.client, 10, &[901]).await.unwrap();
     assert_eq!(db.pas().await, vec![(10, 901, 50)]);
 }
@@ -204,8 +203,7 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
 async fn phase_one_refuses_a_user_with_personal_projects() {
     let db = tree().await;
     Fx(&db).personal_namespace(900, 12).await;
-    db.exec("INSERT INTO projects (id, name, path, namespace_id, organization_id) VALUES (901, 'mine', 'mine', 900, 1)")
-        .await;
+    Fx(&db).project_path(901, 900, "mine").await;
     let (log, _g) = capture();
     let mut outbox = Vec::new();
     let req = RemovalRequest {

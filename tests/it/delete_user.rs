@@ -100,7 +100,7 @@ async fn a_missing_ghost_user_is_created_with_namespace_and_route() {
     assert_eq!(
         db.scalar::<String>(&format!("SELECT name FROM users WHERE id = {ghost}"))
             .await,
-        "Ghost User"
+        "Ghost"
     );
     assert_eq!(
         db.count(&format!("issues WHERE author_id = {ghost}")).await,
@@ -122,7 +122,7 @@ async fn a_missing_ghost_user_is_created_with_namespace_and_route() {
 async fn the_ghost_takes_the_next_free_name_when_ghost_is_taken() {
     let db = fixture(false).await;
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type) VALUES (30, 'Ghost', 'someone@example.com', 'active', 0)",
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id) VALUES (30, 'Ghost', 'someone@example.com', 'active', 0, 100000, 1)",
     )
     .await;
     db.runner(t(NOW)).invoke(F, &message(20), 1).await.unwrap();
@@ -175,10 +175,7 @@ async fn a_user_who_became_sole_owner_is_not_deleted() {
 #[tokio::test]
 async fn a_user_who_owns_personal_projects_is_not_deleted() {
     let db = fixture(true).await;
-    db.exec(
-        "INSERT INTO projects (id, name, path, namespace_id, organization_id) VALUES (901, 'mine', 'mine', 900, 1)",
-    )
-    .await;
+    Fx(&db).project_path(901, 900, "mine").await;
     let (log, _g) = capture();
     db.runner(t(NOW)).invoke(F, &message(20), 1).await.unwrap();
     log.one("User deletion refused: user owns personal projects");
@@ -202,7 +199,7 @@ async fn the_ghost_user_itself_is_never_deleted() {
 async fn with_no_budget_each_invocation_reassigns_one_batch_and_resends() {
     let db = fixture(true).await;
     db.exec(
-        "INSERT INTO issues (id, project_id, author_id) SELECT g, 200, 20 FROM generate_series(2, 2500) g",
+        "INSERT INTO issues (id, project_id, author_id, namespace_id, work_item_type_id) SELECT g, 200, 20, (SELECT project_namespace_id FROM projects WHERE id = 200), 1 FROM generate_series(2, 2500) g",
     )
     .await;
     let settings = Settings {

@@ -45,7 +45,7 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
             None => vec![id],
         };
         sql.push_str(&format!(
-            "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids) VALUES ({id}, 'g{id}', 'g{id}', 'Group', {}, ARRAY{:?}::bigint[]);\n",
+            "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id) VALUES ({id}, 'g{id}', 'g{id}', 'Group', {}, ARRAY{:?}::bigint[], 1);\n",
             parent.map(|p| (100 + p as i64).to_string()).unwrap_or("NULL".into()),
             t
         ));
@@ -60,7 +60,7 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
         };
         let kind = if r.gen_range(0..8) == 0 { 6 } else { 0 };
         sql.push_str(&format!(
-            "INSERT INTO users (id, username, email, state, user_type) VALUES ({id}, 'u{id}', 'u{id}@example.com', {state}, {kind});\n"
+            "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id) VALUES ({id}, 'u{id}', 'u{id}@example.com', {state}, {kind}, 100000, 1);\n"
         ));
         if kind == 6 {
             sql.push_str(&format!(
@@ -69,7 +69,7 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
         }
         if u < 3 {
             sql.push_str(&format!(
-                "INSERT INTO namespaces (id, name, path, owner_id, type, traversal_ids) VALUES ({ns}, 'n{ns}', 'n{ns}', {id}, 'User', ARRAY[{ns}]::bigint[]);\n",
+                "INSERT INTO namespaces (id, name, path, owner_id, type, traversal_ids, organization_id) VALUES ({ns}, 'n{ns}', 'n{ns}', {id}, 'User', ARRAY[{ns}]::bigint[], 1);\n",
                 ns = 900 + u
             ));
         }
@@ -82,7 +82,11 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
             100 + r.gen_range(0..groups)
         };
         sql.push_str(&format!(
-            "INSERT INTO projects (id, name, path, namespace_id) VALUES ({id}, 'p{id}', 'p{id}', {ns});\n"
+            "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+             SELECT 100000 + {id}, 'p{id}', 'p{id}', 'Project', {ns}, traversal_ids || (100000 + {id})::bigint, 1
+             FROM namespaces WHERE id = {ns};
+             INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id)
+             VALUES ({id}, 'p{id}', 'p{id}', {ns}, 100000 + {id}, 1);\n"
         ));
     }
     let levels = [0, 5, 10, 20, 30, 40, 50, 50];
@@ -118,8 +122,8 @@ fn world(seed: u64, groups: i64, projects: i64, users: i64, members: i64) -> Str
             "NULL".into()
         };
         sql.push_str(&format!(
-            "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, state, requested_at, expires_at, invite_token)
-             VALUES ({id}, {level}, {source}, '{st}', '{kind}', {user}, {state}, {requested}, {expires}, {token});\n"
+            "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, state, requested_at, expires_at, invite_token, notification_level, member_namespace_id)
+             VALUES ({id}, {level}, {source}, '{st}', '{kind}', {user}, {state}, {requested}, {expires}, {token}, 3, (CASE WHEN '{st}' = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = {source}) ELSE {source} END));\n"
         ));
         if !invite && r.gen_bool(0.4) {
             sql.push_str(&format!(
@@ -406,11 +410,11 @@ async fn pages_larger_than_a_group_remove_every_member_and_refresh_every_user() 
     fx.project(200, 101).await;
     fx.project(201, 100).await;
     db.exec(
-        "INSERT INTO users (id, username, email, state) SELECT g, 'u' || g, 'u' || g || '@x', 'active' FROM generate_series(1000, 1349) g;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
-           SELECT g, 30, 101, 'Namespace', 'GroupMember', g, '2025-03-01' FROM generate_series(1000, 1349) g;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id)
-           SELECT g + 1000, 10, 100, 'Namespace', 'GroupMember', g FROM generate_series(1000, 1349, 2) g;
+        "INSERT INTO users (id, username, email, state, projects_limit, organization_id) SELECT g, 'u' || g, 'u' || g || '@x', 'active', 100000, 1 FROM generate_series(1000, 1349) g;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, notification_level, member_namespace_id)
+           SELECT g, 30, 101, 'Namespace', 'GroupMember', g, '2025-03-01', 3, 101 FROM generate_series(1000, 1349) g;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, notification_level, member_namespace_id)
+           SELECT g + 1000, 10, 100, 'Namespace', 'GroupMember', g, 3, 100 FROM generate_series(1000, 1349, 2) g;
          INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
            SELECT g, 200, 30, true FROM generate_series(1000, 1349) g;",
     )

@@ -67,14 +67,18 @@ pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) 
            SELECT {t} + s, 'g' || ({t} + s), 'g' || ({t} + s), 'Group', 1 + (s - 1) % {t},
                   ARRAY[1 + (s - 1) % {t}, {t} + s]::bigint[], 1, '{today}', '{today}'
            FROM generate_series(1, {groups} - {t}) s;
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           SELECT p, 'p' || p, 'p' || p, 1 + (p - 1) / 2, 1, '{today}', '{today}'
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT 100000000 + p, 'p' || p, 'p' || p, 'Project', n.id, n.traversal_ids || (100000000 + p)::bigint, 1,
+                  '{today}', '{today}'
+           FROM generate_series(1, {projects}) p JOIN namespaces n ON n.id = 1 + (p - 1) / 2;
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           SELECT p, 'p' || p, 'p' || p, 1 + (p - 1) / 2, 100000000 + p, 1, '{today}', '{today}'
            FROM generate_series(1, {projects}) p;
-         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at)
+         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'u' || i, 'User ' || i, 'u' || i || '@example.com', 'active', 0, '{today}', '{today}'
-           FROM generate_series(1, {u}) i;
+          , 100000, 1 FROM generate_series(1, {u}) i;
          INSERT INTO members (id, access_level, source_id, source_type, type, user_id, invite_email,
-                              invite_token, requested_at, expires_at, created_at, updated_at)
+                              invite_token, requested_at, expires_at, created_at, updated_at, notification_level, member_namespace_id)
            SELECT i, 10 * (1 + floor(r_level * 4))::int,
                   CASE WHEN r_kind < 0.6 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END,
                   CASE WHEN r_kind < 0.6 THEN 'Project' ELSE 'Namespace' END,
@@ -84,10 +88,10 @@ pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) 
                   CASE WHEN r_inv < 0.02 THEN 'bench-invite-' || i END,
                   CASE WHEN r_inv >= 0.02 AND r_inv < 0.03 THEN timestamp '{today}' - interval '40 days' END,
                   {date}, '{today}', '{today}'
-           FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_inv,
+          , 3, (CASE WHEN CASE WHEN r_kind < 0.6 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = CASE WHEN r_kind < 0.6 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END) ELSE CASE WHEN r_kind < 0.6 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_inv,
                         random() r_user, random() r_date
                  FROM generate_series(1, {n}) i) x;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at)
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at, notification_level, member_namespace_id)
            SELECT {n} + i, 10 * (1 + floor(r_level * 4))::int,
                   CASE WHEN r_kind < 0.5 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END,
                   CASE WHEN r_kind < 0.5 THEN 'Project' ELSE 'Namespace' END,
@@ -95,11 +99,11 @@ pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) 
                   1 + floor(r_user * {u}),
                   CASE WHEN r_date < 0.1 THEN date '{today}' + 1 + floor(r_date * 3650)::int END,
                   '{today}', '{today}'
-           FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_user, random() r_date
+          , 3, (CASE WHEN CASE WHEN r_kind < 0.5 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = CASE WHEN r_kind < 0.5 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END) ELSE CASE WHEN r_kind < 0.5 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_user, random() r_date
                  FROM generate_series(1, {l}) i) x;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, created_at, updated_at)
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT {n} + {l} + g, 50, g, 'Namespace', 'GroupMember', 1 + floor(random() * {u}), '{today}', '{today}'
-           FROM generate_series(1, {t}) g;
+          , 3, g FROM generate_series(1, {t}) g;
          INSERT INTO notification_settings (user_id, source_id, source_type, level, created_at, updated_at)
            SELECT user_id, source_id, source_type, 2, '{today}', '{today}' FROM members
            WHERE user_id IS NOT NULL AND random() < 0.3
@@ -142,15 +146,19 @@ pub async fn keyset(
         format!("date '{today}' - 1")
     };
     let sql = format!(
-        "INSERT INTO users (id, username, email, state, user_type, created_at, updated_at)
+        "-- The memberships name projects that are not loaded (the bench reads members only);
+         -- their member_namespace_id (NOT NULL in GitLab) is one stand-in namespace.
+         INSERT INTO namespaces (id, name, path, type, traversal_ids, organization_id)
+           VALUES (1, 'keyset', 'keyset', 'Group', ARRAY[1]::bigint[], 1) ON CONFLICT (id) DO NOTHING;
+         INSERT INTO users (id, username, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'k' || i, 'k' || i || '@example.com', 'active', 0, '{today}', '{today}'
-           FROM generate_series(1, 1000) i;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at)
+          , 100000, 1 FROM generate_series(1, 1000) i;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at, notification_level, member_namespace_id)
            SELECT i, 30, 1 + i % 5000, 'Project', 'ProjectMember', 1 + i % 1000,
                   CASE WHEN i <= {expired} THEN {date}
                        WHEN i % 10 = 0 THEN date '{today}' + 1 + (i % 3650)::int END,
                   '{today}', '{today}'
-           FROM generate_series(1, {total}) i;"
+          , 3, 1 FROM generate_series(1, {total}) i;"
     );
     c.batch_execute(&sql).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
@@ -163,14 +171,16 @@ pub async fn b38_bots(c: &Client, today: NaiveDate, count: u64) -> Result<()> {
     let sql = format!(
         "INSERT INTO namespaces (id, name, path, type, traversal_ids, organization_id, created_at, updated_at)
            VALUES (1, 'bots', 'bots', 'Group', ARRAY[1]::bigint[], 1, '{today}', '{today}');
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           VALUES (1, 'p', 'p', 1, 1, '{today}', '{today}');
-         INSERT INTO users (id, username, email, state, user_type, created_at, updated_at)
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           VALUES (100000001, 'p', 'p', 'Project', 1, ARRAY[1, 100000001]::bigint[], 1, '{today}', '{today}');
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           VALUES (1, 'p', 'p', 1, 100000001, 1, '{today}', '{today}');
+         INSERT INTO users (id, username, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'bot' || i, 'bot' || i || '@noreply.example.com', 'active', 6, '{today}', '{today}'
-           FROM generate_series(1, {count}) i;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at)
+          , 100000, 1 FROM generate_series(1, {count}) i;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at, notification_level, member_namespace_id)
            SELECT i, 40, 1, 'Project', 'ProjectMember', i, date '{today}' - 1, '{today}', '{today}'
-           FROM generate_series(1, {count}) i;
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = 1) FROM generate_series(1, {count}) i;
          INSERT INTO personal_access_tokens (user_id, name, expires_at, created_at, updated_at, organization_id)
            SELECT i, 'bot token', date '{today}' - 1, '{today}', '{today}', 1 FROM generate_series(1, {count}) i;
          INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
@@ -248,30 +258,34 @@ pub async fn b28(c: &Client, today: NaiveDate, s: B28Sizes) -> Result<()> {
          INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
            SELECT {t} + g, 's' || g, 's' || g, 'Group', g, ARRAY[g, {t} + g]::bigint[], 1, '{today}', '{today}'
            FROM generate_series(1, {t}) g;
-         INSERT INTO projects (id, name, path, namespace_id, organization_id, created_at, updated_at)
-           SELECT i, 'p' || i, 'p' || i, {t} + 1 + (i - 1) % {t}, 1, '{today}', '{today}'
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id, created_at, updated_at)
+           SELECT 100000000 + i, 'p' || i, 'p' || i, 'Project', n.id, n.traversal_ids || (100000000 + i)::bigint, 1,
+                  '{today}', '{today}'
+           FROM generate_series(1, {p}) i JOIN namespaces n ON n.id = {t} + 1 + (i - 1) % {t};
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
+           SELECT i, 'p' || i, 'p' || i, {t} + 1 + (i - 1) % {t}, 100000000 + i, 1, '{today}', '{today}'
            FROM generate_series(1, {p}) i;
-         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at)
+         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT i, 'u' || i, 'User ' || i, 'u' || i || '@example.com',
                   CASE WHEN r < 0.04 THEN 'blocked' WHEN r < 0.05 THEN 'deactivated'
                        WHEN r < 0.06 THEN NULL ELSE 'active' END, 0, '{today}', '{today}'
-           FROM (SELECT i, random() r FROM generate_series(1, {h}) i) x;
-         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at)
+          , 100000, 1 FROM (SELECT i, random() r FROM generate_series(1, {h}) i) x;
+         INSERT INTO users (id, username, name, email, state, user_type, created_at, updated_at, projects_limit, organization_id)
            SELECT {h} + i, 'bot' || i, 'Bot ' || i, 'bot' || i || '@noreply.example.com', 'active', 6,
                   '{today}', '{today}'
-           FROM generate_series(1, {b}) i;
-         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+          , 100000, 1 FROM generate_series(1, {b}) i;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT 40, 1 + (i - 1) % {p}, 'Project', 'ProjectMember', {h} + i, '{today}', '{today}'
-           FROM generate_series(1, {pb}) i WHERE i % 25 <> 0;
-         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = 1 + (i - 1) % {p}) FROM generate_series(1, {pb}) i WHERE i % 25 <> 0;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT 30, {t} + 1 + i % {t}, 'Namespace', 'GroupMember', {h} + i, '{today}', '{today}'
-           FROM generate_series({pb} + 1, {b}) i WHERE i % 25 <> 0;
-         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+          , 3, {t} + 1 + i % {t} FROM generate_series({pb} + 1, {b}) i WHERE i % 25 <> 0;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT 40, i, 'Project', 'ProjectMember', 1 + (i * 7919) % {h}, '{today}', '{today}'
-           FROM generate_series(1, {p}) i;
-         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at)
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = i) FROM generate_series(1, {p}) i;
+         INSERT INTO members (access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT 50, g, 'Namespace', 'GroupMember', 1 + (g * 104729) % {h}, '{today}', '{today}'
-           FROM generate_series(1, 2 * {t}) g;
+          , 3, g FROM generate_series(1, 2 * {t}) g;
          INSERT INTO web_hooks (project_id, type, resource_access_token_events, created_at, updated_at)
            SELECT i, 'ProjectHook', i % 3 = 0, '{today}', '{today}'
            FROM generate_series(1, {p}) i WHERE i % 3 = 0 OR i % 7 = 0;

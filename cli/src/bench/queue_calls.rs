@@ -217,9 +217,9 @@ async fn producers(moto: &Moto, n: u64, opts: &Options, dbs: &mut BenchDbs) -> R
     {
         let c = dbs.create("qc_b70").await?;
         c.batch_execute(&format!(
-            "INSERT INTO users (id, username, email, state, user_type)
+            "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
                SELECT g, 'ph' || g, 'ph' || g || '@example.com', 'active', 15
-               FROM generate_series(1, {n}) g;
+              , 100000, 1 FROM generate_series(1, {n}) g;
              INSERT INTO import_placeholder_user_details
                (id, placeholder_user_id, organization_id, created_at, updated_at)
                SELECT g, g, 1, '2024-01-01', '2024-01-01' FROM generate_series(1, {n}) g;"

@@ -146,10 +146,11 @@ const fn fk(
 
 /// behaviour §S4, one entry per foreign key.
 const FKS: &[Fk] = &[
-    fk("members", "user_id", "users", "c"),
+    // members.user_id, notification_settings.user_id and project_authorizations.user_id
+    // have no database FK in GitLab (loose FKs: `users_loose_fk_trigger`, checked in
+    // `foreign_keys`), nor have ghost_user_migrations.initiator_user_id and
+    // notes.author_id.
     fk("personal_access_tokens", "user_id", "users", "c"),
-    fk("notification_settings", "user_id", "users", "c"),
-    fk("project_authorizations", "user_id", "users", "c"),
     fk("group_deletion_schedules", "user_id", "users", "c"),
     fk("members_deletion_schedules", "user_id", "users", "c"),
     fk(
@@ -167,7 +168,6 @@ const FKS: &[Fk] = &[
     fk("ghost_user_migrations", "user_id", "users", "c"),
     fk("import_source_users", "placeholder_user_id", "users", "n"),
     fk("import_source_users", "reassign_to_user_id", "users", "n"),
-    fk("ghost_user_migrations", "initiator_user_id", "users", "n"),
     Fk {
         required: false,
         ..fk("issues", "author_id", "users", "n")
@@ -175,10 +175,6 @@ const FKS: &[Fk] = &[
     Fk {
         required: false,
         ..fk("merge_requests", "author_id", "users", "n")
-    },
-    Fk {
-        required: false,
-        ..fk("notes", "author_id", "users", "n")
     },
     fk("routes", "namespace_id", "namespaces", "c"),
     fk("group_deletion_schedules", "group_id", "namespaces", "c"),
@@ -191,7 +187,7 @@ const FKS: &[Fk] = &[
     fk("import_source_users", "namespace_id", "namespaces", "c"),
     fk("web_hooks", "group_id", "namespaces", "c"),
     fk("projects", "project_namespace_id", "namespaces", "c"),
-    fk("members", "member_namespace_id", "namespaces", "n"),
+    fk("members", "member_namespace_id", "namespaces", "c"),
     fk(
         "import_placeholder_user_details",
         "namespace_id",
@@ -389,6 +385,16 @@ async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
                 ));
             }
         }
+    }
+    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[])
+        .await?
+        .is_none()
+    {
+        bad.push(Check::fail(
+            "loose foreign keys of users",
+            "users_loose_fk_trigger is missing",
+            "GitLab records deleted users in loose_foreign_keys_deleted_records through this trigger;              without it GitLab never cleans up what the batches leave to it (members, notification settings, …)",
+        ));
     }
     if bad.iter().all(|b| !b.required) {
         bad.insert(

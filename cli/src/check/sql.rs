@@ -118,6 +118,11 @@ pub const REQUIRED_COLUMNS: &str = "SELECT a.attname::text,
        AND (a.attnotnull OR ck.conname IS NOT NULL)
      ORDER BY a.attnum";
 
+/// GitLab's loose-FK statement trigger on `users` (what stands in for the FKs of
+/// members, notification_settings and project_authorizations on user_id).
+pub const USERS_LOOSE_FK_TRIGGER: &str = "SELECT 1 FROM pg_trigger
+     WHERE tgrelid = to_regclass('users') AND tgname = 'users_loose_fk_trigger' AND NOT tgisinternal";
+
 /// The `ON DELETE` action (`confdeltype`: a no action, r restrict, c cascade, n set
 /// null, d set default) of every single-column foreign key from `$1`.`$2` to `$3`.
 pub const FK_ACTIONS: &str = "SELECT c.conname::text, c.confdeltype::text

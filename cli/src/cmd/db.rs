@@ -1,5 +1,5 @@
-//! `hk db up|down`, `hk migrate` and `hk seed`: the throwaway cluster, the schema
-//! subset and the demo data set.
+//! `hk db up|down`, `hk migrate` and `hk seed`: the throwaway cluster, the model of
+//! GitLab's tables (per supported GitLab release) and the demo data set.
 
 use super::*;
 
@@ -39,8 +39,11 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn cmd_migrate(json: bool) -> Result<ExitCode> {
-    let applied = migrate(&database_url()?).await?;
+pub(crate) async fn cmd_migrate(
+    json: bool,
+    gitlab: hk::migrate::GitlabVersion,
+) -> Result<ExitCode> {
+    let applied = migrate_for(&database_url()?, gitlab).await?;
     if json {
         println!("{}", serde_json::json!({ "applied": applied }));
     } else {

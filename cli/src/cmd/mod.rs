@@ -62,11 +62,16 @@ pub(crate) enum Cmd {
         #[command(subcommand)]
         action: DbAction,
     },
-    /// Apply the schema subset to $DATABASE_URL (local and test databases only).
+    /// Apply the model of GitLab's tables to $DATABASE_URL (local and test databases
+    /// only).
     Migrate {
         /// Print `{"applied": [versions]}` instead of the sentence.
         #[arg(long)]
         json: bool,
+        /// The GitLab release to model: `18.2` (the oldest supported) or `18.8` (the
+        /// newest).
+        #[arg(long, default_value = "18.8")]
+        gitlab: hk::migrate::GitlabVersion,
     },
     /// Load a data set into $DATABASE_URL.
     Seed {
@@ -262,15 +267,24 @@ pub(crate) async fn mark_throwaway(url: &str, by: &str) -> Result<()> {
     Ok(hk::migrate::mark_throwaway(&c, by).await?)
 }
 
+/// Apply the newest model (`hk db up`, `hk demo`).
 pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
+    migrate_for(url, hk::migrate::GitlabVersion::default()).await
+}
+
+/// Apply `version`'s model.
+pub(crate) async fn migrate_for(
+    url: &str,
+    version: hk::migrate::GitlabVersion,
+) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
-    Ok(hk::migrate::run(&mut c).await?)
+    Ok(hk::migrate::run_for(&mut c, version).await?)
 }
 
 pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Cmd::Db { action } => db::cmd_db(action).await,
-        Cmd::Migrate { json } => db::cmd_migrate(json).await,
+        Cmd::Migrate { json, gitlab } => db::cmd_migrate(json, gitlab).await,
         Cmd::Seed { set, now, json } => db::cmd_seed(&set, now.as_deref(), json).await,
         Cmd::Check(a) => cmd_check(a).await,
         Cmd::Run(a) => cmd_run(a).await,

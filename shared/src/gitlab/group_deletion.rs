@@ -1,7 +1,7 @@
 //! Adjourned group deletion in GitLab's legacy model (behaviour §B51.3.1, §B51.5, §D13, §D14).
 //!
 //! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
-//! highest id, default 7) and the inclusive cutoff computed from it in the
+//! highest id; without one, the column's default in the installed GitLab) and the inclusive cutoff computed from it in the
 //! application, the `group_deletion_schedules` rows (due pages, one group's row), the
 //! rename-suffix rules, and `restore_group`: strip the suffix, rename the group and
 //! re-prefix the routes of everything below it, delete the schedule. The new paths are
@@ -19,8 +19,9 @@ use crate::gitlab::hierarchy;
 
 pub(crate) mod sql;
 
-/// `DEFAULT_PERIOD_DAYS`: the period when `application_settings` has no row.
-pub const DEFAULT_PERIOD_DAYS: i32 = 7;
+/// `DEFAULT_PERIOD_DAYS`: the period when `application_settings` has no row (or a NULL
+/// period) and the column's default cannot be read: GitLab's default since 18.3.
+pub const DEFAULT_PERIOD_DAYS: i32 = 30;
 
 /// The rename suffixes that marking for deletion added (`SUFFIX_RE`), current first.
 const SUFFIX_MARKERS: [&str; 2] = ["-deletion_scheduled-", "-deleted-"];
@@ -39,10 +40,14 @@ pub struct Schedule {
     pub marked_for_deletion_on: NaiveDate,
 }
 
-/// `:period`: `deletion_adjourned_period` of the highest-id settings row, or 7.
+/// `:period`: `deletion_adjourned_period` of the highest-id settings row; without one
+/// (or NULL), GitLab's default of the installed version, read from the column's default
+/// (7 on 18.2, 30 since 18.3); [`DEFAULT_PERIOD_DAYS`] if that cannot be read.
 pub async fn deletion_adjourned_period<C: GenericClient>(c: &C) -> Result<i32> {
-    let row = c.query_opt(sql::DELETION_ADJOURNED_PERIOD, &[]).await?;
-    let period = row.map(|r| r.get(0)).unwrap_or(DEFAULT_PERIOD_DAYS);
+    let row = c.query_one(sql::DELETION_ADJOURNED_PERIOD, &[]).await?;
+    let stored: Option<i32> = row.get(0);
+    let column_default: Option<i32> = row.get(1);
+    let period = stored.or(column_default).unwrap_or(DEFAULT_PERIOD_DAYS);
     if !PERIOD_RANGE.contains(&period) {
         tracing::warn!(
             deletion_adjourned_period = period,

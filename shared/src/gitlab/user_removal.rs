@@ -178,31 +178,31 @@ pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Resul
         tx.commit().await?;
         return Ok(r.get(0));
     }
-    // The first of ghost, ghost1, ghost2, … free as a username, email and route path
-    // (compared case-insensitively).
-    let taken: Vec<String> = tx
-        .query(sql::TAKEN_GHOST_NAMES, &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let username = (0..)
-        .map(|i| {
-            if i == 0 {
-                "ghost".to_string()
-            } else {
-                format!("ghost{i}")
-            }
-        })
-        .find(|n| !taken.contains(n))
-        .expect("an unused ghost name exists");
-    let email = format!("{username}@example.com"); // [CONFIRM GitLab's pattern]
-    let id: i64 = tx
+    // The first of ghost, ghost1, ghost2, … free as a username, namespace and route
+    // path, and separately the first free ghost…@example.com (compared
+    // case-insensitively), as GitLab's `Users::Internal` picks them.
+    let taken =
+        |rows: Vec<tokio_postgres::Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
+    let username = first_free_ghost_name(&taken(tx.query(sql::TAKEN_GHOST_USERNAMES, &[]).await?));
+    let email = format!(
+        "{}@example.com",
+        first_free_ghost_name(&taken(tx.query(sql::TAKEN_GHOST_EMAILS, &[]).await?))
+    );
+    let row = tx
         .query_one(sql::INSERT_GHOST, &[&username, &email, &now])
-        .await?
-        .get(0);
+        .await?;
+    let (id, organization): (i64, i64) = (row.get(0), row.get(1));
+    tx.execute(sql::INSERT_GHOST_DETAILS, &[&id]).await?;
+    tx.execute(
+        sql::INSERT_GHOST_ORGANIZATION_USER,
+        &[&id, &organization, &now],
+    )
+    .await?;
     let ns: i64 = tx
-        .query_one(sql::INSERT_GHOST_NAMESPACE, &[&username, &id, &now])
+        .query_one(
+            sql::INSERT_GHOST_NAMESPACE,
+            &[&username, &id, &now, &organization],
+        )
         .await?
         .get(0);
     tx.execute(sql::SET_GHOST_TRAVERSAL_IDS, &[&ns]).await?;
@@ -211,4 +211,18 @@ pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Resul
     tx.commit().await?;
     tracing::info!(user_id = id, "Ghost user created");
     Ok(id)
+}
+
+/// The first of `ghost`, `ghost1`, `ghost2`, … not in `taken` (lower case).
+fn first_free_ghost_name(taken: &[String]) -> String {
+    (0..)
+        .map(|i| {
+            if i == 0 {
+                "ghost".to_string()
+            } else {
+                format!("ghost{i}")
+            }
+        })
+        .find(|n| !taken.contains(n))
+        .expect("an unused ghost name exists")
 }

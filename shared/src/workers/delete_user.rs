@@ -191,6 +191,7 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     tx.execute(sql::DELETE_ROUTES, &[&u]).await?;
     tx.execute(sql::DELETE_NAMESPACES, &[&u]).await?;
     tx.execute(sql::DELETE_MIGRATION, &[&u]).await?;
+    tx.execute(sql::DELETE_AUTHORIZATIONS, &[&u]).await?;
     tx.execute(sql::DELETE_USER, &[&u]).await?;
     tx.commit().await?;
     Ok(Final::Deleted)

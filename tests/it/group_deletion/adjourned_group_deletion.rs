@@ -102,10 +102,10 @@ async fn destroy_messages_are_staggered_by_twenty_seconds_in_id_order() {
 async fn due_groups(db: &TestDb, first: i64, n: i64, user: i64) {
     let last = first + n - 1;
     db.exec(&format!(
-        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
            SELECT g, 'g' || g || '-deletion_scheduled-' || g, 'g' || g || '-deletion_scheduled-' || g,
                   'Group', ARRAY[g]::bigint[], '2024-01-01', '2024-01-01'
-           FROM generate_series({first}, {last}) g;
+          , 1 FROM generate_series({first}, {last}) g;
          INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
            SELECT id, 'Namespace', path, name, id, '2024-01-01', '2024-01-01'
            FROM namespaces WHERE id BETWEEN {first} AND {last};

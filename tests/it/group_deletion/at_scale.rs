@@ -32,11 +32,12 @@ const CRON: Function = Function::AdjournedGroupDeletion;
 async fn sixty_due_groups_go_to_sqs_up_to_index_45_and_to_one_time_schedules_after() {
     const N: i64 = 60;
     let db = TestDb::new().await;
+    super::period(&db, 1, 7).await;
     Fx(&db).users(&[U::human(11).admin()]).await;
     db.exec(&format!(
-        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
            SELECT g, 'g' || g, 'g' || g, 'Group', ARRAY[g]::bigint[], '2024-01-01', '2024-01-01'
-           FROM generate_series(1000, {last}) g;
+          , 1 FROM generate_series(1000, {last}) g;
          INSERT INTO group_deletion_schedules (group_id, user_id, marked_for_deletion_on)
            SELECT g, 11, '2025-03-03' FROM generate_series(1000, {last}) g;",
         last = 1000 + N - 1
@@ -219,32 +220,33 @@ const TREE: [i64; 10] = [5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5
 /// schedules, import rows. Control data in G8000 / P8001 must survive.
 async fn tree() -> TestDb {
     let db = TestDb::new().await;
+    super::period(&db, 1, 7).await;
     let fx = Fx(&db);
     fx.users(&[U::human(11), U::ghost(5), U::placeholder(3100)])
         .await;
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'u' || g, 'u' || g || '@example.com', 'active', 0 FROM generate_series(2001, 2200) g;
-         INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'bot' || g, 'bot' || g || '@noreply.example.com', 'active', 6 FROM generate_series(3001, 3006) g;
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids) VALUES
-           (5000, 'big-deletion_scheduled-5000', 'big-deletion_scheduled-5000', 'Group', NULL, '{5000}'),
-           (8000, 'keep', 'keep', 'Group', NULL, '{8000}');
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids)
-           SELECT g, 'l2-' || g, 'l2-' || g, 'Group', 5000, ARRAY[5000, g] FROM generate_series(5001, 5003) g;
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids)
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'u' || g, 'u' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(2001, 2200) g;
+         INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'bot' || g, 'bot' || g || '@noreply.example.com', 'active', 6, 100000, 1 FROM generate_series(3001, 3006) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id) VALUES
+           (5000, 'big-deletion_scheduled-5000', 'big-deletion_scheduled-5000', 'Group', NULL, '{5000}', 1),
+           (8000, 'keep', 'keep', 'Group', NULL, '{8000}', 1);
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+           SELECT g, 'l2-' || g, 'l2-' || g, 'Group', 5000, ARRAY[5000, g], 1 FROM generate_series(5001, 5003) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
            SELECT g, 'l3-' || g, 'l3-' || g, 'Group', 5001 + (g - 5011) / 2,
                   ARRAY[5000, 5001 + (g - 5011) / 2, g]
-           FROM generate_series(5011, 5016) g;
+          , 1 FROM generate_series(5011, 5016) g;
          INSERT INTO routes (source_id, source_type, path, name, namespace_id)
            SELECT n.id, 'Namespace',
                   (SELECT string_agg(a.path, '/' ORDER BY u.o) FROM unnest(n.traversal_ids) WITH ORDINALITY u(aid, o) JOIN namespaces a ON a.id = u.aid),
                   (SELECT string_agg(a.name, ' / ' ORDER BY u.o) FROM unnest(n.traversal_ids) WITH ORDINALITY u(aid, o) JOIN namespaces a ON a.id = u.aid),
                   n.id
            FROM namespaces n WHERE n.type = 'Group';
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids)
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
            SELECT p + 1000, 'p' || p, 'p' || p, 'Project', x.ns, n.traversal_ids || (p + 1000)::bigint
-           FROM (SELECT p, (ARRAY[5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5016])[(p - 6001) % 10 + 1] AS ns
+          , 1 FROM (SELECT p, (ARRAY[5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5016])[(p - 6001) % 10 + 1] AS ns
                  FROM generate_series(6001, 6050) p
                  UNION ALL SELECT 8001, 8000) x
            JOIN namespaces n ON n.id = x.ns;
@@ -254,37 +256,37 @@ async fn tree() -> TestDb {
            SELECT p.id, 'Project', r.path || '/' || p.path, r.name || ' / ' || p.path, p.project_namespace_id
            FROM projects p JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = p.namespace_id;
          -- 1,000 memberships in the tree.
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id) VALUES
-           (1, 50, 5000, 'Namespace', 'GroupMember', 11, 5000);
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id)
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level) VALUES
+           (1, 50, 5000, 'Namespace', 'GroupMember', 11, 5000, 3);
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level)
            SELECT 10000 + j, 30, 6001 + j / 14, 'Project', 'ProjectMember', 2001 + j % 200, 7001 + j / 14
-           FROM generate_series(0, 699) j;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id)
+          , 3 FROM generate_series(0, 699) j;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level)
            SELECT 11000 + j, 20, (ARRAY[5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5016])[j % 10 + 1],
                   'Namespace', 'GroupMember', 2001 + (j * 7) % 200,
                   (ARRAY[5000, 5001, 5002, 5003, 5011, 5012, 5013, 5014, 5015, 5016])[j % 10 + 1]
-           FROM generate_series(0, 290) j;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id)
+          , 3 FROM generate_series(0, 290) j;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level)
            SELECT 12000 + b - 3000, 40, 6001 + (b - 3001) * 10, 'Project', 'ProjectMember', b, 7001 + (b - 3001) * 10
-           FROM generate_series(3001, 3005) b;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id) VALUES
-           (12006, 30, 5011, 'Namespace', 'GroupMember', 3006, 5011);
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, invite_email, invite_token, member_namespace_id) VALUES
-           (12100, 30, 6002, 'Project', 'ProjectMember', NULL, 'x@example.org', 'tok-1', 7002);
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, requested_at, member_namespace_id) VALUES
-           (12101, 30, 5002, 'Namespace', 'GroupMember', 2002, '2025-03-01', 5002);
+          , 3 FROM generate_series(3001, 3005) b;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level) VALUES
+           (12006, 30, 5011, 'Namespace', 'GroupMember', 3006, 5011, 3);
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, invite_email, invite_token, member_namespace_id, notification_level) VALUES
+           (12100, 30, 6002, 'Project', 'ProjectMember', NULL, 'x@example.org', 'tok-1', 7002, 3);
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, requested_at, member_namespace_id, notification_level) VALUES
+           (12101, 30, 5002, 'Namespace', 'GroupMember', 2002, '2025-03-01', 5002, 3);
          -- Control: G8000 / P8001 with its own members.
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id) VALUES
-           (13000, 30, 8001, 'Project', 'ProjectMember', 2001, 9001),
-           (13001, 50, 8000, 'Namespace', 'GroupMember', 2002, 8000);
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, member_namespace_id, notification_level) VALUES
+           (13000, 30, 8001, 'Project', 'ProjectMember', 2001, 9001, 3),
+           (13001, 50, 8000, 'Namespace', 'GroupMember', 2002, 8000, 3);
          INSERT INTO notification_settings (user_id, source_id, source_type, level, created_at, updated_at)
            SELECT DISTINCT user_id, source_id, source_type, 3, '2024-01-01'::timestamp, '2024-01-01'::timestamp
            FROM members WHERE user_id IS NOT NULL;
          INSERT INTO web_hooks (project_id, type) SELECT id, 'ProjectHook' FROM projects;
          INSERT INTO web_hooks (group_id, type) SELECT id, 'GroupHook' FROM namespaces WHERE type = 'Group';
-         INSERT INTO issues (project_id, author_id) SELECT p.id, 2001 FROM projects p, generate_series(1, 3);
-         INSERT INTO merge_requests (target_project_id, author_id) SELECT p.id, 2002 FROM projects p, generate_series(1, 2);
-         INSERT INTO notes (project_id, author_id) SELECT p.id, 3001 FROM projects p, generate_series(1, 5);
+         INSERT INTO issues (project_id, author_id, namespace_id, work_item_type_id) SELECT p.id, 2001, (SELECT project_namespace_id FROM projects WHERE id = p.id), 1 FROM projects p, generate_series(1, 3);
+         INSERT INTO merge_requests (target_project_id, author_id, target_branch, source_branch) SELECT p.id, 2002, 'main', 'feature' FROM projects p, generate_series(1, 2);
+         INSERT INTO notes (project_id, author_id, noteable_type) SELECT p.id, 3001, 'Issue' FROM projects p, generate_series(1, 5);
          INSERT INTO personal_access_tokens (user_id, name, created_at, updated_at, organization_id)
            SELECT g, 'bot token', '2024-01-01', '2024-01-01', 1 FROM generate_series(3001, 3006) g;
          INSERT INTO members_deletion_schedules (namespace_id, user_id, scheduled_by_id, created_at, updated_at) VALUES
@@ -402,6 +404,45 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             Some(format!("merge_requests WHERE target_project_id = ANY({p})")),
         ),
         ("notes", Some(format!("notes WHERE project_id = ANY({p})"))),
+        (
+            "namespace_details",
+            Some(format!("namespace_details WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "project_authorizations_for_migration",
+            Some(format!("project_authorizations_for_migration WHERE project_id = ANY({p})")),
+        ),
+        (
+            "project_group_links",
+            Some(format!("project_group_links WHERE project_id = ANY({p}) OR group_id = ANY({d})")),
+        ),
+        (
+            "group_group_links",
+            Some(format!("group_group_links WHERE shared_group_id = ANY({d}) OR shared_with_group_id = ANY({d})")),
+        ),
+        (
+            "namespaces_sync_events",
+            Some(format!("namespaces_sync_events WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "projects_sync_events",
+            Some(format!("projects_sync_events WHERE project_id = ANY({p})")),
+        ),
+        (
+            "member_roles",
+            Some(format!("member_roles WHERE namespace_id = ANY{ns}")),
+        ),
+        (
+            "user_details",
+            Some("user_details WHERE user_id BETWEEN 3001 AND 3006".into()),
+        ),
+        (
+            "organization_users",
+            Some("organization_users WHERE user_id BETWEEN 3001 AND 3006".into()),
+        ),
+        // GitLab's loose-FK queue and its migration versions: written, never orphans.
+        ("loose_foreign_keys_deleted_records", None),
+        ("schema_migrations", None),
     ]
 }
 
@@ -481,4 +522,19 @@ async fn a_three_level_tree_is_destroyed_until_idle_without_orphan_rows() {
         db.exists("import_placeholder_user_details WHERE namespace_id = 8000")
             .await
     );
+    // GitLab's loose-FK triggers recorded every deleted group, project namespace,
+    // project and bot for GitLab's cleanup of the children left to it.
+    let recorded = |table: &str, ids: &str| {
+        format!(
+            "(SELECT DISTINCT primary_key_value FROM loose_foreign_keys_deleted_records
+              WHERE fully_qualified_table_name = 'public.{table}' AND primary_key_value = ANY({ids})) x"
+        )
+    };
+    let tree =
+        format!("ARRAY{TREE:?}::bigint[] || ARRAY(SELECT generate_series(7001, 7050))::bigint[]");
+    assert_eq!(db.count(&recorded("namespaces", &tree)).await, 60);
+    let projects = "ARRAY(SELECT generate_series(6001, 6050))::bigint[]";
+    assert_eq!(db.count(&recorded("projects", projects)).await, 50);
+    let bots = "ARRAY(SELECT generate_series(3001, 3006))::bigint[]";
+    assert_eq!(db.count(&recorded("users", bots)).await, 6);
 }

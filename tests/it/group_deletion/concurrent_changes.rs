@@ -123,8 +123,8 @@ async fn a_restore_mid_destroy_stops_it_before_the_next_chunk() {
     let db = transfer_fixture().await;
     // P202 gets 1002 issues: its first chunk deletes 1000, the other two must survive.
     db.exec(
-        "INSERT INTO issues (id, project_id, author_id, created_at, updated_at)
-         SELECT 3000 + i, 202, 11, '2024-01-01', '2024-01-01' FROM generate_series(0, 998) i",
+        "INSERT INTO issues (id, project_id, author_id, created_at, updated_at, namespace_id, work_item_type_id)
+         SELECT 3000 + i, 202, 11, '2024-01-01', '2024-01-01', (SELECT project_namespace_id FROM projects WHERE id = 202), 1 FROM generate_series(0, 998) i",
     )
     .await;
     let mut holder = db.session().await;

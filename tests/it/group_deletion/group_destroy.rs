@@ -184,8 +184,8 @@ async fn with_no_budget_each_invocation_runs_one_chunk_deepest_first() {
 async fn contributions_go_in_chunks_of_a_thousand_before_the_project() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO issues (id, project_id, author_id) SELECT g, 200, 11 FROM generate_series(1, 1500) g;
-         INSERT INTO notes (id, project_id, author_id) VALUES (1, 200, 11), (2, 200, 11);",
+        "INSERT INTO issues (id, project_id, author_id, namespace_id, work_item_type_id) SELECT g, 200, 11, (SELECT project_namespace_id FROM projects WHERE id = 200), 1 FROM generate_series(1, 1500) g;
+         INSERT INTO notes (id, project_id, author_id, noteable_type) VALUES (1, 200, 11, 'Issue'), (2, 200, 11, 'Issue');",
     )
     .await;
     let settings = Settings {
@@ -313,8 +313,8 @@ async fn a_group_with_an_orphan_project_namespace_is_destroyed_with_it_in_one_de
     let db = fixture().await;
     // A project namespace below G101 whose project row is gone, with its route.
     db.exec(
-        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
-         VALUES (350, 'lost', 'lost', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01');
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
+         VALUES (350, 'lost', 'lost', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01', 1);
          INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
          VALUES (350, 'Namespace', 'acme-deletion_scheduled-100/web/lost', 'lost', 350, '2024-01-01', '2024-01-01');",
     )
@@ -336,10 +336,10 @@ async fn a_group_blocked_by_a_row_it_cannot_delete_ends_once_with_a_line_naming_
     let db = fixture().await;
     // A project namespace below G101 that a project elsewhere still uses: not an orphan.
     db.exec(
-        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
-         VALUES (900, 'other', 'other', 'Group', NULL, ARRAY[900], '2024-01-01', '2024-01-01');
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
-         VALUES (350, 'odd', 'odd', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01');
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
+         VALUES (900, 'other', 'other', 'Group', NULL, ARRAY[900], '2024-01-01', '2024-01-01', 1);
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
+         VALUES (350, 'odd', 'odd', 'Project', 101, ARRAY[100, 101, 350], '2024-01-01', '2024-01-01', 1);
          INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id)
          VALUES (950, 'odd', 'odd', 900, 350, 1);",
     )

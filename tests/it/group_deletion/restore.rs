@@ -98,7 +98,7 @@ async fn a_restored_subgroup_keeps_its_parent_prefix() {
     fx.project_path(200, 101, "site").await;
     fx.users(&[U::human(11)]).await;
     fx.members(&[M::gm(1, 101, 11, 40)]).await;
-    schedule(&db, 101, 11, "2025-03-01").await;
+    schedule(&db, 101, 11, "2025-02-01").await;
     let (_, log) = cron_once(&db).await;
     assert_eq!(name_and_path(&db, 101).await, ("web".into(), "web".into()));
     assert_routes(
@@ -110,8 +110,13 @@ async fn a_restored_subgroup_keeps_its_parent_prefix() {
     )
     .await;
     assert_eq!(route(&db, "Namespace", 100).await.0, "acme");
-    // No application_settings row: the default period of 7 days applies.
-    assert_eq!(log.done()["cutoff"], "2025-03-03");
+    // No application_settings row: the installed GitLab's default period applies (the
+    // column default: 7 days on 18.2, 30 since 18.3).
+    let cutoff = match integration_tests::db::gitlab_version() {
+        hk::migrate::GitlabVersion::V18_2 => "2025-03-03",
+        hk::migrate::GitlabVersion::V18_8 => "2025-02-08",
+    };
+    assert_eq!(log.done()["cutoff"], cutoff);
 }
 
 #[tokio::test]

@@ -8,8 +8,8 @@ use crate::assert::{assert_fields, assert_message};
 /// 250 human tokens due in seven days, of users 1000..1249.
 async fn two_hundred_fifty(db: &TestDb) {
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0 FROM generate_series(1000, 1249) g;
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(1000, 1249) g;
          INSERT INTO personal_access_tokens (id, user_id, name, expires_at, created_at, updated_at, organization_id)
            SELECT g, g, 'bulk', DATE '2025-03-10' + (g % 8), '2024-01-01', '2024-01-01', 1
            FROM generate_series(1000, 1249) g;",

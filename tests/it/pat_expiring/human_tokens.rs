@@ -155,8 +155,8 @@ async fn a_blocked_users_tokens_are_marked_without_an_email() {
 async fn one_hundred_fifty_users_with_tokens_on_one_date_are_paged_inclusively() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0 FROM generate_series(1000, 1149) g;
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(1000, 1149) g;
          INSERT INTO personal_access_tokens (id, user_id, name, expires_at, created_at, updated_at, organization_id)
            SELECT g, g, 'bulk', '2025-03-14', '2024-01-01', '2024-01-01', 1 FROM generate_series(1000, 1149) g;",
     )
@@ -224,8 +224,8 @@ async fn one_email_carries_the_first_hundred_names_of_a_hundred_twenty_tokens() 
 async fn a_page_of_users_sends_its_emails_in_calls_of_ten() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'p' || g, 'p' || g || '@example.com', 'active', 0 FROM generate_series(1000, 1024) g;
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'p' || g, 'p' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(1000, 1024) g;
          INSERT INTO personal_access_tokens (user_id, name, expires_at, created_at, updated_at, organization_id)
            SELECT g, 't' || g, '2025-03-14', '2025-01-01', '2025-01-01', 1 FROM generate_series(1000, 1024) g;",
     )

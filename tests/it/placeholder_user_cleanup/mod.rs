@@ -94,9 +94,9 @@ fn untouched(attempts: i32, last: Option<&str>) -> (i32, Option<DateTime<Utc>>, 
 /// `n` eligible details with ids 1..=n, each for its own placeholder 10000 + id.
 async fn bulk(db: &TestDb, n: i64) {
     db.exec(&format!(
-        "INSERT INTO users (id, username, email, state, user_type)
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
            SELECT 10000 + g, 'ph' || g, 'ph' || g || '@example.com', 'active', 15
-           FROM generate_series(1, {n}) g;
+          , 100000, 1 FROM generate_series(1, {n}) g;
          INSERT INTO import_placeholder_user_details
            (id, placeholder_user_id, organization_id, created_at, updated_at)
            SELECT g, 10000 + g, 1, '2024-01-01', '2024-01-01' FROM generate_series(1, {n}) g;"

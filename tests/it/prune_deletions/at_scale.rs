@@ -9,25 +9,25 @@ use crate::assert::assert_authorizations_of;
 /// projects: 202 + 1,798 = 2,000.
 async fn big_hierarchy(db: &TestDb) {
     db.exec(
-        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
            SELECT g, 'l2-' || g, 'l2-' || g, 'Group', 100, ARRAY[100, g], '2024-01-01', '2024-01-01'
-           FROM generate_series(102, 111) g;
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+          , 1 FROM generate_series(102, 111) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
            SELECT 1000 + i, 'l3-' || i, 'l3-' || i, 'Group', 102 + i % 10, ARRAY[100, 102 + i % 10, 1000 + i],
                   '2024-01-01', '2024-01-01'
-           FROM generate_series(0, 189) i;
-         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+          , 1 FROM generate_series(0, 189) i;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
            SELECT 20000 + j, 'p' || j, 'p' || j, 'Project', 1000 + j % 190,
                   ARRAY[100, 102 + (j % 190) % 10, 1000 + j % 190, 20000 + j], '2024-01-01', '2024-01-01'
-           FROM generate_series(0, 1797) j;
+          , 1 FROM generate_series(0, 1797) j;
          INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
            SELECT 10000 + j, 'p' || j, 'p' || j, 1000 + j % 190, 20000 + j, 1, '2024-01-01', '2024-01-01'
            FROM generate_series(0, 1797) j;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id)
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, notification_level, member_namespace_id)
            SELECT 100000 + n.id, 30, n.id, 'Namespace', 'GroupMember', 10
-           FROM namespaces n WHERE n.type = 'Group' AND 100 = ANY(n.traversal_ids);
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id)
-           SELECT 200000 + p.id, 20, p.id, 'Project', 'ProjectMember', 10 FROM projects p WHERE p.id >= 10000;
+          , 3, n.id FROM namespaces n WHERE n.type = 'Group' AND 100 = ANY(n.traversal_ids);
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, notification_level, member_namespace_id)
+           SELECT 200000 + p.id, 20, p.id, 'Project', 'ProjectMember', 10, 3, (SELECT project_namespace_id FROM projects WHERE id = p.id) FROM projects p WHERE p.id >= 10000;
          INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
            SELECT 10, p.id, 30, true FROM projects p WHERE p.namespace_id <> 500;",
     )
@@ -99,9 +99,13 @@ async fn prune_deletions_works_with_int4_ids_and_integer_traversal_ids() {
     db.exec(
         "ALTER TABLE members ALTER COLUMN id TYPE integer, ALTER COLUMN source_id TYPE integer,
                              ALTER COLUMN user_id TYPE integer;
+         -- GitLab's sync trigger reads traversal_ids in its WHEN clause: recreated around the change.
+         DROP TRIGGER trigger_namespaces_traversal_ids_on_update ON namespaces;
          ALTER TABLE namespaces ALTER COLUMN traversal_ids DROP DEFAULT;
          ALTER TABLE namespaces ALTER COLUMN traversal_ids TYPE integer[];
          ALTER TABLE namespaces ALTER COLUMN traversal_ids SET DEFAULT '{}';
+         CREATE TRIGGER trigger_namespaces_traversal_ids_on_update AFTER UPDATE ON namespaces FOR EACH ROW
+           WHEN (old.traversal_ids IS DISTINCT FROM new.traversal_ids) EXECUTE FUNCTION insert_namespaces_sync_event();
          ALTER TABLE project_authorizations ALTER COLUMN project_id TYPE integer;
          ALTER TABLE members_deletion_schedules ALTER COLUMN id TYPE integer,
            ALTER COLUMN namespace_id TYPE integer, ALTER COLUMN user_id TYPE integer,

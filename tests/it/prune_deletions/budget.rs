@@ -112,10 +112,10 @@ async fn a_budget_exhausted_mid_schedule_stops_the_batch_and_the_next_message_co
 async fn twelve_schedules_take_two_invocations() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'u' || g, 'u' || g || '@example.com', 'active', 0 FROM generate_series(1001, 1012) g;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id)
-           SELECT g, 30, 200, 'Project', 'ProjectMember', g FROM generate_series(1001, 1012) g;
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'u' || g, 'u' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(1001, 1012) g;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, notification_level, member_namespace_id)
+           SELECT g, 30, 200, 'Project', 'ProjectMember', g, 3, (SELECT project_namespace_id FROM projects WHERE id = 200) FROM generate_series(1001, 1012) g;
          INSERT INTO members_deletion_schedules (id, namespace_id, user_id, scheduled_by_id, created_at, updated_at)
            SELECT g - 1000, 100, g, 11, '2025-03-09', '2025-03-09' FROM generate_series(1001, 1012) g;",
     )

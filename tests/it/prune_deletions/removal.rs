@@ -70,13 +70,13 @@ async fn an_owner_removes_every_membership_of_the_hierarchy_and_the_schedule() {
 async fn more_than_a_hundred_memberships_continue_in_a_second_invocation() {
     let db = fixture().await;
     db.exec(
-        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, created_at, updated_at, organization_id)
            SELECT g + 100, 'p' || g, 'p' || g, 'Project', 101, ARRAY[100, 101, g + 100], '2024-01-01', '2024-01-01'
-           FROM generate_series(1000, 1149) g;
+          , 1 FROM generate_series(1000, 1149) g;
          INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id, created_at, updated_at)
            SELECT g, 'p' || g, 'p' || g, 101, g + 100, 1, '2024-01-01', '2024-01-01' FROM generate_series(1000, 1149) g;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id)
-           SELECT 5000 + g - 1000, 30, g, 'Project', 'ProjectMember', 10 FROM generate_series(1000, 1149) g;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, notification_level, member_namespace_id)
+           SELECT 5000 + g - 1000, 30, g, 'Project', 'ProjectMember', 10, 3, (SELECT project_namespace_id FROM projects WHERE id = g) FROM generate_series(1000, 1149) g;
          INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
            SELECT 10, g, 30, true FROM generate_series(1000, 1149) g;",
     )

@@ -217,11 +217,11 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
     let db = TestDb::new().await;
     Fx(&db).users(&[U::human(11).admin()]).await;
     db.exec(&format!(
-        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at)
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, created_at, updated_at, organization_id)
            SELECT g, 'g' || g, 'g' || g, 'Group', ARRAY[g]::bigint[], '2024-01-01', '2024-01-01'
-           FROM generate_series(1000, {last}) g;
+          , 1 FROM generate_series(1000, {last}) g;
          INSERT INTO group_deletion_schedules (group_id, user_id, marked_for_deletion_on)
-           SELECT g, 11, '2025-03-03' FROM generate_series(1000, {last}) g;",
+           SELECT g, 11, '2025-02-01' FROM generate_series(1000, {last}) g;",
         last = 1000 + N - 1
     ))
     .await;
@@ -317,7 +317,7 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
     )
     .await;
     assert!(outcome.is_success(), "{outcome:?}");
-    let key = |i: i64| format!("group-destroy:{}:2025-03-03:11", 1000 + i);
+    let key = |i: i64| format!("group-destroy:{}:2025-02-01:11", 1000 + i);
     let mut sent: BTreeSet<String> = BTreeSet::new();
     for req in proxy.request_bodies("SendMessageBatch") {
         for e in req["Entries"].as_array().unwrap() {

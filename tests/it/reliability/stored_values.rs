@@ -37,8 +37,8 @@ async fn a_membership_expiring_at_minus_infinity_is_removed_with_the_others() {
     ])
     .await;
     db.exec(
-        "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
-             VALUES (12, 30, 200, 'Project', 'ProjectMember', 11, '-infinity')",
+        "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, notification_level, member_namespace_id)
+             VALUES (12, 30, 200, 'Project', 'ProjectMember', 11, '-infinity', 3, (SELECT project_namespace_id FROM projects WHERE id = 200))",
     )
     .await;
     let (log, _g) = capture();

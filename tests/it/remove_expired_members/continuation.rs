@@ -9,10 +9,10 @@ use crate::assert::{assert_fields, assert_hop_limit_reached, assert_sent_one};
 /// 1,001 expired project members with ids 1001..2001, all expiring 2025-03-01.
 async fn thousand_and_one(db: &TestDb) {
     db.exec(
-        "INSERT INTO users (id, username, email, state, user_type)
-           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0 FROM generate_series(1001, 2001) g;
-         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
-           SELECT g, 30, 200, 'Project', 'ProjectMember', g, '2025-03-01' FROM generate_series(1001, 2001) g;",
+        "INSERT INTO users (id, username, email, state, user_type, projects_limit, organization_id)
+           SELECT g, 'bulk' || g, 'bulk' || g || '@example.com', 'active', 0, 100000, 1 FROM generate_series(1001, 2001) g;
+         INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, notification_level, member_namespace_id)
+           SELECT g, 30, 200, 'Project', 'ProjectMember', g, '2025-03-01', 3, (SELECT project_namespace_id FROM projects WHERE id = 200) FROM generate_series(1001, 2001) g;",
     )
     .await;
 }
@@ -83,11 +83,11 @@ async fn pages_within_one_crowded_date_are_the_keyset_pages() {
     // 2,600 members expired on 2025-03-01 (ids 1000..3599), 5 on 2025-02-01 and one
     // live member between them in id order.
     db.exec(
-        "INSERT INTO members (id, access_level, source_id, source_type, type, expires_at)
+        "INSERT INTO members (id, access_level, source_id, source_type, type, expires_at, notification_level, member_namespace_id)
            SELECT i, 30, 200, 'Project', 'ProjectMember',
                   CASE WHEN i = 2000 THEN NULL WHEN i < 1005 THEN date '2025-02-01'
                        ELSE date '2025-03-01' END
-           FROM generate_series(1000, 3599) i",
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = 200) FROM generate_series(1000, 3599) i",
     )
     .await;
     let c = db.session().await;
@@ -143,9 +143,9 @@ async fn a_page_runs_in_groups_of_the_configured_size() {
     use shared::batches::remove_expired_members::ExpiredMembersDone;
     let db = fixture().await;
     db.exec(
-        "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at)
+        "INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, notification_level, member_namespace_id)
            SELECT i, 30, 200, 'Project', 'ProjectMember', 10, date '2025-03-01'
-           FROM generate_series(1000, 1009) i",
+          , 3, (SELECT project_namespace_id FROM projects WHERE id = 200) FROM generate_series(1000, 1009) i",
     )
     .await;
     let settings = shared::config::Settings {

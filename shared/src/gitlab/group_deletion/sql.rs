@@ -2,9 +2,15 @@
 //! rows, and the statements of `restore_group` (locks, free-name checks, renames).
 
 crate::statements::statements! {
-    /// `deletion_adjourned_period` of the highest-id settings row.
-    DELETION_ADJOURNED_PERIOD = "SELECT deletion_adjourned_period::int4 FROM application_settings
-             ORDER BY id DESC LIMIT 1";
+    /// `deletion_adjourned_period` of the highest-id settings row (NULL without one), and
+    /// the column's default in the installed GitLab's schema (7 before 18.3, 30 since).
+    DELETION_ADJOURNED_PERIOD = "SELECT
+             (SELECT deletion_adjourned_period::int4 FROM application_settings ORDER BY id DESC LIMIT 1),
+             (SELECT NULLIF(regexp_replace(pg_get_expr(d.adbin, d.adrelid), '[^0-9]', '', 'g'), '')::int4
+                FROM pg_attrdef d
+                JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+               WHERE d.adrelid = 'application_settings'::regclass
+                 AND a.attname = 'deletion_adjourned_period')";
     /// One keyset page of due groups: `$1` cutoff, `$2` after id, `$3` limit.
     DUE_PAGE = "SELECT n.id::bigint, s.user_id::bigint, s.marked_for_deletion_on
              FROM namespaces n JOIN group_deletion_schedules s ON s.group_id = n.id

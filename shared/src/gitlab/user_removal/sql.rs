@@ -28,27 +28,41 @@ crate::statements::statements! {
            (user_id, initiator_user_id, hard_delete, consume_after, created_at, updated_at)
          VALUES ($1::bigint, $2::bigint, false, $3::timestamptz, $3::timestamptz, $3::timestamptz)
          ON CONFLICT (user_id) DO NOTHING";
-    /// The ghost user, if one exists.
+    /// The ghost user, if one exists (GitLab's lookup: the first `user_type = 5` by id).
     FIND_GHOST = "SELECT id::bigint FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
-    /// The `ghost`, `ghost1`, … names already taken as a username, email or route path
-    /// (lower case).
-    TAKEN_GHOST_NAMES = "SELECT lower(username) FROM users WHERE lower(username) ~ '^ghost[0-9]*$'
-             UNION SELECT lower(split_part(email, '@', 1)) FROM users
-               WHERE lower(email) ~ '^ghost[0-9]*@example\\.com$'
+    /// The `ghost`, `ghost1`, … names already taken as a username, a namespace path or a
+    /// route path (lower case): GitLab makes the ghost's username unique against
+    /// namespace paths, and its personal namespace and route take the same path.
+    TAKEN_GHOST_USERNAMES = "SELECT lower(username) FROM users WHERE lower(username) ~ '^ghost[0-9]*$'
+             UNION SELECT lower(path) FROM namespaces WHERE lower(path) ~ '^ghost[0-9]*$'
              UNION SELECT lower(path) FROM routes WHERE lower(path) ~ '^ghost[0-9]*$'";
-    /// A new ghost user: username `$1`, email `$2`, `$3` now; returns its id.
-    INSERT_GHOST = "INSERT INTO users (username, name, email, user_type, state, admin, created_at, updated_at)
-             VALUES ($1, 'Ghost User', $2, 5, 'active', false, $3::timestamptz, $3::timestamptz)
-             RETURNING id::bigint";
-    /// The ghost user's personal namespace: path `$1`, owner `$2`, `$3` now; returns its
-    /// id.
-    INSERT_GHOST_NAMESPACE = "INSERT INTO namespaces (name, path, owner_id, type, traversal_ids, organization_id, created_at, updated_at)
-             VALUES ('Ghost User', $1, $2::bigint, 'User', '{}',
+    /// The `ghost@example.com`, `ghost1@example.com`, … emails already taken (the local
+    /// part, lower case).
+    TAKEN_GHOST_EMAILS = "SELECT lower(split_part(email, '@', 1)) FROM users
+               WHERE lower(email) ~ '^ghost[0-9]*@example\\.com$'";
+    /// A new ghost user as GitLab creates it: username `$1`, email `$2`, `$3` now;
+    /// `projects_limit` from the settings (GitLab's default 100000 without one), the
+    /// first organization. Returns its id and organization.
+    INSERT_GHOST = "INSERT INTO users (username, name, email, user_type, state, admin, projects_limit,
+                                organization_id, created_at, updated_at)
+             VALUES ($1, 'Ghost', $2, 5, 'active', false,
+                     COALESCE((SELECT default_projects_limit FROM application_settings ORDER BY id DESC LIMIT 1), 100000),
                      (SELECT min(id) FROM organizations), $3::timestamptz, $3::timestamptz)
+             RETURNING id::bigint, organization_id::bigint";
+    /// The ghost user `$1`'s details row with GitLab's bio.
+    INSERT_GHOST_DETAILS = "INSERT INTO user_details (user_id, bio) VALUES ($1::bigint,
+             'This is a \"Ghost User\", created to hold all issues authored by users that have since been deleted. This user cannot be removed.')";
+    /// The ghost user `$1`'s membership of organization `$2` (`$3` now).
+    INSERT_GHOST_ORGANIZATION_USER = "INSERT INTO organization_users (organization_id, user_id, created_at, updated_at)
+             VALUES ($2::bigint, $1::bigint, $3::timestamptz, $3::timestamptz)";
+    /// The ghost user's personal namespace: path `$1`, owner `$2`, `$3` now, organization
+    /// `$4`; returns its id. GitLab's trigger adds its `namespace_details` row.
+    INSERT_GHOST_NAMESPACE = "INSERT INTO namespaces (name, path, owner_id, type, traversal_ids, organization_id, created_at, updated_at)
+             VALUES ('Ghost', $1, $2::bigint, 'User', '{}', $4::bigint, $3::timestamptz, $3::timestamptz)
              RETURNING id::bigint";
     /// The ghost namespace `$1`'s `traversal_ids`.
     SET_GHOST_TRAVERSAL_IDS = "UPDATE namespaces SET traversal_ids = ARRAY[id] WHERE id = $1::bigint";
     /// The ghost namespace `$1`'s route: path `$2`, `$3` now.
     INSERT_GHOST_ROUTE = "INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
-         VALUES ($1::bigint, 'Namespace', $2, 'Ghost User', $1::bigint, $3::timestamptz, $3::timestamptz)";
+         VALUES ($1::bigint, 'Namespace', $2, 'Ghost', $1::bigint, $3::timestamptz, $3::timestamptz)";
 }

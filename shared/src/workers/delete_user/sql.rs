@@ -37,7 +37,13 @@ crate::statements::statements! {
     DELETE_NAMESPACES = "DELETE FROM namespaces WHERE type = 'User' AND owner_id = $1::bigint";
     /// Step 7: user `$1`'s migration row.
     DELETE_MIGRATION = "DELETE FROM ghost_user_migrations WHERE user_id = $1::bigint";
-    /// Step 7: user `$1`.
+    /// Step 7: user `$1`'s remaining project authorizations. `project_authorizations.user_id`
+    /// is a loose foreign key in GitLab (no database FK): GitLab's destroy removes
+    /// access at once through the membership callbacks, never leaving it to the
+    /// loose-FK cleanup.
+    DELETE_AUTHORIZATIONS = "DELETE FROM project_authorizations WHERE user_id = $1::bigint";
+    /// Step 7: user `$1` (GitLab's `users_loose_fk_trigger` records the delete in
+    /// `loose_foreign_keys_deleted_records` for GitLab's cleanup of what is left to it).
     DELETE_USER = "DELETE FROM users WHERE id = $1::bigint";
     /// Reassign a batch of `issues`.
     REASSIGN_ISSUES = reassign!("issues");
