@@ -11,6 +11,7 @@
 //! transaction of its own (a failing check does not abort the next, and the session
 //! check needs statements in separate transactions anyway). Its SQL is in [`sql`].
 
+mod blockers;
 pub mod sql;
 
 use anyhow::{Context, Result};
@@ -317,6 +318,7 @@ async fn in_read_only(c: &Client, loopback: bool, now: DateTime<Utc>) -> Result<
     checks.extend(settings_and_ghost(c).await);
     checks.push(tls(c, loopback).await?);
     checks.extend(waiting(c, now).await);
+    checks.push(blockers::check(c, now).await);
     Ok(checks)
 }
 
