@@ -79,7 +79,10 @@ async fn a_container_repository_blocks_the_group_with_every_row_intact_and_resto
     container_repository(&db, 7, 200).await;
     let before = db.snapshot().await;
     let (r, log, run) = destroy_once(&db).await;
-    assert_eq!(run.outcome, "success", "acknowledged once: no retry, no DLQ");
+    assert_eq!(
+        run.outcome, "success",
+        "acknowledged once: no retry, no DLQ"
+    );
     assert!(r.queue().pop().is_none(), "no re-send");
     assert!(r.runs[0].sent.is_empty());
     assert_eq!(db.snapshot().await, before, "not one row changed");
@@ -154,7 +157,10 @@ async fn saved_replies_and_compliance_statuses_go_with_their_project_and_group()
     let (_, log, run) = destroy_once(&db).await;
     assert_eq!(run.outcome, "success");
     assert_eq!(log.done()["status"], "completed");
-    assert!(!db.exists("namespaces WHERE id IN (100, 101, 300, 301)").await);
+    assert!(
+        !db.exists("namespaces WHERE id IN (100, 101, 300, 301)")
+            .await
+    );
     assert!(!db.exists("projects WHERE id IN (200, 201)").await);
     assert_eq!(db.ids("project_saved_replies").await, vec![3]);
     assert!(!db.exists("project_requirement_compliance_statuses").await);
@@ -208,7 +214,10 @@ async fn a_blocking_row_created_during_the_destroy_ends_it_blocked_not_retried()
     assert!(db.exists("projects WHERE id = 201").await);
     assert!(db.exists("namespaces WHERE id IN (100, 301)").await);
     assert!(!db.exists("container_repositories").await);
-    assert!(db.exists("group_deletion_schedules WHERE group_id = 100").await);
+    assert!(
+        db.exists("group_deletion_schedules WHERE group_id = 100")
+            .await
+    );
 }
 
 #[tokio::test]
@@ -268,6 +277,10 @@ async fn registry_cache_entries_of_a_group_block_it() {
     .await;
     let (_, log, _) = destroy_once(&db).await;
     assert_eq!(log.done()["status"], "blocked");
-    assert_eq!(log.done()["blocking_rows"], 2, "a partitioned table counted once");
+    assert_eq!(
+        log.done()["blocking_rows"],
+        2,
+        "a partitioned table counted once"
+    );
     assert_eq!(db.count("namespaces").await, 4);
 }

@@ -35,8 +35,8 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::blockers::{self, Key};
+use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::{hierarchy, permissions};
 use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{Envelope, GroupDestroyRun};
