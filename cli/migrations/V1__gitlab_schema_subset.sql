@@ -450,7 +450,7 @@ ALTER TABLE ONLY project_requirement_compliance_statuses
     ADD CONSTRAINT fk_04ffb1e9ab FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE RESTRICT;
 
 -- Container virtual registry cache entries (from GitLab 18.5; hash-partitioned on
--- relative_path, GitLab has 16 partitions): group_id NO ACTION. Each row is a cached file
+-- relative_path): group_id NO ACTION. Each row is a cached file
 -- in object storage (object_storage_key).
 CREATE TABLE virtual_registries_container_cache_entries (
     group_id bigint NOT NULL,
@@ -472,10 +472,12 @@ CREATE TABLE virtual_registries_container_cache_entries (
     CONSTRAINT check_file_sha1_length CHECK ((octet_length(file_sha1) = 20)),
     PRIMARY KEY (upstream_id, relative_path, status)
 ) PARTITION BY HASH (relative_path);
-CREATE TABLE virtual_registries_container_cache_entries_00 PARTITION OF virtual_registries_container_cache_entries
-    FOR VALUES WITH (MODULUS 2, REMAINDER 0);
-CREATE TABLE virtual_registries_container_cache_entries_01 PARTITION OF virtual_registries_container_cache_entries
-    FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+-- GitLab keeps the partitions in schema gitlab_partitions_static (16 of them); two here.
+CREATE SCHEMA IF NOT EXISTS gitlab_partitions_static;
+CREATE TABLE gitlab_partitions_static.virtual_registries_container_cache_entries_00
+    PARTITION OF virtual_registries_container_cache_entries FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE gitlab_partitions_static.virtual_registries_container_cache_entries_01
+    PARTITION OF virtual_registries_container_cache_entries FOR VALUES WITH (MODULUS 2, REMAINDER 1);
 CREATE INDEX index_virtual_registries_container_cache_entries_on_group_id
     ON virtual_registries_container_cache_entries (group_id);
 ALTER TABLE virtual_registries_container_cache_entries
