@@ -101,7 +101,7 @@ async fn the_rows_blocking_due_groups_are_counted_per_key_with_the_action() {
 async fn without_the_blocking_tables_the_line_is_clean() {
     let db = two_groups().await;
     db.exec(
-        "DROP TABLE container_repositories, project_saved_replies,
+        "DROP TABLE IF EXISTS container_repositories, project_saved_replies,
            packages_debian_project_distributions, packages_debian_group_distributions,
            project_requirement_compliance_statuses, virtual_registries_container_cache_entries",
     )

@@ -224,7 +224,7 @@ async fn a_blocking_row_created_during_the_destroy_ends_it_blocked_not_retried()
 async fn without_the_blocking_tables_the_scan_finds_nothing_and_the_destroy_works() {
     let db = fixture().await;
     db.exec(
-        "DROP TABLE container_repositories, project_saved_replies,
+        "DROP TABLE IF EXISTS container_repositories, project_saved_replies,
            packages_debian_project_distributions, packages_debian_group_distributions,
            project_requirement_compliance_statuses, virtual_registries_container_cache_entries",
     )
