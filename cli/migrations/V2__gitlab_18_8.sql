@@ -32,6 +32,42 @@ ALTER TABLE namespace_details ADD CONSTRAINT check_namespace_details_state_metad
 -- AddGranularToPersonalAccessTokens
 ALTER TABLE personal_access_tokens ADD COLUMN granular boolean DEFAULT false NOT NULL;
 
+-- 18.5
+-- CreateVirtualRegistriesContainerCacheEntries
+-- Container virtual registry cache entries (from GitLab 18.5; hash-partitioned on
+-- relative_path): group_id NO ACTION. Each row is a cached file
+-- in object storage (object_storage_key).
+CREATE TABLE virtual_registries_container_cache_entries (
+    group_id bigint NOT NULL,
+    upstream_id bigint NOT NULL,
+    downloads_count bigint DEFAULT 0 NOT NULL,
+    upstream_checked_at timestamp with time zone DEFAULT now() NOT NULL,
+    downloaded_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    file_store integer DEFAULT 1 NOT NULL,
+    size integer NOT NULL,
+    status smallint DEFAULT 0 NOT NULL,
+    file_sha1 bytea NOT NULL,
+    upstream_etag text,
+    content_type text DEFAULT 'application/octet-stream'::text NOT NULL,
+    relative_path text NOT NULL,
+    file text NOT NULL,
+    object_storage_key text NOT NULL,
+    CONSTRAINT check_file_sha1_length CHECK ((octet_length(file_sha1) = 20)),
+    PRIMARY KEY (upstream_id, relative_path, status)
+) PARTITION BY HASH (relative_path);
+-- GitLab keeps the partitions in schema gitlab_partitions_static (16 of them); two here.
+CREATE SCHEMA IF NOT EXISTS gitlab_partitions_static;
+CREATE TABLE gitlab_partitions_static.virtual_registries_container_cache_entries_00
+    PARTITION OF virtual_registries_container_cache_entries FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE gitlab_partitions_static.virtual_registries_container_cache_entries_01
+    PARTITION OF virtual_registries_container_cache_entries FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+CREATE INDEX index_virtual_registries_container_cache_entries_on_group_id
+    ON virtual_registries_container_cache_entries (group_id);
+ALTER TABLE virtual_registries_container_cache_entries
+    ADD CONSTRAINT fk_rails_5c3a01ae96 FOREIGN KEY (group_id) REFERENCES namespaces(id);
+
 -- 18.6
 -- RemoveUsersRoleColumn
 ALTER TABLE users DROP COLUMN role;

@@ -46,6 +46,7 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
     ),
     ("db", crate::db::sql::ALL),
     ("gitlab::authz", crate::gitlab::authz::sql::ALL),
+    ("gitlab::blockers", crate::gitlab::blockers::sql::ALL),
     ("gitlab::hierarchy", crate::gitlab::hierarchy::sql::ALL),
     ("gitlab::membership", crate::gitlab::membership::sql::ALL),
     ("gitlab::permissions", crate::gitlab::permissions::sql::ALL),

@@ -229,6 +229,13 @@ pub const GROUPS_DELETED: Metric = count("groups_deleted", B51_WORKER, "groups d
 pub const PROJECTS_DELETED: Metric = count("projects_deleted", B51_WORKER, "projects deleted");
 /// Group deletions blocked (an owner, a lock, a condition that needs a person).
 pub const GROUPS_BLOCKED: Metric = count("groups_blocked", B51_WORKER, "group deletions blocked");
+/// Rows under a group that only GitLab's services can delete (container images, Debian
+/// uploads, registry cache files), counted when they block its deletion.
+pub const BLOCKING_ROWS: Metric = count(
+    "blocking_rows",
+    B51_WORKER,
+    "rows blocking a group deletion until an operator acts",
+);
 
 // B70.
 /// Placeholder users whose final (15th) deletion attempt was enqueued.
@@ -319,6 +326,7 @@ pub const CATALOGUE: &[Metric] = &[
     GROUPS_DELETED,
     PROJECTS_DELETED,
     GROUPS_BLOCKED,
+    BLOCKING_ROWS,
     MAX_ATTEMPTS_REACHED,
     USER_TOKENS_MARKED,
     BOT_TOKENS_MARKED,

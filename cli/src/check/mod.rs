@@ -19,6 +19,7 @@ pub mod catalogue;
 pub mod database;
 pub mod inserts;
 pub mod privileges;
+mod blockers;
 pub mod sql;
 pub mod tree;
 pub mod triggers;
@@ -347,6 +348,7 @@ async fn in_read_only(
     checks.extend(settings_and_ghost(c).await);
     checks.push(tls(c, loopback).await?);
     checks.extend(waiting(c, now).await);
+    checks.push(blockers::check(c, now).await);
     Ok(checks)
 }
 

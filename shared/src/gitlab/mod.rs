@@ -2,7 +2,8 @@
 //!
 //! Owns: the SQL and logic that every batch shares: the namespace hierarchy,
 //! permission predicates, the `project_authorizations` refresh, the membership-removal
-//! primitive, two-phase user removal and who may receive a notification
+//! primitive, two-phase user removal, the rows that block a group's deletion
+//! (`blockers`) and who may receive a notification
 //! (`notifications`). Every function here runs inside the caller's transaction and
 //! never commits on its own. Ids are read as `bigint` and bound as
 //! `int8` with explicit casts, so `int4` GitLab columns work too (behaviour §S1.3).
@@ -10,6 +11,7 @@
 //! [`crate::catalogue`]).
 
 pub mod authz;
+pub mod blockers;
 pub mod group_deletion;
 pub mod hierarchy;
 pub mod membership;

@@ -443,6 +443,33 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
         // GitLab's loose-FK queue and its migration versions: written, never orphans.
         ("loose_foreign_keys_deleted_records", None),
         ("schema_migrations", None),
+        // GitLab's blocking keys (group_deletion::blockers covers them).
+        (
+            "container_repositories",
+            Some(format!("container_repositories WHERE project_id = ANY({p})")),
+        ),
+        (
+            "project_saved_replies",
+            Some(format!("project_saved_replies WHERE project_id = ANY({p})")),
+        ),
+        (
+            "packages_debian_project_distributions",
+            Some(format!("packages_debian_project_distributions WHERE project_id = ANY({p})")),
+        ),
+        (
+            "packages_debian_group_distributions",
+            Some(format!("packages_debian_group_distributions WHERE group_id = ANY{ns}")),
+        ),
+        (
+            "project_requirement_compliance_statuses",
+            Some(format!(
+                "project_requirement_compliance_statuses WHERE project_id = ANY({p}) OR namespace_id = ANY{ns}"
+            )),
+        ),
+        (
+            "virtual_registries_container_cache_entries",
+            Some(format!("virtual_registries_container_cache_entries WHERE group_id = ANY{ns}")),
+        ),
     ]
 }
 

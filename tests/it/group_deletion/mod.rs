@@ -11,6 +11,8 @@
 //! * `stale_messages`: destroy messages that no longer apply change nothing.
 //! * `concurrent_changes`: a subgroup or project moved out, or the group restored, while
 //!   a destroy runs.
+//! * `blockers`: rows only GitLab's services can delete block a group whole; rows GitLab
+//!   deletes in the database go with their parent.
 //! * `at_scale`: 60 due groups through SQS and the Scheduler; a large tree until idle.
 //!
 //! Here: the fixture of behaviour §B51.9, one cron or destroy invocation, routes and
@@ -30,6 +32,7 @@ use shared::Function;
 
 mod adjourned_group_deletion;
 mod at_scale;
+mod blockers;
 mod concurrent_changes;
 mod group_destroy;
 mod restore;

@@ -4,7 +4,8 @@
 //! or subgroup still lies under the group; then it deletes one slice of the subtree
 //! (up to `CONTRIBUTION_BATCH` contributions of one table, one project, or one group
 //! with its orphan project namespaces) and sends the `delete-user` messages of the
-//! bots it removed before COMMIT. It decides nothing about order or budgets: the walk
+//! bots it removed before COMMIT. A project or group chunk first deletes the rows GitLab
+//! deletes in the database before the parent (`gitlab::blockers`). It decides nothing about order or budgets: the walk
 //! in the parent module does.
 
 use chrono::NaiveDate;
@@ -12,6 +13,7 @@ use tokio_postgres::GenericClient;
 
 use super::sql;
 use crate::error::Result;
+use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::messages::{Envelope, GroupDestroyRun};
 use crate::queue::OutMessage;
@@ -209,6 +211,7 @@ pub(super) async fn project_chunk<C>(
     msg: &GroupDestroyRun,
     cutoff: NaiveDate,
     p: i64,
+    keys: &[Key],
 ) -> Result<Chunk>
 where
     C: GenericClient + Send + Sync,
@@ -238,6 +241,12 @@ where
     tx.execute(sql::DELETE_PROJECT_HOOKS, &[&p]).await?;
     tx.execute(sql::DELETE_PROJECT_ROUTES, &[&p, &project_namespace])
         .await?;
+    // The rows GitLab deletes in the database before the project (saved replies,
+    // compliance statuses): found in the catalog, so absent tables are no matter.
+    blockers::delete_dependents(&tx, keys, Parent::Project, &[p]).await?;
+    if let Some(ns) = project_namespace {
+        blockers::delete_dependents(&tx, keys, Parent::Namespace, &[ns]).await?;
+    }
     tx.execute(sql::DELETE_PROJECT, &[&p]).await?;
     if let Some(ns) = project_namespace {
         tx.execute(sql::DELETE_PROJECT_NAMESPACE, &[&ns]).await?;
@@ -259,6 +268,7 @@ pub(super) async fn group_chunk<C>(
     msg: &GroupDestroyRun,
     cutoff: NaiveDate,
     g: i64,
+    keys: &[Key],
 ) -> Result<Chunk>
 where
     C: GenericClient + Send + Sync,
@@ -288,6 +298,7 @@ where
     if !orphans.is_empty() {
         tx.execute(sql::DELETE_NAMESPACE_ROUTES, &[&orphans])
             .await?;
+        blockers::delete_dependents(&tx, keys, Parent::Namespace, &orphans).await?;
         tx.execute(sql::DELETE_NAMESPACES, &[&orphans]).await?;
         for o in &orphans {
             tracing::info!(
@@ -314,6 +325,7 @@ where
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
+    blockers::delete_dependents(&tx, keys, Parent::Namespace, &[g]).await?;
     // FK effects: see `sql::DELETE_GROUP` (behaviour §S4).
     tx.execute(sql::DELETE_GROUP, &[&g]).await?;
     inv.queue.send(&outbox).await?;

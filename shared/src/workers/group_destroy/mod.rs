@@ -21,7 +21,11 @@
 //! are deleted with it, with their routes. Anything else still below a group after a
 //! pass (moved in after the listing) gets another pass; a pass that deletes nothing
 //! ends the message as `blocked` with an error line naming the rows, never a retry
-//! loop (docs/gitlab-differences.md).
+//! loop (docs/gitlab-differences.md). Before its first chunk, every invocation scans
+//! the tree for rows only GitLab's services can delete (`gitlab::blockers`: container
+//! images, Debian uploads, registry cache files): any such row ends the message as
+//! `blocked` with nothing deleted, and so does a chunk that violates one of those keys
+//! because such a row appeared since the scan (its transaction rolled back).
 //!
 //! Layout: this module holds the job, the re-verification and the walk over the
 //! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
@@ -31,6 +35,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
+use crate::gitlab::blockers::{self, Key};
 use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::{hierarchy, permissions};
 use crate::job::{Job, Next, Overlap, Step};
@@ -188,6 +193,15 @@ where
     let period = group_deletion::deletion_adjourned_period(&*client).await?;
     let cutoff = group_deletion::cutoff(inv.today(), period);
     let mut n = Deleted::default();
+    // Before the first destructive chunk of every invocation: rows only GitLab's
+    // services can delete end the message as blocked, with nothing deleted.
+    let keys = blockers::keys(&*client).await?;
+    let tree = blockers::tree(&*client, p.group_id).await?;
+    let found = blockers::scan(&*client, &keys, &tree).await?;
+    if let Some(rows) = blocked_by_service(p, &found, None) {
+        n.blocking_rows = rows;
+        return Ok((Outcome::Blocked, n));
+    }
     // A chunk that deleted rows is one unit of progress; only after one may we stop.
     let mut progressed = false;
     let stop = |progressed: bool| progressed && (budget.exhausted() || inv.deadline.reached());
@@ -226,9 +240,14 @@ where
                 if stop(progressed) {
                     return Ok((Outcome::Continuing, n));
                 }
-                match retry_transient!(
-                    chunks::project_chunk(inv, env, client, p, cutoff, project).await
-                )? {
+                let chunk = retry_transient!(
+                    chunks::project_chunk(inv, env, client, p, cutoff, project, &keys).await
+                );
+                let chunk = match chunk {
+                    Ok(c) => c,
+                    Err(e) => return raced(client, p, &keys, e, n).await,
+                };
+                match chunk {
                     Chunk::Deleted(_) => {
                         n.projects += 1;
                         progressed = true;
@@ -242,7 +261,13 @@ where
             if stop(progressed) {
                 return Ok((Outcome::Continuing, n));
             }
-            match retry_transient!(chunks::group_chunk(inv, env, client, p, cutoff, g).await)? {
+            let chunk =
+                retry_transient!(chunks::group_chunk(inv, env, client, p, cutoff, g, &keys).await);
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => return raced(client, p, &keys, e, n).await,
+            };
+            match chunk {
                 Chunk::Deleted(_) => {
                     n.groups += 1;
                     progressed = true;
@@ -274,6 +299,61 @@ where
             return Ok((Outcome::Blocked, n));
         }
     }
+}
+
+/// When `found` holds rows that need an outside service: the one error line naming
+/// each key, its rows and the operator action, and how many rows block. `violated`
+/// is the key a chunk violated, if that is how they were found.
+fn blocked_by_service(
+    p: &GroupDestroyRun,
+    found: &[blockers::Found],
+    violated: Option<&Key>,
+) -> Option<u64> {
+    let blocking = blockers::needing_service(found);
+    if blocking.is_empty() && violated.is_none() {
+        return None;
+    }
+    let rows: i64 = blocking.iter().map(|f| f.rows()).sum();
+    let lines: Vec<String> = blocking.iter().map(|f| f.describe()).collect();
+    match violated {
+        None => tracing::error!(
+            group_id = p.group_id,
+            blocking_rows = rows,
+            blocking = lines.join("; ").as_str(),
+            "Group destroy blocked: rows that only GitLab's services can delete refer to the group; nothing was deleted. Do what each entry says, then the group deletion resumes at the next cron run"
+        ),
+        Some(k) => tracing::error!(
+            group_id = p.group_id,
+            blocking_rows = rows,
+            constraint = k.constraint.as_str(),
+            table = k.table.as_str(),
+            blocking = lines.join("; ").as_str(),
+            "Group destroy blocked: rows that only GitLab's services can delete appeared during the deletion; the chunk was rolled back. Do what each entry says, then the group deletion resumes at the next cron run"
+        ),
+    }
+    Some(u64::try_from(rows).unwrap_or(0))
+}
+
+/// A chunk failed with `e`: a foreign-key violation of a blocking key (rows created
+/// since the scan) ends the message as blocked, never a retry; anything else is the
+/// error.
+async fn raced<C>(
+    client: &mut C,
+    p: &GroupDestroyRun,
+    keys: &[Key],
+    e: Error,
+    mut n: Deleted,
+) -> Result<(Outcome, Deleted)>
+where
+    C: GenericClient + Send + Sync,
+{
+    let Some(k) = blockers::violated(&e, keys) else {
+        return Err(e);
+    };
+    let tree = blockers::tree(&*client, p.group_id).await?;
+    let found = blockers::scan(&*client, keys, &tree).await?;
+    n.blocking_rows = blocked_by_service(p, &found, Some(k)).unwrap_or(0);
+    Ok((Outcome::Blocked, n))
 }
 
 /// Log a project that left the group since the listing.

@@ -20,6 +20,14 @@ pub struct Deleted {
     /// Issues, merge requests and notes deleted.
     #[serde(rename = "contributions_deleted")]
     pub contributions: u64,
+    /// Rows that only GitLab's services can delete, found under the group when the
+    /// message ended as blocked by them (not a deletion; absent from `done` when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub blocking_rows: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a message that got the try-lock ended: the `outcome` field of `done`.
@@ -45,7 +53,9 @@ pub enum Outcome {
     /// The schedule went away or changed during the destroy: stopped.
     #[serde(rename = "not_scheduled")]
     Unscheduled,
-    /// A pass deleted nothing and the group is still there.
+    /// Rows only GitLab's services can delete refer to the group (found before the
+    /// first chunk, or by a chunk that violated their key), or a pass deleted nothing
+    /// and the group is still there.
     Blocked,
     /// The group itself is gone.
     Destroyed,
@@ -109,7 +119,10 @@ impl Done for GroupDestroyDone {
         } else {
             0.0
         };
-        let mut m = vec![(metrics::GROUPS_BLOCKED, blocked)];
+        let mut m = vec![
+            (metrics::GROUPS_BLOCKED, blocked),
+            (metrics::BLOCKING_ROWS, self.deleted.blocking_rows as f64),
+        ];
         if self.outcome.destroying() {
             m.push((metrics::PROJECTS_DELETED, self.deleted.projects as f64));
             m.push((metrics::GROUPS_DELETED, self.deleted.groups as f64));
@@ -163,6 +176,7 @@ mod tests {
             projects: 2,
             groups: 1,
             contributions: 7,
+            blocking_rows: 0,
         };
         for (outcome, status, name, metrics) in [
             (Outcome::GroupNotFound, "stale", "group_not_found", false),
@@ -188,7 +202,7 @@ mod tests {
             } else {
                 0.0
             };
-            let mut expected = vec![("groups_blocked", blocked)];
+            let mut expected = vec![("groups_blocked", blocked), ("blocking_rows", 0.0)];
             if metrics {
                 expected.extend([("projects_deleted", 2.0), ("groups_deleted", 1.0)]);
             }
