@@ -393,6 +393,16 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             Some(format!("web_hooks WHERE project_id = ANY({p}) OR group_id = ANY{ns}")),
         ),
         (
+            "group_group_links",
+            Some(format!(
+                "group_group_links WHERE shared_group_id = ANY{ns} OR shared_with_group_id = ANY{ns}"
+            )),
+        ),
+        (
+            "project_group_links",
+            Some(format!("project_group_links WHERE project_id = ANY({p}) OR group_id = ANY{ns}")),
+        ),
+        (
             "ghost_user_migrations",
             Some("ghost_user_migrations".into()),
         ),
