@@ -16,6 +16,7 @@ mod prune_deletions;
 mod reliability;
 mod remove_expired_members;
 mod schema;
+mod shares;
 
 /// The Lambda glue with every function's handler: what a function binary does with
 /// its own handler, for tests that drive several functions through one `Deps`.

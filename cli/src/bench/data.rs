@@ -125,8 +125,27 @@ pub async fn b38_dated(c: &Client, today: NaiveDate, s: B38Sizes, spread: bool) 
            ) x GROUP BY user_id, project_id;"
     );
     c.batch_execute(&sql).await?;
+    c.batch_execute(&b38_shares(today, t, groups, projects))
+        .await?;
     c.batch_execute("VACUUM ANALYZE").await?;
     Ok(())
+}
+
+/// The shares of the B38 data set, so that every refresh reads them as GitLab's rule
+/// does: one top group in ten shared with the next top group (DEVELOPER), one project
+/// in ten shared with a random group (REPORTER). The initial authorizations ignore
+/// them: the first refresh of a pair writes what they give, on every side alike.
+fn b38_shares(today: NaiveDate, t: u64, groups: u64, projects: u64) -> String {
+    format!(
+        "SELECT setseed(0.39);
+         INSERT INTO group_group_links (shared_group_id, shared_with_group_id, group_access, created_at, updated_at)
+           SELECT g, 1 + g % {t}, 30, '{today}', '{today}'
+           FROM generate_series(1, {t}) g WHERE {t} > 1 AND g % 10 = 0;
+         INSERT INTO project_group_links (project_id, group_id, group_access, created_at, updated_at)
+           SELECT p, 1 + floor(random() * {groups}), 20, '{today}', '{today}'
+           FROM generate_series(1, {projects}) p WHERE p % 10 = 0
+           ON CONFLICT DO NOTHING;"
+    )
 }
 
 /// Fill an empty migrated database with `total` members for the keyset bench. The

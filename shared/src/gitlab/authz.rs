@@ -2,9 +2,10 @@
 //!
 //! Owns: `refresh(u, P)`: after it, for every p in P there is exactly one row
 //! `(u, p, desired(u, p))` with `is_unique = true` when `desired > 0`, and none
-//! otherwise; rows outside P are untouched. `desired` comes from memberships only
-//! (group shares are ignored) and ignores the user's state. One statement computes,
-//! deletes and upserts, after the user's authorization lock.
+//! otherwise; rows outside P are untouched. `desired` is GitLab's rule: memberships,
+//! group shares, project shares and personal namespaces, ignoring the user's state.
+//! One statement computes, deletes and upserts, after the user's authorization lock.
+//! [`reached_from`] is the affected set of group memberships, shares included.
 //!
 //! [`refresh_removed`] is the set-based form for many removed memberships at once (a
 //! B38 group): it takes every affected user's authorization lock (ascending ids), then
@@ -27,16 +28,18 @@ pub mod sql;
 // The set-based refresh statement over removed memberships: `refresh(u, affected(m))`
 // for all of them at once. Returns one row: rows deleted, rows written.
 //
-// * `pairs`: behaviour §3's affected sets: `{p}` for a project membership, `projects_under(g)`
-//   for a group membership (the predicate of `hierarchy::projects_under`).
-// * `pairs` carries each pair's project namespace (type, `traversal_ids`, owner), read
-//   while the pairs are found.
+// * `affected`: behaviour §3's affected sets: `{p}` for a project membership,
+//   [`reached_from`]`(g)` for a group membership (`roots`: g and the groups shared
+//   with it; `sub`: their subtrees; their projects and the projects shared with them).
+// * `pairs` carries each pair's project namespace (type, `traversal_ids`, owner,
+//   `share_with_group_lock`), read while the pairs are found.
 // * `grants`: every access-granting membership of the users (active, no request,
-//   level ≥ 10), read once per user.
+//   level ≥ 10), read once per user; `reach` adds the groups shared with their groups.
 // * `desired`: one row per pair, [`sql::desired!`]'s definition: the highest of 0, the
-//   user's grants on the project, its grants on any of the project namespace's
-//   `traversal_ids` when that namespace is a Group, and 50 for the owner of a User
-//   namespace. A pair whose project does not exist gets 0 and is never inserted.
+//   user's project membership, its `reach` on the project namespace's `traversal_ids`
+//   when that namespace is a Group, each project share's lower level, and 50 for the
+//   owner of a User namespace. A pair whose project does not exist gets 0 and is
+//   never inserted.
 // * Then the same effects as [`refresh`]: a pair's current row goes unless `desired`
 //   has it at that level (> 0), found and deleted in one probe per pair; a desired row
 //   is inserted, or its `is_unique` set, unless it is already there with `is_unique =
@@ -160,6 +163,41 @@ pub async fn refresh_removed<C: GenericClient>(
         return Ok(RefreshCounts::default());
     }
     RemovedRefresher::prepare(c).await?.run(c, removed).await
+}
+
+/// `affected` of the group memberships of `groups` (behaviour §3): the projects under
+/// them and under every group shared with one of them, and the projects shared with any
+/// group of those subtrees; ascending ids. A superset is harmless (the refresh computes
+/// each pair exactly); a missing project would keep a stale row.
+pub async fn reached_from<C: GenericClient>(c: &C, groups: &[i64]) -> Result<Vec<i64>> {
+    if groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(c.query(sql::REACHED_FROM, &[&groups])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// GitLab's `ProjectAccessChangedService` for `projects`: recompute every existing
+/// authorization row on them (after a share they depended on went, e.g. with its
+/// group), set-based as [`refresh_removed`] over those (user, project) pairs.
+pub async fn refresh_projects<C: GenericClient>(c: &C, projects: &[i64]) -> Result<RefreshCounts> {
+    if projects.is_empty() {
+        return Ok(RefreshCounts::default());
+    }
+    let pairs: Vec<Removed> = c
+        .query(sql::AUTHORIZED_ON_PROJECTS, &[&projects])
+        .await?
+        .iter()
+        .map(|r| Removed {
+            user_id: r.get(0),
+            source_type: "Project".into(),
+            source_id: r.get(1),
+        })
+        .collect();
+    refresh_removed(c, &pairs).await
 }
 
 /// Rows removed and rows written by one refresh.

@@ -9,7 +9,7 @@
 use tokio_postgres::{GenericClient, Row};
 
 use crate::error::Result;
-use crate::gitlab::{authz, hierarchy};
+use crate::gitlab::authz;
 
 pub mod sql;
 
@@ -71,7 +71,7 @@ impl Member {
 pub async fn affected<C: GenericClient>(c: &C, m: &Member) -> Result<Vec<i64>> {
     match m.source_type.as_str() {
         "Project" => Ok(vec![m.source_id]),
-        "Namespace" => hierarchy::projects_under(c, m.source_id).await,
+        "Namespace" => authz::reached_from(c, &[m.source_id]).await,
         _ => Ok(Vec::new()),
     }
 }

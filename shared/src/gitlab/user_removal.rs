@@ -12,7 +12,7 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::gitlab::{authz, hierarchy, permissions};
+use crate::gitlab::{authz, permissions};
 use crate::locks;
 use crate::messages::{delete_user_key, DeleteUserRun, Envelope};
 use crate::queue::OutMessage;
@@ -117,17 +117,19 @@ pub async fn schedule_removal<C: GenericClient>(
     let mut affected: Vec<i64> = req.extra_affected.to_vec();
     let mut types = Vec::with_capacity(removed.len());
     let mut sources = Vec::with_capacity(removed.len());
+    let mut groups = Vec::new();
     for r in &removed {
         let st: String = r.get(0);
         let sid: i64 = r.get(1);
         match st.as_str() {
             "Project" => affected.push(sid),
-            "Namespace" => affected.extend(hierarchy::projects_under(c, sid).await?),
+            "Namespace" => groups.push(sid),
             _ => {}
         }
         types.push(st);
         sources.push(sid);
     }
+    affected.extend(authz::reached_from(c, &groups).await?);
     if !removed.is_empty() {
         c.execute(sql::DELETE_NOTIFICATION_SETTINGS, &[&u, &types, &sources])
             .await?;

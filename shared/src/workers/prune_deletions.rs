@@ -182,7 +182,8 @@ where
     }
     // d. One refresh per batch, unless the budget stopped it before its first member.
     if attempted > 0 || batch.is_empty() {
-        authz::refresh(&tx, s.user_id, &projects).await?;
+        let reached = authz::reached_from(&tx, &groups).await?;
+        authz::refresh(&tx, s.user_id, &reached).await?;
     }
     // e–f. Delete the schedule when it is denied or complete.
     let outcome = if denial.is_some() {

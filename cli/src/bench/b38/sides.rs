@@ -1,5 +1,6 @@
-//! The three sides of the B38 comparison on one data set: ours (the function through
-//! the local runner), the set-based floor and the GitLab-pattern baseline.
+//! The sides of the B38 comparison on one data set: ours (the function through the
+//! local runner), the set-based floor, the chunked floor and the GitLab-pattern
+//! baseline.
 //!
 //! Owns: the floor (one DELETE of every expired row with its notification settings,
 //! then one set-based authorization refresh of every affected pair), the baseline (one
@@ -149,6 +150,69 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
         invocations: 1,
         sample: None,
         longest_tx: None,
+        rows_locked: None,
+    })
+}
+
+/// The chunked floor: the floor's set-based statements in transactions of
+/// `group_size` members, in `(expires_at, id)` order until none is left — the fastest
+/// any design can be under ours's bound on a transaction's size.
+pub async fn chunked_floor(c: &mut Client, today: NaiveDate, group_size: usize) -> Result<Side> {
+    let before = data::expired_count(c, today).await?;
+    let start = Instant::now();
+    c.batch_execute("CREATE TEMP TABLE floor_removed (u bigint, st text, sid bigint)")
+        .await?;
+    let take = c
+        .prepare(
+            "WITH chunk AS (
+               SELECT id FROM members WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+               ORDER BY expires_at, id LIMIT $2::bigint
+             ),
+             del AS (
+               DELETE FROM members m USING chunk WHERE m.id = chunk.id
+               RETURNING m.user_id::bigint AS user_id, m.source_type, m.source_id::bigint AS source_id
+             ),
+             ns AS (
+               DELETE FROM notification_settings n USING del
+               WHERE n.user_id = del.user_id AND n.source_type = del.source_type
+                 AND n.source_id = del.source_id
+             ),
+             ins AS (
+               INSERT INTO floor_removed SELECT user_id, source_type, source_id FROM del
+               WHERE user_id IS NOT NULL RETURNING 1
+             )
+             SELECT count(*) FROM del",
+        )
+        .await?;
+    let refresh = c.prepare(&floor_refresh_sql()).await?;
+    let (mut longest, mut chunks) = (Duration::ZERO, 0u64);
+    loop {
+        let began = Instant::now();
+        let tx = c.transaction().await?;
+        let n: i64 = tx
+            .query_one(&take, &[&today, &(group_size as i64)])
+            .await?
+            .get(0);
+        if n > 0 {
+            tx.query_one(&refresh, &[]).await?;
+            tx.execute("DELETE FROM floor_removed", &[]).await?;
+        }
+        tx.commit().await?;
+        if n == 0 {
+            break;
+        }
+        chunks += 1;
+        longest = longest.max(began.elapsed());
+    }
+    let time = start.elapsed();
+    let after = data::expired_count(c, today).await?;
+    Ok(Side {
+        time,
+        removed: before - after,
+        checksum: data::checksum(c).await?,
+        invocations: chunks,
+        sample: None,
+        longest_tx: Some(longest),
         rows_locked: None,
     })
 }

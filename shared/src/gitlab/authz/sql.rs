@@ -1,29 +1,60 @@
 //! The statements of [`crate::gitlab::authz`]: `desired(u, P)` and the two forms of
 //! the refresh (one user, and many removed memberships at once).
 
+/// The groups user `$1` reaches before inheritance, as `reach(gid, l)` CTEs for
+/// `concat!` (`crate::gitlab::authz::sql::reach!()`): `grants(source_type, sid, l)` are
+/// the user's access-granting memberships (active, no request, at least GUEST;
+/// MINIMAL_ACCESS never grants project access), and `reach` adds, for each group
+/// membership, the groups shared with that group (`group_group_links`, the lower of
+/// the member's and the link's level; minimal-access links excluded). A group inherits
+/// from every `reach` row on its `traversal_ids`.
+macro_rules! reach {
+    () => {
+        "grants AS (
+       SELECT m.source_type, m.source_id::bigint AS sid, m.access_level AS l FROM members m
+       WHERE m.user_id = $1::bigint AND m.state = 0
+         AND m.requested_at IS NULL AND m.access_level >= 10),
+     reach AS (
+       SELECT g.sid AS gid, g.l FROM grants g WHERE g.source_type = 'Namespace'
+       UNION ALL
+       SELECT gl.shared_group_id::bigint, LEAST(g.l, gl.group_access)
+       FROM grants g JOIN group_group_links gl ON gl.shared_with_group_id = g.sid
+       WHERE g.source_type = 'Namespace' AND gl.group_access > 5)"
+    };
+}
+pub(crate) use reach;
+
 /// `desired(u, p) = project_access(u, p)` (behaviour §2.2) for user `$1` and every
 /// project in `$2::bigint[]`: columns `project_id`, `access_level` (0 = no access).
-/// Memberships count when active (`state = 0`, no request) and at least GUEST;
-/// MINIMAL_ACCESS never grants project access. A subquery for `concat!`
+/// The highest of the user's project membership, the groups it reaches ([`reach!`]) on
+/// the project namespace's `traversal_ids`, 50 for the owner of a User namespace, and
+/// each project share (`project_group_links`: the lower of the reached level of the
+/// linked group and the link's) unless the project's namespace has
+/// `share_with_group_lock`. A query for `concat!`
 /// (`crate::gitlab::authz::sql::desired!()`).
 macro_rules! desired {
     () => {
-        "
+        concat!(
+            "WITH ",
+            crate::gitlab::authz::sql::reach!(),
+            "
     SELECT p.id::bigint AS project_id, GREATEST(
-      COALESCE((SELECT max(m.access_level) FROM members m
-                WHERE m.user_id = $1::bigint AND m.source_type = 'Project'
-                  AND m.source_id = p.id AND m.state = 0
-                  AND m.requested_at IS NULL AND m.access_level >= 10), 0),
+      COALESCE((SELECT max(g.l) FROM grants g
+                WHERE g.source_type = 'Project' AND g.sid = p.id), 0),
       CASE WHEN n.type = 'Group' THEN
-        COALESCE((SELECT max(m.access_level) FROM members m
-                  WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
-                    AND m.source_id = ANY(n.traversal_ids::bigint[]) AND m.state = 0
-                    AND m.requested_at IS NULL AND m.access_level >= 10), 0)
+        COALESCE((SELECT max(r.l) FROM reach r WHERE r.gid = ANY(n.traversal_ids::bigint[])), 0)
       ELSE 0 END,
-      CASE WHEN n.type = 'User' AND n.owner_id = $1::bigint THEN 50 ELSE 0 END
+      CASE WHEN n.type = 'User' AND n.owner_id = $1::bigint THEN 50 ELSE 0 END,
+      CASE WHEN n.share_with_group_lock IS TRUE THEN 0 ELSE
+        COALESCE((SELECT max(LEAST(r.l, pl.group_access))
+                  FROM project_group_links pl JOIN namespaces ln ON ln.id = pl.group_id
+                    JOIN reach r ON r.gid = ANY(ln.traversal_ids::bigint[])
+                  WHERE pl.project_id = p.id), 0)
+      END
     )::int4 AS access_level
     FROM projects p JOIN namespaces n ON n.id = p.namespace_id
     WHERE p.id = ANY($2::bigint[])"
+        )
     };
 }
 pub(crate) use desired;
@@ -35,26 +66,43 @@ pub(crate) use desired;
 macro_rules! refresh_removed {
     ($projects:expr, $groups:expr, $users:expr) => {
         concat!(
-            "WITH pairs AS (
-               SELECT x.u, x.p, p.id IS NOT NULL AS project_exists, n.type,
-                      n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id
-               FROM ",
-            $projects,
-            "
-                 LEFT JOIN projects p ON p.id = x.p
-                 LEFT JOIN namespaces n ON n.id = p.namespace_id
-               UNION
-               SELECT x.u, p.id::bigint, true, n.type, n.traversal_ids::bigint[], n.owner_id::bigint
-               FROM ",
+            "WITH roots AS (
+               SELECT x.u, x.g FROM ",
             $groups,
             "
-                 JOIN namespaces g ON g.id = x.g
+               UNION
+               SELECT x.u, gl.shared_group_id::bigint FROM ",
+            $groups,
+            "
+                 JOIN group_group_links gl ON gl.shared_with_group_id = x.g
+             ),
+             sub AS (
+               SELECT DISTINCT r.u, n.id::bigint AS n
+               FROM roots r
+                 JOIN namespaces g ON g.id = r.g
                  JOIN namespaces n ON n.type = 'Group'
                    AND n.traversal_ids >= g.traversal_ids
                    AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
                                           || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-                   AND x.g = ANY(n.traversal_ids)
-                 JOIN projects p ON p.namespace_id = n.id
+                   AND r.g = ANY(n.traversal_ids)
+             ),
+             affected AS (
+               SELECT x.u, x.p FROM ",
+            $projects,
+            "
+               UNION
+               SELECT s.u, p.id::bigint FROM sub s JOIN projects p ON p.namespace_id = s.n
+               UNION
+               SELECT s.u, pl.project_id::bigint FROM sub s
+                 JOIN project_group_links pl ON pl.group_id = s.n
+             ),
+             pairs AS (
+               SELECT a.u, a.p, p.id IS NOT NULL AS project_exists, n.type,
+                      n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id,
+                      n.share_with_group_lock IS TRUE AS locked
+               FROM affected a
+                 LEFT JOIN projects p ON p.id = a.p
+                 LEFT JOIN namespaces n ON n.id = p.namespace_id
              ),
              grants AS (
                SELECT m.user_id::bigint AS u, m.source_type, m.source_id::bigint AS sid,
@@ -64,15 +112,39 @@ macro_rules! refresh_removed {
             $users,
             " AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10
              ),
+             reach AS (
+               SELECT g.u, g.sid AS gid, g.l FROM grants g WHERE g.source_type = 'Namespace'
+               UNION ALL
+               SELECT g.u, gl.shared_group_id::bigint, LEAST(g.l, gl.group_access)
+               FROM grants g JOIN group_group_links gl ON gl.shared_with_group_id = g.sid
+               WHERE g.source_type = 'Namespace' AND gl.group_access > 5
+             ),
+             via_project AS (
+               SELECT t.u, t.p, max(g.l) AS l FROM pairs t
+                 JOIN grants g ON g.u = t.u AND g.source_type = 'Project' AND g.sid = t.p
+               GROUP BY t.u, t.p
+             ),
+             via_groups AS (
+               SELECT t.u, t.p, max(r.l) AS l FROM pairs t
+                 JOIN reach r ON r.u = t.u AND t.type = 'Group' AND r.gid = ANY(t.t)
+               GROUP BY t.u, t.p
+             ),
+             via_links AS (
+               SELECT t.u, t.p, max(LEAST(r.l, pl.group_access)) AS l FROM pairs t
+                 JOIN project_group_links pl ON pl.project_id = t.p AND NOT t.locked
+                 JOIN namespaces ln ON ln.id = pl.group_id
+                 JOIN reach r ON r.u = t.u AND r.gid = ANY(ln.traversal_ids::bigint[])
+               GROUP BY t.u, t.p
+             ),
              desired AS MATERIALIZED (
                SELECT t.u, t.p, t.project_exists, GREATEST(
-                 COALESCE(max(g.l), 0),
+                 COALESCE(vp.l, 0), COALESCE(vg.l, 0), COALESCE(vl.l, 0),
                  CASE WHEN t.type = 'User' AND t.owner_id = t.u THEN 50 ELSE 0 END
                )::int4 AS access_level
-               FROM pairs t LEFT JOIN grants g ON g.u = t.u
-                 AND ((g.source_type = 'Project' AND g.sid = t.p)
-                      OR (g.source_type = 'Namespace' AND t.type = 'Group' AND g.sid = ANY(t.t)))
-               GROUP BY t.u, t.p, t.project_exists, t.type, t.t, t.owner_id
+               FROM pairs t
+                 LEFT JOIN via_project vp ON vp.u = t.u AND vp.p = t.p
+                 LEFT JOIN via_groups vg ON vg.u = t.u AND vg.p = t.p
+                 LEFT JOIN via_links vl ON vl.u = t.u AND vl.p = t.p
              ),
              del AS (
                DELETE FROM project_authorizations pa USING desired d
@@ -124,6 +196,34 @@ pub const REMOVED_GROUPS_PARAM: &str = removed_groups_param!();
 pub const REMOVED_USERS_PARAM: &str = removed_users_param!();
 
 crate::statements::statements! {
+    /// The (user, project) pairs authorized on any project of `$1::bigint[]`.
+    AUTHORIZED_ON_PROJECTS = "SELECT DISTINCT user_id::bigint, project_id::bigint
+             FROM project_authorizations WHERE project_id = ANY($1::bigint[])
+             ORDER BY 1, 2";
+    /// `affected` of group memberships `$1::bigint[]` (behaviour §3): the projects under
+    /// each group and under every group shared with it (`group_group_links`), plus
+    /// the projects shared (`project_group_links`) with any group of those subtrees.
+    /// Ascending ids, each once.
+    REACHED_FROM = "WITH roots AS (
+               SELECT unnest($1::bigint[]) AS g
+               UNION
+               SELECT gl.shared_group_id::bigint FROM group_group_links gl
+               WHERE gl.shared_with_group_id = ANY($1::bigint[])
+             ),
+             sub AS (
+               SELECT DISTINCT n.id::bigint AS n
+               FROM roots r
+                 JOIN namespaces g ON g.id = r.g
+                 JOIN namespaces n ON n.type = 'Group'
+                   AND n.traversal_ids >= g.traversal_ids
+                   AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                          || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
+                   AND r.g = ANY(n.traversal_ids)
+             )
+             SELECT p.id::bigint FROM sub s JOIN projects p ON p.namespace_id = s.n
+             UNION
+             SELECT pl.project_id::bigint FROM sub s JOIN project_group_links pl ON pl.group_id = s.n
+             ORDER BY 1";
     /// `refresh(u, P)` for user `$1` and projects `$2::bigint[]` (after the user's
     /// authorization lock): delete what `desired` does not have, upsert what it has.
     /// Returns one row: rows deleted, rows written.

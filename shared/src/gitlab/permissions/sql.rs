@@ -11,12 +11,16 @@ crate::statements::statements! {
         crate::gitlab::authz::sql::desired!(),
         ") d"
     );
-    /// `group_access($1, $2)`: the highest access-granting group membership of user `$1`
-    /// over group `$2` and its ancestors (0 when none).
-    GROUP_ACCESS = "SELECT COALESCE(max(m.access_level), 0)::int4
-             FROM namespaces g JOIN members m ON m.source_id = ANY(g.traversal_ids::bigint[])
-             WHERE g.id = $2::bigint AND m.user_id = $1::bigint AND m.source_type = 'Namespace'
-               AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10";
+    /// `group_access($1, $2)`: the highest level user `$1` reaches (a membership or a
+    /// group share, [`crate::gitlab::authz::sql::reach!`]) on group `$2` or its ancestors
+    /// (0 when none).
+    GROUP_ACCESS = concat!(
+        "WITH ",
+        crate::gitlab::authz::sql::reach!(),
+        " SELECT COALESCE(max(r.l), 0)::int4
+             FROM namespaces g JOIN reach r ON r.gid = ANY(g.traversal_ids::bigint[])
+             WHERE g.id = $2::bigint"
+    );
     /// Whether a counted owner row other than member `$2` exists in the groups
     /// `$1::bigint[]`.
     OTHER_COUNTED_OWNER_EXISTS = "SELECT EXISTS (

@@ -13,6 +13,7 @@ use tokio_postgres::GenericClient;
 
 use super::sql;
 use crate::error::Result;
+use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::messages::{Envelope, GroupDestroyRun};
@@ -320,6 +321,9 @@ where
         return Ok(Chunk::NotEmpty(left));
     }
     let mut outbox = Vec::new();
+    // What g's shares reached (groups shared with g, projects shared with g): the
+    // links go with g, so every row on those projects is recomputed after it.
+    let shared = authz::reached_from(&tx, &[g]).await?;
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
     delete_source_rows(&tx, "Namespace", g).await?;
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
@@ -328,6 +332,7 @@ where
     blockers::delete_dependents(&tx, keys, Parent::Namespace, &[g]).await?;
     // FK effects: see `sql::DELETE_GROUP` (behaviour §S4).
     tx.execute(sql::DELETE_GROUP, &[&g]).await?;
+    authz::refresh_projects(&tx, &shared).await?;
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(Chunk::Deleted(1))
