@@ -15,11 +15,11 @@
 //! transaction of its own (a failing check does not abort the next, and the session
 //! check needs statements in separate transactions anyway). Its SQL is in [`sql`].
 
+mod blockers;
 pub mod catalogue;
 pub mod database;
 pub mod inserts;
 pub mod privileges;
-mod blockers;
 pub mod sql;
 pub mod tree;
 pub mod triggers;

@@ -271,7 +271,10 @@ async fn registry_cache_entries_of_a_group_block_it() {
     if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2 {
         // GitLab 18.2 has no such table (created in 18.5); the destroy without the
         // blocking tables is `without_the_blocking_tables_the_scan_finds_nothing_and_the_destroy_works`' case.
-        assert!(!db.exists("pg_tables WHERE tablename = 'virtual_registries_container_cache_entries'").await);
+        assert!(
+            !db.exists("pg_tables WHERE tablename = 'virtual_registries_container_cache_entries'")
+                .await
+        );
         return;
     }
     db.exec(
