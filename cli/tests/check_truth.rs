@@ -118,9 +118,10 @@ async fn a_select_only_role_fails_naming_each_missing_grant() {
     assert!(f.iter().all(|l| l.starts_with("✗ privileges on ")), "{out}");
     assert!(out.contains("✓ catalogue: all "), "{out}");
 
-    // With the grants, the same role passes.
+    // With the grants, the same role passes (GitLab's ids draw from sequences).
     db.exec(&format!(
-        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO r_{}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO r_{0};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO r_{0}",
         db.name
     ))
     .await;
@@ -132,16 +133,18 @@ async fn a_select_only_role_fails_naming_each_missing_grant() {
 #[tokio::test]
 async fn a_sequence_a_default_draws_from_needs_usage() {
     let db = passing_db().await;
+    let url = role_url(
+        &db,
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};
+         GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role};",
+    )
+    .await;
+    // A sequence created after the grants: the role may not use it.
     db.exec(
         "ALTER TABLE ghost_user_migrations ALTER COLUMN id DROP IDENTITY IF EXISTS;
          CREATE SEQUENCE ghost_user_migrations_id_seq2;
          ALTER TABLE ghost_user_migrations
            ALTER COLUMN id SET DEFAULT nextval('ghost_user_migrations_id_seq2'::regclass)",
-    )
-    .await;
-    let url = role_url(
-        &db,
-        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role};",
     )
     .await;
     let o = hk_check(&url);
