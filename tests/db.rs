@@ -8,13 +8,13 @@ use tokio_postgres::Client;
 
 use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
 
-/// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2` or
-/// `18.8`), default the newest.
+/// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2`, `18.8`
+/// or `18.11`), default the newest.
 pub fn gitlab_version() -> hk::migrate::GitlabVersion {
     match std::env::var("HK_TEST_GITLAB") {
-        Ok(v) if !v.trim().is_empty() => v
-            .parse()
-            .unwrap_or_else(|e| panic!("HK_TEST_GITLAB: {e}")),
+        Ok(v) if !v.trim().is_empty() => {
+            v.parse().unwrap_or_else(|e| panic!("HK_TEST_GITLAB: {e}"))
+        }
         _ => hk::migrate::GitlabVersion::default(),
     }
 }
@@ -334,13 +334,12 @@ impl TestDb {
 
     /// Execute SQL statements (fixtures).
     pub async fn exec(&self, sql: &str) {
-        self.client
-            .batch_execute(sql)
-            .await
-            .unwrap_or_else(|e| {
-                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
-                panic!("fixture SQL failed: {why}\n{sql}")
-            });
+        self.client.batch_execute(sql).await.unwrap_or_else(|e| {
+            let why = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_string());
+            panic!("fixture SQL failed: {why}\n{sql}")
+        });
     }
 
     /// One scalar.

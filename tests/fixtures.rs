@@ -305,7 +305,12 @@ impl Fx<'_> {
 /// `project` by `author` (a SQL expression), with the columns GitLab requires: an
 /// issue's namespace (the project namespace) and work item type, a merge request's
 /// branches, a note's noteable type.
-pub fn contribution_sql(table: &str, id: i64, project: i64, author: &dyn std::fmt::Display) -> String {
+pub fn contribution_sql(
+    table: &str,
+    id: i64,
+    project: i64,
+    author: &dyn std::fmt::Display,
+) -> String {
     let pns = format!("(SELECT project_namespace_id FROM projects WHERE id = {project})");
     match table {
         "issues" => format!(

@@ -166,7 +166,7 @@ impl SchemaGate {
                 Err(_) => return Ok(()),
             };
             match preflight::prepare_catalogue(&client).await {
-                Ok(f) => f,
+                Ok(p) => p.failed,
                 Err(_) => return Ok(()),
             }
         };

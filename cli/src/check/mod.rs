@@ -320,23 +320,30 @@ async fn in_read_only(c: &Client, loopback: bool, now: DateTime<Utc>) -> Result<
 }
 
 async fn catalogue(c: &Client) -> Result<Vec<Check>> {
-    let total = shared::catalogue::all().len();
-    let failed = shared::preflight::prepare_catalogue(c).await?;
-    if failed.is_empty() {
-        return Ok(vec![Check::pass(
-            "catalogue",
-            format!("all {total} statements prepare"),
-        )]);
+    let p = shared::preflight::prepare_catalogue(c).await?;
+    let model = Check::pass(
+        "deletion model",
+        format!("{}: {}", p.model, p.model.describe()),
+    );
+    let total = p.declared;
+    if p.failed.is_empty() {
+        return Ok(vec![
+            model,
+            Check::pass(
+                "catalogue",
+                format!("all {total} statements of the {} model prepare", p.model),
+            ),
+        ]);
     }
-    Ok(failed
-        .into_iter()
+    Ok(std::iter::once(model)
+        .chain(p.failed.into_iter()
         .map(|f| {
             Check::fail(
                 format!("catalogue {}::{}", f.module, f.name),
                 format!("{} ({})", f.object, f.message),
                 "the database lacks what this statement uses: compare its schema with GitLab 18's for that object (a missing migration?)",
             )
-        })
+        }))
         .collect())
 }
 
@@ -399,7 +406,10 @@ async fn foreign_keys(c: &Client) -> Result<Vec<Check>> {
             }
         }
     }
-    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[]).await?.is_none() {
+    if c.query_opt(sql::USERS_LOOSE_FK_TRIGGER, &[])
+        .await?
+        .is_none()
+    {
         bad.push(Check::fail(
             "loose foreign keys of users",
             "users_loose_fk_trigger is missing",

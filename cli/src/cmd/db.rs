@@ -39,7 +39,10 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn cmd_migrate(json: bool, gitlab: hk::migrate::GitlabVersion) -> Result<ExitCode> {
+pub(crate) async fn cmd_migrate(
+    json: bool,
+    gitlab: hk::migrate::GitlabVersion,
+) -> Result<ExitCode> {
     let applied = migrate_for(&database_url()?, gitlab).await?;
     if json {
         println!("{}", serde_json::json!({ "applied": applied }));

@@ -68,9 +68,9 @@ pub(crate) enum Cmd {
         /// Print `{"applied": [versions]}` instead of the sentence.
         #[arg(long)]
         json: bool,
-        /// The GitLab release to model: `18.2` (the oldest supported) or `18.8` (the
-        /// newest).
-        #[arg(long, default_value = "18.8")]
+        /// The GitLab release to model: `18.2` (the oldest supported), `18.8`, or
+        /// `18.11` (the newest).
+        #[arg(long, default_value = "18.11")]
         gitlab: hk::migrate::GitlabVersion,
     },
     /// Load a data set into $DATABASE_URL.
@@ -271,7 +271,10 @@ pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
 }
 
 /// Apply `version`'s model.
-pub(crate) async fn migrate_for(url: &str, version: hk::migrate::GitlabVersion) -> Result<Vec<i32>> {
+pub(crate) async fn migrate_for(
+    url: &str,
+    version: hk::migrate::GitlabVersion,
+) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
     Ok(hk::migrate::run_for(&mut c, version).await?)
 }

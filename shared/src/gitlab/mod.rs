@@ -10,6 +10,7 @@
 //! [`crate::catalogue`]).
 
 pub mod authz;
+pub mod deletion_model;
 pub mod group_deletion;
 pub mod hierarchy;
 pub mod membership;

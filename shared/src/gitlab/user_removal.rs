@@ -181,7 +181,8 @@ pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Resul
     // The first of ghost, ghost1, ghost2, … free as a username, namespace and route
     // path, and separately the first free ghost…@example.com (compared
     // case-insensitively), as GitLab's `Users::Internal` picks them.
-    let taken = |rows: Vec<tokio_postgres::Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
+    let taken =
+        |rows: Vec<tokio_postgres::Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
     let username = first_free_ghost_name(&taken(tx.query(sql::TAKEN_GHOST_USERNAMES, &[]).await?));
     let email = format!(
         "{}@example.com",
@@ -192,10 +193,16 @@ pub async fn ensure_ghost_user(tx: Transaction<'_>, now: DateTime<Utc>) -> Resul
         .await?;
     let (id, organization): (i64, i64) = (row.get(0), row.get(1));
     tx.execute(sql::INSERT_GHOST_DETAILS, &[&id]).await?;
-    tx.execute(sql::INSERT_GHOST_ORGANIZATION_USER, &[&id, &organization, &now])
-        .await?;
+    tx.execute(
+        sql::INSERT_GHOST_ORGANIZATION_USER,
+        &[&id, &organization, &now],
+    )
+    .await?;
     let ns: i64 = tx
-        .query_one(sql::INSERT_GHOST_NAMESPACE, &[&username, &id, &now, &organization])
+        .query_one(
+            sql::INSERT_GHOST_NAMESPACE,
+            &[&username, &id, &now, &organization],
+        )
         .await?
         .get(0);
     tx.execute(sql::SET_GHOST_TRAVERSAL_IDS, &[&ns]).await?;

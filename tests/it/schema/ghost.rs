@@ -71,13 +71,20 @@ async fn a_bot_removal_creates_one_ghost_as_gitlab_does_and_reassigns_its_issues
     let (username, email, name, state): (String, String, String, String) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     assert_eq!(
-        (username.as_str(), email.as_str(), name.as_str(), state.as_str()),
+        (
+            username.as_str(),
+            email.as_str(),
+            name.as_str(),
+            state.as_str()
+        ),
         ("ghost", "ghost@example.com", "Ghost", "active")
     );
     assert_eq!(row.get::<_, i32>(4), 42, "projects_limit from the settings");
     assert_eq!(row.get::<_, i64>(5), 1, "the first organization");
     let bio: String = db
-        .scalar(&format!("SELECT bio FROM user_details WHERE user_id = {ghost}"))
+        .scalar(&format!(
+            "SELECT bio FROM user_details WHERE user_id = {ghost}"
+        ))
         .await;
     assert!(bio.starts_with("This is a \"Ghost User\""), "{bio}");
     assert!(
@@ -93,7 +100,10 @@ async fn a_bot_removal_creates_one_ghost_as_gitlab_does_and_reassigns_its_issues
                AND path = 'ghost' AND organization_id = 1 AND traversal_ids = ARRAY[id]"
         ))
         .await;
-    assert!(db.exists(&format!("namespace_details WHERE namespace_id = {ns}")).await);
+    assert!(
+        db.exists(&format!("namespace_details WHERE namespace_id = {ns}"))
+            .await
+    );
     assert!(
         db.exists(&format!(
             "routes WHERE source_type = 'Namespace' AND source_id = {ns}
@@ -102,7 +112,10 @@ async fn a_bot_removal_creates_one_ghost_as_gitlab_does_and_reassigns_its_issues
         .await
     );
     // The bot's issue is the ghost's now.
-    assert_eq!(db.count(&format!("issues WHERE author_id = {ghost}")).await, 1);
+    assert_eq!(
+        db.count(&format!("issues WHERE author_id = {ghost}")).await,
+        1
+    );
     assert!(!db.exists("users WHERE id = 20").await);
 }
 
@@ -114,7 +127,10 @@ async fn the_deleted_users_access_goes_at_once_and_its_loose_fk_record_is_writte
     // Removed by the deletion itself, as GitLab's destroy service removes them.
     assert!(!db.exists("members WHERE user_id = 20").await);
     assert!(!db.exists("project_authorizations WHERE user_id = 20").await);
-    assert!(!db.exists("project_authorizations_for_migration WHERE user_id = 20").await);
+    assert!(
+        !db.exists("project_authorizations_for_migration WHERE user_id = 20")
+            .await
+    );
     // GitLab's trigger recorded the delete, in the same transaction as the user's
     // delete: GitLab's loose-FK worker removes the rest (the global notification setting).
     assert!(
@@ -168,16 +184,20 @@ async fn two_concurrent_creations_make_one_ghost() {
                 .unwrap()
         }));
     }
-    wait::until("both ghost creators to wait for the lock", wait::LOCK_WAIT, || async {
-        let n: i64 = db
-            .scalar(
-                "SELECT count(*) FROM pg_stat_activity
+    wait::until(
+        "both ghost creators to wait for the lock",
+        wait::LOCK_WAIT,
+        || async {
+            let n: i64 = db
+                .scalar(
+                    "SELECT count(*) FROM pg_stat_activity
                  WHERE datname = current_database() AND application_name = 'other-session'
                    AND wait_event_type = 'Lock'",
-            )
-            .await;
-        (n == 2).then_some(())
-    })
+                )
+                .await;
+            (n == 2).then_some(())
+        },
+    )
     .await;
     hold.commit().await.unwrap();
     let mut ids = Vec::new();
