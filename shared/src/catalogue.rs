@@ -70,10 +70,13 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
+/// One `sql` module's `ALL`: `(name, text)` per statement.
+type StatementList = &'static [(&'static str, &'static str)];
+
 /// The statements that need a newer deletion-state model than GitLab 18.2's, with the
 /// models they are declared for (every statement of [`MODULES`] is for every model).
 /// Each of these lists is a nested module of its owner's `sql`.
-const MODEL_MODULES: &[(&str, Models, &[(&str, &str)])] = &[
+const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
     (
         "gitlab::group_deletion",
         Models::STATE,
