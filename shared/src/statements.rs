@@ -15,9 +15,14 @@ pub struct Statement {
     /// The SQL text, exactly as sent.
     pub text: &'static str,
     /// The deletion-state models it is declared for: it PREPAREs on those, and only
-    /// their databases run it ([`crate::gitlab::deletion_model`]).
-    pub models: crate::gitlab::deletion_model::Models,
+    /// their databases run it.
+    pub models: Models,
 }
+
+/// A set of deletion-state models, one bit each (the models, their bits and the named
+/// sets are `crate::gitlab::deletion_model`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Models(pub(crate) u8);
 
 /// Declares a module's statements: `NAME = "SQL";` (or any constant expression such
 /// as `concat!(…)`), each becoming `pub const NAME: &str`, and `ALL`, the list of

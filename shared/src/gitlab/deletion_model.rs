@@ -70,10 +70,9 @@ impl std::fmt::Display for DeletionModel {
     }
 }
 
-/// The models a statement is declared for (a set of [`DeletionModel`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Models(u8);
+pub use crate::statements::Models;
 
+/// The models a statement is declared for: a set of [`DeletionModel`].
 impl Models {
     /// Every model: the statement uses nothing that came with 18.4 or later.
     pub const ANY: Models = Models(0b111);

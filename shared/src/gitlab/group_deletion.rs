@@ -140,7 +140,7 @@ pub async fn due_page<C: GenericClient>(
     limit: i64,
 ) -> Result<Vec<Schedule>> {
     let statement = if model.has_scheduled_at() {
-        sql::scheduled_at::DUE_PAGE
+        sql::scheduled_at::DUE_PAGE_SCHEDULED_AT
     } else {
         sql::DUE_PAGE
     };

@@ -124,7 +124,7 @@ pub mod scheduled_at {
         /// midnight UTC (GitLab's `deletion_scheduled_before(cutoff date)`), its user from
         /// `state_metadata`, else its schedule row's; a group without it is due by its
         /// `group_deletion_schedules` row as on older releases. Each group once.
-        DUE_PAGE = concat!("SELECT x.id::bigint, x.user_id::bigint, x.marked FROM (
+        DUE_PAGE_SCHEDULED_AT = concat!("SELECT x.id::bigint, x.user_id::bigint, x.marked FROM (
                SELECT d.namespace_id AS id,
                       COALESCE(", metadata_user!(), ", s.user_id) AS user_id,
                       (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date AS marked
