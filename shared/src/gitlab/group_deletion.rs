@@ -430,6 +430,31 @@ mod tests {
     }
 
     #[test]
+    fn the_details_schedule_wins_and_borrows_a_missing_user_from_the_row() {
+        let (d1, d2): (NaiveDate, NaiveDate) =
+            ("2025-03-01".parse().unwrap(), "2025-03-02".parse().unwrap());
+        let s = |user_id, marked_for_deletion_on| {
+            Some(Schedule {
+                group_id: 7,
+                user_id,
+                marked_for_deletion_on,
+            })
+        };
+        assert_eq!(effective(7, Details::NotSet, Some((11, d1))), s(11, d1));
+        assert_eq!(effective(7, Details::NotSet, None), None);
+        let set = |u, d| Details::Set(u, d);
+        assert_eq!(
+            effective(7, set(Some(12), Some(d2)), Some((11, d1))),
+            s(12, d2)
+        );
+        assert_eq!(effective(7, set(None, Some(d2)), Some((11, d1))), s(11, d2));
+        assert_eq!(effective(7, set(Some(12), Some(d2)), None), s(12, d2));
+        // No user anywhere, or a non-finite time: not scheduled (never due).
+        assert_eq!(effective(7, set(None, Some(d2)), None), None);
+        assert_eq!(effective(7, set(Some(12), None), Some((11, d1))), None);
+    }
+
+    #[test]
     fn the_cutoff_is_today_minus_the_period() {
         let today: NaiveDate = "2025-03-10".parse().unwrap();
         assert_eq!(cutoff(today, 7).to_string(), "2025-03-03");
