@@ -2,7 +2,7 @@
 //!
 //! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates the model of
 //! GitLab's tables the bundle touches, per supported GitLab release ([`GitlabVersion`]:
-//! V1 is GitLab 18.2's model, V2 the changes up to 18.8), and the fingerprint of that
+//! V1 is GitLab 18.2's model, V2 the changes up to 18.8, V3 those up to 18.11), and the fingerprint of that
 //! SQL the test harness names its template after ([`fingerprint`]). The runtime code never issues DDL, and `hk migrate` must never be
 //! pointed at a real GitLab database. refinery's history table lives in the separate
 //! schema `hk_meta`, so `public` holds only GitLab's tables (behaviour §S1.1).
@@ -31,20 +31,27 @@ pub const HISTORY_TABLE: &str = "hk_meta.refinery_schema_history";
 pub enum GitlabVersion {
     /// GitLab 18.2 (migration V1 only).
     V18_2,
-    /// GitLab 18.8 (V1 and V2), the default.
-    #[default]
+    /// GitLab 18.8 (V1 and V2).
     V18_8,
+    /// GitLab 18.11 (V1 to V3), the default.
+    #[default]
+    V18_11,
 }
 
 impl GitlabVersion {
     /// Every supported release, oldest first.
-    pub const ALL: [GitlabVersion; 2] = [GitlabVersion::V18_2, GitlabVersion::V18_8];
+    pub const ALL: [GitlabVersion; 3] = [
+        GitlabVersion::V18_2,
+        GitlabVersion::V18_8,
+        GitlabVersion::V18_11,
+    ];
 
-    /// `18.2` or `18.8`.
+    /// `18.2`, `18.8` or `18.11`.
     pub fn as_str(self) -> &'static str {
         match self {
             GitlabVersion::V18_2 => "18.2",
             GitlabVersion::V18_8 => "18.8",
+            GitlabVersion::V18_11 => "18.11",
         }
     }
 
@@ -53,6 +60,7 @@ impl GitlabVersion {
         match self {
             GitlabVersion::V18_2 => 1,
             GitlabVersion::V18_8 => 2,
+            GitlabVersion::V18_11 => 3,
         }
     }
 }
@@ -63,7 +71,9 @@ impl std::str::FromStr for GitlabVersion {
         GitlabVersion::ALL
             .into_iter()
             .find(|v| v.as_str() == s.trim())
-            .ok_or_else(|| format!("unsupported GitLab version {s:?}: expected 18.2 or 18.8"))
+            .ok_or_else(|| {
+                format!("unsupported GitLab version {s:?}: expected 18.2, 18.8 or 18.11")
+            })
     }
 }
 

@@ -94,6 +94,7 @@ async fn the_migrated_schema_passes_every_check() {
         "✓ catalogue: all ",
         "✓ privileges: role ",
         "✓ on conflict:",
+        "✓ deletion model: ",
         "✓ foreign keys:",
         "✓ ghost user:",
         "✓ session (advisory locks):",
@@ -102,6 +103,14 @@ async fn the_migrated_schema_passes_every_check() {
     ] {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
+    // The model line names what this release writes (HK_TEST_GITLAB's model).
+    let model = match integration_tests::db::gitlab_version() {
+        hk::migrate::GitlabVersion::V18_2 => "schedules",
+        hk::migrate::GitlabVersion::V18_8 => "state-columns",
+        hk::migrate::GitlabVersion::V18_11 => "scheduled-at",
+    };
+    let line = format!("✓ deletion model: {model}: ");
+    assert_eq!(text.matches(&line).count(), 1, "missing `{line}`:\n{text}");
     // --json: the same checks, machine-readable, and nothing changed.
     let before = db.snapshot().await;
     let j: Value = serde_json::from_slice(&hk_check(&db.url, true).stdout).expect("JSON");

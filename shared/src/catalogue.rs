@@ -9,6 +9,8 @@
 
 pub use crate::statements::Statement;
 
+use crate::gitlab::deletion_model::{DeletionModel, Models};
+
 /// Every module's statement list, by module path.
 const MODULES: &[(&str, &[(&str, &str)])] = &[
     // One line per `sql` submodule: ("path::of::module", crate::path::of::module::sql::ALL).
@@ -47,6 +49,10 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
     ("db", crate::db::sql::ALL),
     ("gitlab::authz", crate::gitlab::authz::sql::ALL),
     ("gitlab::blockers", crate::gitlab::blockers::sql::ALL),
+    (
+        "gitlab::deletion_model",
+        crate::gitlab::deletion_model::sql::ALL,
+    ),
     ("gitlab::hierarchy", crate::gitlab::hierarchy::sql::ALL),
     ("gitlab::membership", crate::gitlab::membership::sql::ALL),
     ("gitlab::permissions", crate::gitlab::permissions::sql::ALL),
@@ -65,13 +71,49 @@ const MODULES: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-/// Every statement the functions can run.
+/// One `sql` module's `ALL`: `(name, text)` per statement.
+type StatementList = &'static [(&'static str, &'static str)];
+
+/// The statements that need a newer deletion-state model than GitLab 18.2's, with the
+/// models they are declared for (every statement of [`MODULES`] is for every model).
+/// Each of these lists is a nested module of its owner's `sql`.
+const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
+    (
+        "gitlab::group_deletion",
+        Models::STATE,
+        crate::gitlab::group_deletion::sql::state::ALL,
+    ),
+    (
+        "gitlab::group_deletion",
+        Models::SCHEDULED_AT,
+        crate::gitlab::group_deletion::sql::scheduled_at::ALL,
+    ),
+    (
+        "workers::group_destroy",
+        Models::SCHEDULED_AT,
+        crate::workers::group_destroy::sql::scheduled_at::ALL,
+    ),
+];
+
+/// Every statement the functions can run, on any model.
 pub fn all() -> Vec<Statement> {
-    MODULES
-        .iter()
-        .flat_map(|(module, list)| {
-            list.iter()
-                .map(move |(name, text)| Statement { module, name, text })
+    let any = MODULES.iter().map(|(m, list)| (*m, Models::ANY, *list));
+    any.chain(MODEL_MODULES.iter().copied())
+        .flat_map(|(module, models, list)| {
+            list.iter().map(move |(name, text)| Statement {
+                module,
+                name,
+                text,
+                models,
+            })
         })
+        .collect()
+}
+
+/// The statements declared for `model`: the ones a database of that model must PREPARE.
+pub fn for_model(model: DeletionModel) -> Vec<Statement> {
+    all()
+        .into_iter()
+        .filter(|s| s.models.contains(model))
         .collect()
 }

@@ -171,7 +171,7 @@ impl SchemaGate {
                 Err(_) => return Ok(Gate::Open),
             };
             match preflight::prepare_catalogue(&client).await {
-                Ok(f) => f,
+                Ok(p) => p.failed,
                 Err(_) => return Ok(Gate::Open),
             }
         };

@@ -1,6 +1,8 @@
 //! The schema compatibility check every function runs at cold start and `hk check`
-//! runs first: every statement of [`crate::catalogue::all`] must PREPARE on the
-//! target database (issue 15; behaviour §S4 lists the schema facts behind them).
+//! runs first: every statement declared for the database's deletion-state model
+//! ([`crate::catalogue::for_model`], the model from
+//! [`crate::gitlab::deletion_model::probe`]) must PREPARE on the target database
+//! (issue 15; behaviour §S4 lists the schema facts behind them).
 //!
 //! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only: PREPARE plans nothing
 //! and writes nothing, but parse analysis takes the statement's table locks, so a lock
@@ -15,6 +17,7 @@ use tokio_postgres::Client;
 
 use crate::catalogue;
 use crate::error::Error;
+use crate::gitlab::deletion_model::{self, DeletionModel};
 
 /// One catalogue statement that does not PREPARE on the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,15 +108,42 @@ fn near(text: &str, at: usize) -> String {
         .join(" ")
 }
 
-/// PREPARE every catalogue statement on `client`; the ones that fail, in catalogue
-/// order. An error that is not the server's (the connection broke) is returned as
-/// such: it says nothing about the schema. The first [`Problem::Busy`] failure ends
-/// the pass (it is the last entry): the next statements would wait for the same lock,
-/// and a busy database is retried as a whole.
-pub async fn prepare_catalogue(client: &Client) -> Result<Vec<Incompatible>, Error> {
+/// The preflight's result: the database's deletion-state model, how many statements
+/// are declared for it, and the ones that do not PREPARE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preflight {
+    /// The model [`deletion_model::probe`] found.
+    pub model: DeletionModel,
+    /// The statements declared for that model.
+    pub declared: usize,
+    /// The ones that failed, in catalogue order.
+    pub failed: Vec<Incompatible>,
+}
+
+/// Probe the deletion-state model, then PREPARE every catalogue statement declared for
+/// it on `client`. An error that is not the server's (the connection broke) is returned
+/// as such: it says nothing about the schema.
+pub async fn prepare_catalogue(client: &Client) -> Result<Preflight, Error> {
+    let model = deletion_model::probe(client).await?;
+    let statements = catalogue::for_model(model);
+    let failed = prepare_all(client, &statements).await?;
+    Ok(Preflight {
+        model,
+        declared: statements.len(),
+        failed,
+    })
+}
+
+/// PREPARE `statements` on `client`; the ones that fail, in order. The first
+/// [`Problem::Busy`] failure ends the pass (it is the last entry): the next statements
+/// would wait for the same lock, and a busy database is retried as a whole.
+pub async fn prepare_all(
+    client: &Client,
+    statements: &[catalogue::Statement],
+) -> Result<Vec<Incompatible>, Error> {
     let mut failed = Vec::new();
-    for s in catalogue::all() {
-        if let Some(f) = prepare_one(client, &s).await? {
+    for s in statements {
+        if let Some(f) = prepare_one(client, s).await? {
             let busy = f.problem == Problem::Busy;
             failed.push(f);
             if busy {

@@ -2,8 +2,8 @@
 //! [`Statement`] the catalogue lists.
 //!
 //! Owns: the declaration form only (one `pub const NAME: &str` per statement plus the
-//! module's `ALL` list, so a statement cannot be declared without being listed). It
-//! imports nothing: every `sql` module uses it, and [`crate::catalogue`] collects them.
+//! module's `ALL` list, so a statement cannot be declared without being listed). Every
+//! `sql` module uses it, and [`crate::catalogue`] collects them.
 
 /// One SQL statement of the bundle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,7 +14,15 @@ pub struct Statement {
     pub name: &'static str,
     /// The SQL text, exactly as sent.
     pub text: &'static str,
+    /// The deletion-state models it is declared for: it PREPAREs on those, and only
+    /// their databases run it.
+    pub models: Models,
 }
+
+/// A set of deletion-state models, one bit each (the models, their bits and the named
+/// sets are `crate::gitlab::deletion_model`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Models(pub(crate) u8);
 
 /// Declares a module's statements: `NAME = "SQL";` (or any constant expression such
 /// as `concat!(…)`), each becoming `pub const NAME: &str`, and `ALL`, the list of

@@ -43,11 +43,12 @@ async fn sums(c: &Client, now: DateTime<Utc>) -> Result<(usize, BTreeMap<(bool, 
         .unwrap_or(group_deletion::DEFAULT_PERIOD_DAYS);
     let cutoff = group_deletion::cutoff(today, period);
     let keys = blockers::keys(c).await?;
+    let model = shared::gitlab::deletion_model::probe(c).await?;
     let mut sums: BTreeMap<(bool, String), Sum> = BTreeMap::new();
     let mut due = 0;
     let mut after = None;
     loop {
-        let page = group_deletion::due_page(c, cutoff, after, PAGE).await?;
+        let page = group_deletion::due_page(c, model, cutoff, after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.group_id);
         for s in &page {

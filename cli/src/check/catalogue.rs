@@ -67,7 +67,9 @@ pub async fn pass(
     notices: &mut UnboundedReceiver<DbError>,
     a: &Client,
 ) -> Result<Pass> {
-    let all = shared::catalogue::all();
+    // Only the statements declared for the database's deletion-state model.
+    let model = shared::gitlab::deletion_model::probe(trees).await?;
+    let all = shared::catalogue::for_model(model);
     let total = all.len();
     let mut schema = Vec::new();
     let mut grants = Vec::new();
@@ -160,11 +162,14 @@ pub async fn pass(
         ));
     }
     let busy_count = busy.values().map(Vec::len).sum();
-    let mut checks = Vec::new();
+    let mut checks = vec![Check::pass(
+        "deletion model",
+        format!("{model}: {}", model.describe()),
+    )];
     if schema.is_empty() && grants.is_empty() && busy.is_empty() {
         checks.push(Check::pass(
             "catalogue",
-            format!("all {total} statements prepare"),
+            format!("all {total} statements of the {model} model prepare"),
         ));
     }
     checks.extend(schema);

@@ -7,7 +7,9 @@
 //! become one-time schedules in the transport) and a restore when the scheduling user
 //! may no longer remove the group (behaviour §D14), and the deadline continuation. It deletes
 //! nothing itself: `workers::group_destroy` re-verifies everything before it does. Its
-//! `done` result is [`AdjournedGroupDeletionDone`].
+//! `done` result is [`AdjournedGroupDeletionDone`]. Each invocation probes the
+//! database's deletion-state model first (one catalog query) and reads the schedules as
+//! that GitLab writes them.
 
 use chrono::NaiveDate;
 use serde::Serialize;
@@ -15,6 +17,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::Result;
 use crate::function::Function;
+use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::group_deletion::{self, Expected, Restore, Schedule};
 use crate::gitlab::permissions;
 use crate::job::{Job, Step};
@@ -72,21 +75,16 @@ enum GroupOutcome {
     NoLongerDue,
 }
 
-async fn restore<C>(
-    inv: &Invocation<'_>,
-    client: &mut C,
-    s: &Schedule,
-    cutoff: NaiveDate,
-) -> Result<Restore>
+async fn restore<C>(inv: &Invocation<'_>, client: &mut C, s: &Schedule, due: Due) -> Result<Restore>
 where
     C: GenericClient + Send + Sync,
 {
     let tx = client.transaction().await?;
     let expected = Expected {
         user_id: s.user_id,
-        cutoff,
+        cutoff: due.cutoff,
     };
-    let r = group_deletion::restore_group(&tx, s.group_id, inv.now, expected).await?;
+    let r = group_deletion::restore_group(&tx, due.model, s.group_id, inv.now, expected).await?;
     tx.commit().await?;
     Ok(r)
 }
@@ -98,7 +96,7 @@ async fn process_group<C>(
     client: &mut C,
     s: &Schedule,
     index: u64,
-    cutoff: NaiveDate,
+    due: Due,
 ) -> Result<GroupOutcome>
 where
     C: GenericClient + Send + Sync,
@@ -112,10 +110,17 @@ where
         inv.queue.send(std::slice::from_ref(&m)).await?;
         return Ok(GroupOutcome::Enqueued { delay_s });
     }
-    match retry_transient!(restore(inv, client, s, cutoff).await)? {
+    match retry_transient!(restore(inv, client, s, due).await)? {
         Restore::Restored { full_path } => Ok(GroupOutcome::Restored { full_path }),
         Restore::NotScheduled | Restore::Changed(_) => Ok(GroupOutcome::NoLongerDue),
     }
+}
+
+/// What makes a group due: the cutoff and the database's deletion-state model.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    cutoff: NaiveDate,
+    model: DeletionModel,
 }
 
 #[derive(Default)]
@@ -169,7 +174,7 @@ async fn run<C>(
     env: &Envelope,
     client: &mut C,
     cursor: Option<GroupCursor>,
-    cutoff: NaiveDate,
+    due: Due,
 ) -> Result<RunResult>
 where
     C: GenericClient + Send + Sync,
@@ -178,7 +183,8 @@ where
     let mut index = cursor.map_or(0, |c| c.index);
     let mut after = cursor.map(|c| c.group_id);
     loop {
-        let page = group_deletion::due_page(&*client, cutoff, after, BATCH_SIZE).await?;
+        let page =
+            group_deletion::due_page(&*client, due.model, due.cutoff, after, BATCH_SIZE).await?;
         for s in &page {
             // Step 1: the deadline guard, never before the first group (progress rule).
             if r.due > 0 && inv.deadline.reached() {
@@ -186,7 +192,7 @@ where
                 return Ok(r);
             }
             r.due += 1;
-            match process_group(inv, env, client, s, index, cutoff).await {
+            match process_group(inv, env, client, s, index, due).await {
                 Ok(GroupOutcome::Enqueued { delay_s }) => {
                     r.enqueued += 1;
                     tracing::info!(
@@ -269,7 +275,8 @@ impl Job for AdjournedGroupDeletion {
             group_deletion::warn_not_finite(&*client).await?;
         }
         let cutoff = group_deletion::cutoff(inv.today(), period);
-        let r = run(inv, env, client, payload.cursor, cutoff).await?;
+        let model = deletion_model::probe(&*client).await?;
+        let r = run(inv, env, client, payload.cursor, Due { cutoff, model }).await?;
         let done = AdjournedGroupDeletionDone {
             groups_due: r.due,
             destroy_enqueued: r.enqueued,

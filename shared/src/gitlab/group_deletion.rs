@@ -1,10 +1,14 @@
-//! Adjourned group deletion in GitLab's legacy model (behaviour §B51.3.1, §B51.5, §D13, §D14).
+//! Adjourned group deletion on each of GitLab's deletion-state models (behaviour
+//! §B51.3.1, §B51.5, §D13, §D14; [`DeletionModel`]).
 //!
 //! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
 //! highest id; without one, the column's default in the installed GitLab) and the inclusive cutoff computed from it in the
-//! application, the `group_deletion_schedules` rows (due pages, one group's row), the
-//! rename-suffix rules, and `restore_group`: strip the suffix, rename the group and
-//! re-prefix the routes of everything below it, delete the schedule. The new paths are
+//! application, the schedules as the database's model records them (due pages, one
+//! group's schedule: the `group_deletion_schedules` row, and from 18.10 the
+//! `namespace_details.deletion_scheduled_at` with its user in `state_metadata`, which
+//! wins when both are set), the rename-suffix rules, and `restore_group`: strip the
+//! suffix, rename the group and re-prefix the routes of everything below it, delete the
+//! schedule, and on 18.4+ put the state back as GitLab's `cancel_deletion` does. The new paths are
 //! derived from committed state: after the group's row, the routes of its ancestors and
 //! its own are locked root first and read again, so a restore racing an ancestor's
 //! restore waits for it and builds on the ancestor's new path. It decides
@@ -15,6 +19,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
+use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::hierarchy;
 
 pub(crate) mod sql;
@@ -29,15 +34,47 @@ const SUFFIX_MARKERS: [&str; 2] = ["-deletion_scheduled-", "-deleted-"];
 /// Tries before a restore gives up on finding a free path or name.
 const RANDOM_SUFFIX_TRIES: usize = 5;
 
-/// One `group_deletion_schedules` row.
+/// One group's deletion schedule: its `group_deletion_schedules` row, or (from 18.10)
+/// its `namespace_details.deletion_scheduled_at` and the user in `state_metadata`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schedule {
     /// The scheduled group.
     pub group_id: i64,
     /// Who scheduled the deletion.
     pub user_id: i64,
-    /// When it was marked.
+    /// When it was marked (the UTC date of `deletion_scheduled_at` when that is set).
     pub marked_for_deletion_on: NaiveDate,
+}
+
+/// What a `namespace_details` schedule row says (the `DETAILS_SCHEDULE_OF` columns).
+enum Details {
+    /// `deletion_scheduled_at` is NULL (or the row is missing): the schedule row decides.
+    NotSet,
+    /// `deletion_scheduled_at` is set: it decides. The user is `None` when
+    /// `state_metadata` has none, the date `None` when it is not finite.
+    Set(Option<i64>, Option<NaiveDate>),
+}
+
+fn details(row: Option<tokio_postgres::Row>) -> Details {
+    match row {
+        Some(r) if r.get::<_, bool>(2) => Details::Set(r.get(0), r.get(1)),
+        _ => Details::NotSet,
+    }
+}
+
+/// The effective schedule of `group_id` from its details (`d`) and its schedule row
+/// (`row`, as `(user_id, marked_for_deletion_on)`): the details win when set, their
+/// missing user taken from the row; never due when their date is not finite.
+fn effective(group_id: i64, d: Details, row: Option<(i64, NaiveDate)>) -> Option<Schedule> {
+    let (user_id, marked_for_deletion_on) = match d {
+        Details::NotSet => row?,
+        Details::Set(user, date) => (user.or(row.map(|r| r.0))?, date?),
+    };
+    Some(Schedule {
+        group_id,
+        user_id,
+        marked_for_deletion_on,
+    })
 }
 
 /// `:period`: `deletion_adjourned_period` of the highest-id settings row; without one
@@ -92,18 +129,23 @@ pub async fn warn_not_finite<C: GenericClient>(c: &C) -> Result<()> {
 }
 
 /// One keyset page of due groups (behaviour §B51.3.1): groups with a schedule marked on or before
-/// `cutoff`, with an id above `after`, ascending, at most `limit`.
+/// `cutoff`, with an id above `after`, ascending, at most `limit`. On
+/// [`DeletionModel::ScheduledAt`] a group with `deletion_scheduled_at` is due when that
+/// is at or before the cutoff's midnight UTC, as GitLab's newest worker selects it.
 pub async fn due_page<C: GenericClient>(
     c: &C,
+    model: DeletionModel,
     cutoff: NaiveDate,
     after: Option<i64>,
     limit: i64,
 ) -> Result<Vec<Schedule>> {
+    let statement = if model.has_scheduled_at() {
+        sql::scheduled_at::DUE_PAGE_SCHEDULED_AT
+    } else {
+        sql::DUE_PAGE
+    };
     let rows = c
-        .query(
-            sql::DUE_PAGE,
-            &[&cutoff, &after.unwrap_or(i64::MIN), &limit],
-        )
+        .query(statement, &[&cutoff, &after.unwrap_or(i64::MIN), &limit])
         .await?;
     Ok(rows
         .iter()
@@ -115,14 +157,47 @@ pub async fn due_page<C: GenericClient>(
         .collect())
 }
 
-/// The schedule row of one group, if any.
-pub async fn schedule_of<C: GenericClient>(c: &C, group_id: i64) -> Result<Option<Schedule>> {
+/// The schedule of one group, if any, as the database's model records it.
+pub async fn schedule_of<C: GenericClient>(
+    c: &C,
+    model: DeletionModel,
+    group_id: i64,
+) -> Result<Option<Schedule>> {
+    let d = if model.has_scheduled_at() {
+        details(
+            c.query_opt(sql::scheduled_at::DETAILS_SCHEDULE_OF, &[&group_id])
+                .await?,
+        )
+    } else {
+        Details::NotSet
+    };
     let row = c.query_opt(sql::SCHEDULE_OF, &[&group_id]).await?;
-    Ok(row.map(|r| Schedule {
-        group_id: r.get(0),
-        user_id: r.get(1),
-        marked_for_deletion_on: r.get(2),
-    }))
+    Ok(effective(group_id, d, row.map(|r| (r.get(1), r.get(2)))))
+}
+
+/// The schedule of `group_id` read under the reader's row locks: on
+/// [`DeletionModel::ScheduledAt`] the `namespace_details` row first (`details_stmt`),
+/// then the schedule row (`schedule_stmt`, returning `user_id, marked_for_deletion_on`).
+/// Every locker takes them in this order, so they never deadlock. `None`: not scheduled.
+pub async fn locked_schedule<C: GenericClient>(
+    c: &C,
+    model: DeletionModel,
+    group_id: i64,
+    details_stmt: &str,
+    schedule_stmt: &str,
+) -> Result<Option<Schedule>> {
+    let d = if model.has_scheduled_at() {
+        details(c.query_opt(details_stmt, &[&group_id]).await?)
+    } else {
+        Details::NotSet
+    };
+    let row = c.query_opt(schedule_stmt, &[&group_id]).await?;
+    // A non-finite mark on the schedule row is never due.
+    let row = row.and_then(|r| {
+        let date: Option<NaiveDate> = r.try_get(1).ok();
+        date.map(|d| (r.get::<_, i64>(0), d))
+    });
+    Ok(effective(group_id, d, row))
 }
 
 /// Whether a namespace `id` exists with `type = 'Group'`.
@@ -208,18 +283,22 @@ where
 /// `restore_group(g)` (behaviour §B51.5) inside the caller's transaction.
 pub async fn restore_group<C: GenericClient>(
     c: &C,
+    model: DeletionModel,
     group_id: i64,
     now: DateTime<Utc>,
     expected: Expected,
 ) -> Result<Restore> {
-    // Step 1: the schedule row, locked.
-    let Some(row) = c.query_opt(sql::LOCK_SCHEDULE, &[&group_id]).await? else {
-        return Ok(Restore::NotScheduled);
-    };
-    let schedule = Schedule {
+    // Step 1: the schedule, locked (the details row first on 18.10+).
+    let Some(schedule) = locked_schedule(
+        c,
+        model,
         group_id,
-        user_id: row.get(0),
-        marked_for_deletion_on: row.get(1),
+        sql::scheduled_at::LOCK_DETAILS_SCHEDULE,
+        sql::LOCK_SCHEDULE,
+    )
+    .await?
+    else {
+        return Ok(Restore::NotScheduled);
     };
     if schedule.user_id != expected.user_id || schedule.marked_for_deletion_on > expected.cutoff {
         return Ok(Restore::Changed(schedule));
@@ -298,8 +377,17 @@ pub async fn restore_group<C: GenericClient>(
         ],
     )
     .await?;
-    // Step 7.
+    // Step 7: what GitLab's restore clears (notes §B.4): the schedule row; on 18.4+ the
+    // state and its metadata; on 18.10+ `deletion_scheduled_at`.
     c.execute(sql::DELETE_SCHEDULE, &[&group_id]).await?;
+    if model.has_state() {
+        c.query_opt(sql::state::RESTORE_STATE, &[&group_id, &now])
+            .await?;
+    }
+    if model.has_scheduled_at() {
+        c.execute(sql::scheduled_at::CLEAR_SCHEDULED_AT, &[&group_id])
+            .await?;
+    }
     Ok(Restore::Restored {
         full_path: new_full_path,
     })
@@ -339,6 +427,31 @@ mod tests {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
         }
+    }
+
+    #[test]
+    fn the_details_schedule_wins_and_borrows_a_missing_user_from_the_row() {
+        let (d1, d2): (NaiveDate, NaiveDate) =
+            ("2025-03-01".parse().unwrap(), "2025-03-02".parse().unwrap());
+        let s = |user_id, marked_for_deletion_on| {
+            Some(Schedule {
+                group_id: 7,
+                user_id,
+                marked_for_deletion_on,
+            })
+        };
+        assert_eq!(effective(7, Details::NotSet, Some((11, d1))), s(11, d1));
+        assert_eq!(effective(7, Details::NotSet, None), None);
+        let set = |u, d| Details::Set(u, d);
+        assert_eq!(
+            effective(7, set(Some(12), Some(d2)), Some((11, d1))),
+            s(12, d2)
+        );
+        assert_eq!(effective(7, set(None, Some(d2)), Some((11, d1))), s(11, d2));
+        assert_eq!(effective(7, set(Some(12), Some(d2)), None), s(12, d2));
+        // No user anywhere, or a non-finite time: not scheduled (never due).
+        assert_eq!(effective(7, set(None, Some(d2)), None), None);
+        assert_eq!(effective(7, set(Some(12), None), Some((11, d1))), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 pub mod authz;
 pub mod blockers;
+pub mod deletion_model;
 pub mod group_deletion;
 pub mod hierarchy;
 pub mod membership;

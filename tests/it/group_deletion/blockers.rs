@@ -57,8 +57,10 @@ async fn assert_restorable(db: &TestDb) {
     let mut c = db.session().await;
     let tx = c.transaction().await.unwrap();
     let cutoff = group_deletion::cutoff(d("2025-03-10"), 7);
+    let model = shared::gitlab::deletion_model::probe(&tx).await.unwrap();
     let r = group_deletion::restore_group(
         &tx,
+        model,
         100,
         t(NOW),
         Expected {

@@ -14,6 +14,8 @@
 //! * `blockers`: rows only GitLab's services can delete block a group whole; rows GitLab
 //!   deletes in the database go with their parent.
 //! * `at_scale`: 60 due groups through SQS and the Scheduler; a large tree until idle.
+//! * `state_model`: groups scheduled as GitLab 18.10+ schedules them (and restored as
+//!   18.8 and 18.10+ restore them); a group scheduled both ways handled once.
 //!
 //! Here: the fixture of behaviour §B51.9, one cron or destroy invocation, routes and
 //! names, and the snapshot that proves nothing changed.
@@ -37,6 +39,7 @@ mod concurrent_changes;
 mod group_destroy;
 mod restore;
 mod stale_messages;
+mod state_model;
 
 const NOW: &str = "2025-03-10T02:00:00Z";
 

@@ -1,4 +1,4 @@
-//! The model per supported GitLab release (18.2 and 18.8): it loads, every catalogue
+//! The model per supported GitLab release (18.2, 18.8 and 18.11): it loads, every catalogue
 //! statement PREPAREs on it, its marker versions tell the release, and GitLab's actions
 //! and triggers behave as on GitLab (member_namespace_id cascades, the loose-FK records
 //! of deleted users, namespaces and projects, the deletion period's default).
@@ -17,22 +17,43 @@ async fn model(version: GitlabVersion) -> TestDb {
     db
 }
 
+/// Preflight on each release's model: the probe finds the deletion-state model that
+/// release has, and every statement declared for that model PREPAREs (the invariant of
+/// ARCHITECTURE.md "Statements per deletion model"); the statements declared only for
+/// newer models are the ones that would not.
 #[tokio::test]
-async fn the_model_loads_on_both_releases_and_every_statement_prepares() {
+async fn the_model_loads_on_every_release_and_preflight_prepares_its_statements() {
+    use shared::gitlab::deletion_model::DeletionModel;
     for version in GitlabVersion::ALL {
         let db = model(version).await;
-        let mut failed = Vec::new();
-        for s in shared::catalogue::all() {
-            if let Err(e) = db.client.prepare(s.text).await {
-                failed.push(format!(
-                    "{}::{}: {}",
-                    s.module,
-                    s.name,
-                    shared::Error::from(e)
-                ));
-            }
-        }
+        let p = shared::preflight::prepare_catalogue(&db.client)
+            .await
+            .unwrap();
+        let expected_model = match version {
+            GitlabVersion::V18_2 => DeletionModel::Schedules,
+            GitlabVersion::V18_8 => DeletionModel::StateColumns,
+            GitlabVersion::V18_11 => DeletionModel::ScheduledAt,
+        };
+        assert_eq!(p.model, expected_model, "{version}");
+        let failed: Vec<String> = p.failed.iter().map(|f| f.to_string()).collect();
         assert!(failed.is_empty(), "on {version}:\n{}", failed.join("\n"));
+        assert_eq!(p.declared, shared::catalogue::for_model(p.model).len());
+        // Every statement not declared for this model needs a newer one: it fails here.
+        let all = shared::catalogue::all();
+        let others: Vec<_> = all.iter().filter(|s| !s.models.contains(p.model)).collect();
+        assert_eq!(
+            others.is_empty(),
+            p.model == DeletionModel::ScheduledAt,
+            "{version}"
+        );
+        for s in others {
+            assert!(
+                db.client.prepare(s.text).await.is_err(),
+                "{}::{} on {version}",
+                s.module,
+                s.name
+            );
+        }
         // The newest marker version tells the release (docs/gitlab-source-notes.md §A.1).
         let newest: String = db
             .scalar("SELECT max(version) FROM schema_migrations")
@@ -40,6 +61,7 @@ async fn the_model_loads_on_both_releases_and_every_statement_prepares() {
         let expected = match version {
             GitlabVersion::V18_2 => "20250709143510",
             GitlabVersion::V18_8 => "20251231013427",
+            GitlabVersion::V18_11 => "20260126124047",
         };
         assert_eq!(newest, expected, "{version}");
     }
@@ -83,6 +105,22 @@ async fn the_releases_differ_where_gitlab_changed_the_tables() {
     }
     assert!(old.exists(&column("users", "role")).await);
     assert!(!new.exists(&column("users", "role")).await);
+    // 18.10 moved the deletion schedule's time into its own column (§B.1).
+    let newest = model(GitlabVersion::V18_11).await;
+    let scheduled_at = column("namespace_details", "deletion_scheduled_at");
+    assert!(!new.exists(&scheduled_at).await);
+    assert!(newest.exists(&scheduled_at).await);
+    assert!(
+        !newest
+            .exists(&column("namespace_details", "deleted_at"))
+            .await
+    );
+    assert_eq!(
+        newest
+            .scalar::<String>(&default_of("namespaces", "state"))
+            .await,
+        "0"
+    );
     // projects_limit never has a default: every user insert must give it.
     for db in [&old, &new] {
         let err = db
@@ -96,7 +134,11 @@ async fn the_releases_differ_where_gitlab_changed_the_tables() {
 
 #[tokio::test]
 async fn a_missing_deletion_period_is_the_default_of_the_installed_release() {
-    for (version, days) in [(GitlabVersion::V18_2, 7), (GitlabVersion::V18_8, 30)] {
+    for (version, days) in [
+        (GitlabVersion::V18_2, 7),
+        (GitlabVersion::V18_8, 30),
+        (GitlabVersion::V18_11, 30),
+    ] {
         let db = model(version).await;
         // No settings row: the column's default.
         let period = shared::gitlab::group_deletion::deletion_adjourned_period(&db.client)

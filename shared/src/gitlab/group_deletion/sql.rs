@@ -75,3 +75,89 @@ crate::statements::statements! {
     /// Restore step 7: delete the schedule.
     DELETE_SCHEDULE = "DELETE FROM group_deletion_schedules WHERE group_id = $1::bigint";
 }
+
+/// The scheduling user in `state_metadata` (a jsonb integer GitLab writes), NULL when
+/// absent or not an id.
+macro_rules! metadata_user {
+    () => {
+        "CASE WHEN d.state_metadata->>'deletion_scheduled_by_user_id' ~ '^[0-9]{1,18}$'
+              THEN (d.state_metadata->>'deletion_scheduled_by_user_id')::bigint END"
+    };
+}
+
+/// Statements for GitLab 18.4 and later (`namespaces.state`, `state_metadata`).
+pub mod state {
+    crate::statements::statements! {
+        /// Restore on the state model (GitLab's `cancel_deletion`, notes §B.4): a group in
+        /// state 2 (deletion_scheduled) goes back to its preserved state (1 archived when
+        /// `preserved_states.schedule_deletion` says so, else 0 ancestor_inherited); its
+        /// metadata loses that preserved entry, the scheduling user, the pre-18.10
+        /// `deletion_scheduled_at` key and `last_error`, and records `$2` (the injected
+        /// clock) and the acting user: the group's organization's admin bot (user_type 11),
+        /// else the lowest-id admin bot, else NULL. `$1` group. Nothing when the group is
+        /// not in state 2. Returns the group's id when it changed.
+        RESTORE_STATE = "WITH n AS (
+               UPDATE namespaces SET state = CASE
+                   WHEN (SELECT d.state_metadata->'preserved_states'->>'schedule_deletion'
+                           FROM namespace_details d WHERE d.namespace_id = $1::bigint) = 'archived'
+                   THEN 1 ELSE 0 END
+                WHERE id = $1::bigint AND state = 2
+            RETURNING id, organization_id)
+             UPDATE namespace_details d SET state_metadata =
+                   ((((d.state_metadata #- '{preserved_states,schedule_deletion}')
+                      - 'deletion_scheduled_by_user_id') - 'deletion_scheduled_at') - 'last_error')
+                   || jsonb_build_object(
+                        'last_updated_at', to_char($2::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                        'last_changed_by_user_id',
+                        (SELECT u.id FROM users u WHERE u.user_type = 11
+                          ORDER BY (u.organization_id = n.organization_id) DESC, u.id LIMIT 1))
+              FROM n WHERE d.namespace_id = n.id
+            RETURNING d.namespace_id::bigint";
+    }
+}
+
+/// Statements for GitLab 18.10 and later (`namespace_details.deletion_scheduled_at`).
+pub mod scheduled_at {
+    crate::statements::statements! {
+        /// One keyset page of due groups (`$1` cutoff date, `$2` after id, `$3` limit): a
+        /// group with `deletion_scheduled_at` is due when it is at or before the cutoff's
+        /// midnight UTC (GitLab's `deletion_scheduled_before(cutoff date)`), its user from
+        /// `state_metadata`, else its schedule row's; a group without it is due by its
+        /// `group_deletion_schedules` row as on older releases. Each group once.
+        DUE_PAGE_SCHEDULED_AT = concat!("SELECT x.id::bigint, x.user_id::bigint, x.marked FROM (
+               SELECT d.namespace_id AS id,
+                      COALESCE(", metadata_user!(), ", s.user_id) AS user_id,
+                      (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date AS marked
+                 FROM namespace_details d
+                 LEFT JOIN group_deletion_schedules s ON s.group_id = d.namespace_id
+                WHERE d.deletion_scheduled_at <= ($1::date)::timestamp AT TIME ZONE 'UTC'
+                  AND isfinite(d.deletion_scheduled_at) AND d.namespace_id > $2::bigint
+               UNION ALL
+               SELECT s.group_id, s.user_id, s.marked_for_deletion_on
+                 FROM group_deletion_schedules s
+                WHERE s.marked_for_deletion_on <= $1::date AND isfinite(s.marked_for_deletion_on)
+                  AND s.group_id > $2::bigint
+                  AND NOT EXISTS (SELECT 1 FROM namespace_details d
+                                   WHERE d.namespace_id = s.group_id AND d.deletion_scheduled_at IS NOT NULL)
+             ) x JOIN namespaces n ON n.id = x.id AND n.type = 'Group'
+             WHERE x.user_id IS NOT NULL
+             ORDER BY x.id LIMIT $3");
+        /// Group `$1`'s `namespace_details` schedule: the user in `state_metadata`, the UTC
+        /// date of `deletion_scheduled_at` (NULL when not finite), and whether it is set.
+        DETAILS_SCHEDULE_OF = concat!("SELECT ", metadata_user!(), ",
+                    CASE WHEN isfinite(d.deletion_scheduled_at)
+                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
+                    d.deletion_scheduled_at IS NOT NULL
+               FROM namespace_details d WHERE d.namespace_id = $1::bigint");
+        /// [`DETAILS_SCHEDULE_OF`], the row locked `FOR UPDATE` (restore step 1, before the
+        /// schedule row).
+        LOCK_DETAILS_SCHEDULE = concat!("SELECT ", metadata_user!(), ",
+                    CASE WHEN isfinite(d.deletion_scheduled_at)
+                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
+                    d.deletion_scheduled_at IS NOT NULL
+               FROM namespace_details d WHERE d.namespace_id = $1::bigint FOR UPDATE");
+        /// Restore: clear `deletion_scheduled_at` of group `$1`.
+        CLEAR_SCHEDULED_AT = "UPDATE namespace_details SET deletion_scheduled_at = NULL
+             WHERE namespace_id = $1::bigint AND deletion_scheduled_at IS NOT NULL";
+    }
+}

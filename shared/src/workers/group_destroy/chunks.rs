@@ -15,6 +15,8 @@ use super::sql;
 use crate::error::Result;
 use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
+use crate::gitlab::deletion_model::DeletionModel;
+use crate::gitlab::group_deletion;
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::messages::{Envelope, GroupDestroyRun};
 use crate::queue::OutMessage;
@@ -92,13 +94,36 @@ pub(super) enum Chunk {
 /// restore still waiting when a chunk commits can lose the freed row lock to the next
 /// chunk, since PostgreSQL does not queue row locks across a commit; it then commits at
 /// a later chunk boundary.)
+///
+/// On [`DeletionModel::ScheduledAt`] the root's `namespace_details` row is taken
+/// `FOR SHARE` first (a restore locks it `FOR UPDATE` before the schedule row): when its
+/// `deletion_scheduled_at` is set, that schedule (its UTC date, the user in
+/// `state_metadata`) is the one the message must still match.
 async fn still_scheduled<C: GenericClient>(
     c: &C,
     p: &GroupDestroyRun,
-    cutoff: NaiveDate,
+    recheck: Recheck,
 ) -> Result<bool> {
-    let row = c.query_opt(sql::SHARE_SCHEDULE, &[&p.group_id]).await?;
-    Ok(row.is_some_and(|r| r.get::<_, i64>(0) == p.user_id && r.get::<_, NaiveDate>(1) <= cutoff))
+    let schedule = group_deletion::locked_schedule(
+        c,
+        recheck.model,
+        p.group_id,
+        sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
+        sql::SHARE_SCHEDULE,
+    )
+    .await?;
+    Ok(schedule
+        .is_some_and(|s| s.user_id == p.user_id && s.marked_for_deletion_on <= recheck.cutoff))
+}
+
+/// What every chunk re-checks the schedule against: the cutoff evaluated at
+/// verification and the database's deletion-state model.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Recheck {
+    /// The cutoff evaluated at verification.
+    pub cutoff: NaiveDate,
+    /// The database's deletion-state model.
+    pub model: DeletionModel,
 }
 
 /// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: a transfer
@@ -129,7 +154,7 @@ async fn lock_project<C: GenericClient>(c: &C, root: i64, project: i64) -> Resul
 pub(super) async fn contributions_chunk<C>(
     client: &mut C,
     p: &GroupDestroyRun,
-    cutoff: NaiveDate,
+    recheck: Recheck,
     table: Contribution,
     project: i64,
 ) -> Result<Chunk>
@@ -137,7 +162,7 @@ where
     C: GenericClient + Send + Sync,
 {
     let tx = client.transaction().await?;
-    if !still_scheduled(&tx, p, cutoff).await? {
+    if !still_scheduled(&tx, p, recheck).await? {
         tx.commit().await?;
         return Ok(Chunk::Unscheduled);
     }
@@ -210,7 +235,7 @@ pub(super) async fn project_chunk<C>(
     env: &Envelope,
     client: &mut C,
     msg: &GroupDestroyRun,
-    cutoff: NaiveDate,
+    recheck: Recheck,
     p: i64,
     keys: &[Key],
 ) -> Result<Chunk>
@@ -219,7 +244,7 @@ where
 {
     let user_id = msg.user_id;
     let tx = client.transaction().await?;
-    if !still_scheduled(&tx, msg, cutoff).await? {
+    if !still_scheduled(&tx, msg, recheck).await? {
         tx.commit().await?;
         return Ok(Chunk::Unscheduled);
     }
@@ -267,7 +292,7 @@ pub(super) async fn group_chunk<C>(
     env: &Envelope,
     client: &mut C,
     msg: &GroupDestroyRun,
-    cutoff: NaiveDate,
+    recheck: Recheck,
     g: i64,
     keys: &[Key],
 ) -> Result<Chunk>
@@ -276,7 +301,7 @@ where
 {
     let user_id = msg.user_id;
     let tx = client.transaction().await?;
-    if !still_scheduled(&tx, msg, cutoff).await? {
+    if !still_scheduled(&tx, msg, recheck).await? {
         tx.commit().await?;
         return Ok(Chunk::Unscheduled);
     }

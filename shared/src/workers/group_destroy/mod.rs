@@ -36,6 +36,7 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::blockers::{self, Key};
+use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::{hierarchy, permissions};
 use crate::job::{Job, Next, Overlap, Step};
@@ -47,7 +48,7 @@ mod chunks;
 mod report;
 pub(crate) mod sql;
 
-use chunks::{Chunk, Contribution};
+use chunks::{Chunk, Contribution, Recheck};
 pub use chunks::{CONTRIBUTION_BATCH, REMOVAL_REASON};
 pub use report::{Deleted, GroupDestroyDone, GroupDestroyLocked, Outcome};
 
@@ -66,6 +67,7 @@ enum Verified {
 
 async fn restore<C>(
     client: &mut C,
+    model: DeletionModel,
     group_id: i64,
     now: chrono::DateTime<chrono::Utc>,
     expected: Expected,
@@ -74,13 +76,18 @@ where
     C: GenericClient + Send + Sync,
 {
     let tx = client.transaction().await?;
-    let r = group_deletion::restore_group(&tx, group_id, now, expected).await?;
+    let r = group_deletion::restore_group(&tx, model, group_id, now, expected).await?;
     tx.commit().await?;
     Ok(r)
 }
 
 /// behaviour §B51.4.1 steps 2–8.
-async fn verify<C>(inv: &Invocation<'_>, client: &mut C, p: &GroupDestroyRun) -> Result<Verified>
+async fn verify<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    model: DeletionModel,
+    p: &GroupDestroyRun,
+) -> Result<Verified>
 where
     C: GenericClient + Send + Sync,
 {
@@ -89,7 +96,7 @@ where
         tracing::info!(group_id = g, "Group destroy skipped: group not found");
         return Ok(Verified::Stop(Outcome::GroupNotFound));
     }
-    let Some(schedule) = group_deletion::schedule_of(&*client, g).await? else {
+    let Some(schedule) = group_deletion::schedule_of(&*client, model, g).await? else {
         tracing::info!(
             group_id = g,
             "Group destroy skipped: group no longer scheduled for deletion"
@@ -139,7 +146,7 @@ where
     }
     let expected = Expected { user_id: u, cutoff };
     Ok(Verified::Stop(
-        match retry_transient!(restore(client, g, inv.now, expected).await)? {
+        match retry_transient!(restore(client, model, g, inv.now, expected).await)? {
             Restore::Restored { full_path } => {
                 tracing::warn!(
                     group_id = g,
@@ -185,13 +192,17 @@ async fn destroy<C>(
     env: &Envelope,
     client: &mut C,
     p: &GroupDestroyRun,
+    model: DeletionModel,
     budget: Budget,
 ) -> Result<(Outcome, Deleted)>
 where
     C: GenericClient + Send + Sync,
 {
     let period = group_deletion::deletion_adjourned_period(&*client).await?;
-    let cutoff = group_deletion::cutoff(inv.today(), period);
+    let recheck = Recheck {
+        cutoff: group_deletion::cutoff(inv.today(), period),
+        model,
+    };
     let mut n = Deleted::default();
     // Before the first destructive chunk of every invocation: rows only GitLab's
     // services can delete end the message as blocked, with nothing deleted.
@@ -220,7 +231,7 @@ where
                             return Ok((Outcome::Continuing, n));
                         }
                         match retry_transient!(
-                            chunks::contributions_chunk(client, p, cutoff, table, project).await
+                            chunks::contributions_chunk(client, p, recheck, table, project).await
                         )? {
                             Chunk::Deleted(k) => {
                                 n.contributions += k;
@@ -241,7 +252,7 @@ where
                     return Ok((Outcome::Continuing, n));
                 }
                 let chunk = retry_transient!(
-                    chunks::project_chunk(inv, env, client, p, cutoff, project, &keys).await
+                    chunks::project_chunk(inv, env, client, p, recheck, project, &keys).await
                 );
                 let chunk = match chunk {
                     Ok(c) => c,
@@ -262,7 +273,7 @@ where
                 return Ok((Outcome::Continuing, n));
             }
             let chunk =
-                retry_transient!(chunks::group_chunk(inv, env, client, p, cutoff, g, &keys).await);
+                retry_transient!(chunks::group_chunk(inv, env, client, p, recheck, g, &keys).await);
             let chunk = match chunk {
                 Ok(c) => c,
                 Err(e) => return raced(client, p, &keys, e, n).await,
@@ -387,9 +398,10 @@ async fn work<C>(
 where
     C: GenericClient + Send + Sync,
 {
-    match verify(inv, client, p).await? {
+    let model = deletion_model::probe(&*client).await?;
+    match verify(inv, client, model, p).await? {
         Verified::Stop(outcome) => Ok((outcome, Deleted::default())),
-        Verified::Proceed => destroy(inv, env, client, p, budget).await,
+        Verified::Proceed => destroy(inv, env, client, p, model, budget).await,
     }
 }
 

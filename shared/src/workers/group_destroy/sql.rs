@@ -81,3 +81,18 @@ crate::statements::statements! {
     /// The state of user `$1` (for the inactive-user error line).
     USER_STATE = "SELECT state FROM users WHERE id = $1::bigint";
 }
+
+/// Statements for GitLab 18.10 and later (`namespace_details.deletion_scheduled_at`).
+pub mod scheduled_at {
+    crate::statements::statements! {
+        /// The root's `namespace_details` row `FOR SHARE` (every chunk's first re-check on
+        /// this model, before the schedule row): the user in `state_metadata`, the UTC date
+        /// of `deletion_scheduled_at` (NULL when not finite), and whether it is set.
+        SHARE_DETAILS_SCHEDULE = "SELECT CASE WHEN d.state_metadata->>'deletion_scheduled_by_user_id' ~ '^[0-9]{1,18}$'
+                         THEN (d.state_metadata->>'deletion_scheduled_by_user_id')::bigint END,
+                    CASE WHEN isfinite(d.deletion_scheduled_at)
+                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
+                    d.deletion_scheduled_at IS NOT NULL
+               FROM namespace_details d WHERE d.namespace_id = $1::bigint FOR SHARE";
+    }
+}

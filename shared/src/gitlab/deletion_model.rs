@@ -1,0 +1,120 @@
+//! Which deletion-state model the connected GitLab has (docs/gitlab-source-notes.md §B).
+//!
+//! Owns: [`DeletionModel`], the three ways GitLab 18 records a group scheduled for
+//! deletion, told apart by the columns the database has ([`probe`]: one catalog query);
+//! and [`Models`], the set of models a catalogue statement is declared for, so that
+//! preflight prepares exactly the statements of the database's model (ARCHITECTURE.md,
+//! "Statements per deletion model"). Its statement is in `sql`.
+
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+
+pub(crate) mod sql;
+
+/// How the connected GitLab records group deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeletionModel {
+    /// GitLab ≤ 18.3: `group_deletion_schedules` only.
+    Schedules,
+    /// GitLab 18.4–18.9: plus `namespaces.state` and `namespace_details.state_metadata`.
+    StateColumns,
+    /// GitLab 18.10 and later: plus `namespace_details.deletion_scheduled_at`.
+    ScheduledAt,
+}
+
+impl DeletionModel {
+    /// Every model, oldest first.
+    pub const ALL: [DeletionModel; 3] = [
+        DeletionModel::Schedules,
+        DeletionModel::StateColumns,
+        DeletionModel::ScheduledAt,
+    ];
+
+    /// The model's name, as `hk check` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeletionModel::Schedules => "schedules",
+            DeletionModel::StateColumns => "state-columns",
+            DeletionModel::ScheduledAt => "scheduled-at",
+        }
+    }
+
+    /// What the model reads, in one line (`hk check`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            DeletionModel::Schedules => "group_deletion_schedules only (GitLab before 18.4)",
+            DeletionModel::StateColumns => {
+                "group_deletion_schedules, namespaces.state and namespace_details.state_metadata (GitLab 18.4 to 18.9)"
+            }
+            DeletionModel::ScheduledAt => {
+                "group_deletion_schedules, namespaces.state, state_metadata and namespace_details.deletion_scheduled_at (GitLab 18.10 and later)"
+            }
+        }
+    }
+
+    /// Whether the database has `namespaces.state` and `state_metadata`.
+    pub fn has_state(self) -> bool {
+        self != DeletionModel::Schedules
+    }
+
+    /// Whether the database has `namespace_details.deletion_scheduled_at`.
+    pub fn has_scheduled_at(self) -> bool {
+        self == DeletionModel::ScheduledAt
+    }
+}
+
+impl std::fmt::Display for DeletionModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+pub use crate::statements::Models;
+
+/// The models a statement is declared for: a set of [`DeletionModel`].
+impl Models {
+    /// Every model: the statement uses nothing that came with 18.4 or later.
+    pub const ANY: Models = Models(0b111);
+    /// 18.4 and later: the statement uses `namespaces.state` or `state_metadata`.
+    pub const STATE: Models = Models(0b110);
+    /// 18.10 and later: the statement uses `namespace_details.deletion_scheduled_at`.
+    pub const SCHEDULED_AT: Models = Models(0b100);
+
+    /// Whether `model` is in the set.
+    pub fn contains(self, model: DeletionModel) -> bool {
+        let bit = match model {
+            DeletionModel::Schedules => 0b001,
+            DeletionModel::StateColumns => 0b010,
+            DeletionModel::ScheduledAt => 0b100,
+        };
+        self.0 & bit != 0
+    }
+}
+
+/// The model of the connected database, from its columns (one catalog query; it takes
+/// no lock and reads no table). A database with `deletion_scheduled_at` but without the
+/// state columns is no GitLab release: it counts as the model its state columns allow.
+pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
+    let row = c.query_one(sql::PROBE, &[]).await?;
+    let (state, scheduled_at): (bool, bool) = (row.get(0), row.get(1));
+    Ok(match (state, scheduled_at) {
+        (false, _) => DeletionModel::Schedules,
+        (true, false) => DeletionModel::StateColumns,
+        (true, true) => DeletionModel::ScheduledAt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sets_hold_the_models_they_name() {
+        for m in DeletionModel::ALL {
+            assert!(Models::ANY.contains(m));
+            assert_eq!(Models::STATE.contains(m), m.has_state());
+            assert_eq!(Models::SCHEDULED_AT.contains(m), m.has_scheduled_at());
+        }
+    }
+}
