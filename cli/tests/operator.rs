@@ -189,8 +189,8 @@ async fn migrate_seed_and_demo_print_one_json_object_and_succeed() {
     let _ = std::fs::remove_dir_all(mail);
 }
 
-/// `--gitlab` picks the release whose model is built: 18.2 stops after V1, 18.8 (the
-/// default) applies V2 on top; another release is a usage error.
+/// `--gitlab` picks the release whose model is built: 18.2 stops after V1, 18.8 applies
+/// V2 on top, 18.11 (the default) V3; another release is a usage error.
 #[tokio::test]
 async fn migrate_builds_the_model_of_the_gitlab_release_asked_for() {
     let db = TestDb::empty().await;
@@ -201,12 +201,18 @@ async fn migrate_builds_the_model_of_the_gitlab_release_asked_for() {
         .scalar("SELECT max(version) FROM schema_migrations")
         .await;
     assert_eq!(newest, "20250709143510", "18.2's newest marker");
-    let v = json(&hk_env(&["migrate", "--json"], &env));
+    let v = json(&hk_env(&["migrate", "--gitlab", "18.8", "--json"], &env));
     assert_eq!(v, serde_json::json!({"applied": [2]}));
     let newest: String = db
         .scalar("SELECT max(version) FROM schema_migrations")
         .await;
     assert_eq!(newest, "20251231013427", "18.8's newest marker");
+    let v = json(&hk_env(&["migrate", "--json"], &env));
+    assert_eq!(v, serde_json::json!({"applied": [3]}), "the default: 18.11");
+    assert!(
+        db.exists("information_schema.columns WHERE table_name = 'namespace_details' AND column_name = 'deletion_scheduled_at'")
+            .await
+    );
     let o = hk_env(&["migrate", "--gitlab", "17.11"], &env);
     assert_eq!(o.status.code(), Some(2), "{}", out(&o));
 }

@@ -34,7 +34,7 @@ pub const MARKERS: &[(&str, &str)] = &[
 /// The oldest supported release.
 pub const OLDEST: &str = "18.2";
 /// The newest supported (and tested) release.
-pub const NEWEST: &str = "18.8";
+pub const NEWEST: &str = "18.11";
 
 fn marker(release: &str) -> &'static str {
     MARKERS
@@ -67,19 +67,24 @@ pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
             } else {
                 "not a GitLab database (no schema_migrations)".to_string()
             },
-            "point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab 18.2 to 18.8",
+            "point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab 18.2 to 18.11",
         );
     };
-    let (old, new) = (marker(OLDEST), marker(NEWEST));
+    // No marker of 18.10 or 18.11 is known: 18.9's marker up to 19.0's is in range.
+    let (old, next) = (marker(OLDEST), marker("19.0"));
     match release_of(v) {
-        Some(r) if v >= old && v < marker("18.9") => Check::pass(
+        Some(r) if v >= old && v < next => Check::pass(
             name,
-            format!("GitLab {r} found (newest migration {v}; {range})"),
+            if r == "18.9" {
+                format!("GitLab 18.9 or later found (newest migration {v}, before 19.0's; {range})")
+            } else {
+                format!("GitLab {r} found (newest migration {v}; {range})")
+            },
         ),
         Some(r) if v >= old => Check::fail(
             name,
             format!("GitLab {r} found (newest migration {v}): newer than tested ({range})"),
-            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (migration {new})"),
+            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (below migration {next})"),
         )
         .advisory(),
         found => Check::fail(
