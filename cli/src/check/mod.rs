@@ -417,7 +417,10 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(match c.query_one(sql::SETTINGS_ROWS, &[]).await {
         Ok(r) if r.get::<_, i64>(0) > 0 => Check::pass("settings", "application_settings has a row (its deletion_adjourned_period is used)"),
-        Ok(_) => Check::pass("settings", format!("application_settings is empty: the defaults apply (deletion_adjourned_period {} days)", group_deletion::DEFAULT_PERIOD_DAYS)),
+        Ok(_) => Check::pass("settings", format!(
+            "application_settings is empty: the defaults apply (deletion_adjourned_period {} days, the column default of this release)",
+            group_deletion::deletion_adjourned_period(c).await.unwrap_or(group_deletion::DEFAULT_PERIOD_DAYS)
+        )),
         Err(e) => db_failure("settings", format!("cannot read application_settings: {}", db_message(&e)), "the table must exist as in GitLab 18", &e),
     });
     let ghost = c.query_opt(sql::GHOST, &[]).await;
@@ -433,7 +436,7 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
         (Ok(None), Ok(_)) => Check::fail(
             "ghost user",
             "none, and no organization for its namespace",
-            "create the ghost user in GitLab (it does at boot) before the first user deletion",
+            "GitLab creates its default organization at installation: is DATABASE_URL GitLab's database? (the bundle creates the ghost user in the first organization)",
         ),
         (Err(e), _) | (_, Err(e)) => db_failure(
             "ghost user",
