@@ -12,7 +12,7 @@ crate::statements::statements! {
         ") d"
     );
     /// `group_access($1, $2)`: the highest level user `$1` reaches (a membership or a
-    /// group share, [`crate::gitlab::authz::sql::reach!`]) on group `$2` or its ancestors
+    /// group share, `crate::gitlab::authz::sql::reach!`) on group `$2` or its ancestors
     /// (0 when none).
     GROUP_ACCESS = concat!(
         "WITH ",
