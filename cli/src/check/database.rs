@@ -251,6 +251,11 @@ mod tests {
         let c = schema_version_check(true, Some("20251231013427"));
         assert!(c.ok && c.detail.starts_with("GitLab 18.8 found"), "{c:?}");
         let c = schema_version_check(true, Some("20260117231951"));
+        assert!(
+            c.ok && c.detail.starts_with("GitLab 18.9 or later found"),
+            "18.9 to 18.11: {c:?}"
+        );
+        let c = schema_version_check(true, Some("20260330104732"));
         assert!(!c.ok && !c.required, "a warning: {c:?}");
         assert!(c.detail.contains("newer than tested"), "{c:?}");
         let c = schema_version_check(false, None);
