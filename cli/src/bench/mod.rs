@@ -16,7 +16,7 @@
 
 pub mod b28;
 pub mod b38;
-mod data;
+pub mod data;
 pub mod footprint;
 pub mod keyset;
 pub mod queue_calls;
