@@ -140,7 +140,7 @@ pub fn b38_sql(today: NaiveDate, s: B38Sizes, spread: bool) -> String {
                   CASE WHEN r_inv < 0.02 THEN 'bench-invite-' || i END,
                   CASE WHEN r_inv >= 0.02 AND r_inv < 0.03 THEN timestamp '{today}' - interval '40 days' END,
                   {date}, '{today}', '{today}'
-          , 3, (CASE WHEN CASE WHEN r_kind < 0.6 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = CASE WHEN r_kind < 0.6 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END) ELSE CASE WHEN r_kind < 0.6 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_inv,
+          , 3, (CASE WHEN CASE WHEN r_kind < 0.6 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = (1 + floor(r_src * {projects}))::bigint) ELSE (1 + floor(r_src * {groups}))::bigint END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_inv,
                         random() r_user, random() r_date
                  FROM generate_series(1, {n}) i) x;
          INSERT INTO members (id, access_level, source_id, source_type, type, user_id, expires_at, created_at, updated_at, notification_level, member_namespace_id)
@@ -151,7 +151,7 @@ pub fn b38_sql(today: NaiveDate, s: B38Sizes, spread: bool) -> String {
                   1 + floor(r_user * {u}),
                   CASE WHEN r_date < 0.1 THEN date '{today}' + 1 + floor(r_date * 3650)::int END,
                   '{today}', '{today}'
-          , 3, (CASE WHEN CASE WHEN r_kind < 0.5 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = CASE WHEN r_kind < 0.5 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END) ELSE CASE WHEN r_kind < 0.5 THEN 1 + floor(r_src * {projects}) ELSE 1 + floor(r_src * {groups}) END END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_user, random() r_date
+          , 3, (CASE WHEN CASE WHEN r_kind < 0.5 THEN 'Project' ELSE 'Namespace' END = 'Project' THEN (SELECT project_namespace_id FROM projects WHERE id = (1 + floor(r_src * {projects}))::bigint) ELSE (1 + floor(r_src * {groups}))::bigint END) FROM (SELECT i, random() r_kind, random() r_src, random() r_level, random() r_user, random() r_date
                  FROM generate_series(1, {l}) i) x;
          INSERT INTO members (id, access_level, source_id, source_type, type, user_id, created_at, updated_at, notification_level, member_namespace_id)
            SELECT {n} + {l} + g, 50, g, 'Namespace', 'GroupMember', 1 + floor(random() * {u}), '{today}', '{today}'
