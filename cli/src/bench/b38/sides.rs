@@ -160,12 +160,20 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
 pub async fn chunked_floor(c: &mut Client, today: NaiveDate, group_size: usize) -> Result<Side> {
     let before = data::expired_count(c, today).await?;
     let start = Instant::now();
-    c.batch_execute("CREATE TEMP TABLE floor_removed (u bigint, st text, sid bigint)")
-        .await?;
+    // Rows vanish at each commit (a DELETE would leave every chunk's dead rows for the
+    // next refresh to scan: the temporary table is never vacuumed).
+    c.batch_execute(
+        "CREATE TEMP TABLE floor_removed (u bigint, st text, sid bigint) ON COMMIT DELETE ROWS",
+    )
+    .await?;
+    // Each chunk starts after the last key of the one before (a keyset, as ours pages),
+    // so no chunk walks the index entries of the rows already deleted.
     let take = c
         .prepare(
             "WITH chunk AS (
-               SELECT id FROM members WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+               SELECT id, expires_at FROM members
+               WHERE expires_at IS NOT NULL AND expires_at <= $1::date
+                 AND (expires_at, id) > ($3::date, $4::bigint)
                ORDER BY expires_at, id LIMIT $2::bigint
              ),
              del AS (
@@ -180,22 +188,24 @@ pub async fn chunked_floor(c: &mut Client, today: NaiveDate, group_size: usize) 
              ins AS (
                INSERT INTO floor_removed SELECT user_id, source_type, source_id FROM del
                WHERE user_id IS NOT NULL RETURNING 1
-             )
-             SELECT count(*) FROM del",
+             ),
+             last AS (SELECT expires_at, id FROM chunk ORDER BY expires_at DESC, id DESC LIMIT 1)
+             SELECT (SELECT count(*) FROM del), (SELECT expires_at FROM last), (SELECT id FROM last)",
         )
         .await?;
     let refresh = c.prepare(&floor_refresh_sql()).await?;
     let (mut longest, mut chunks) = (Duration::ZERO, 0u64);
+    let mut key = (NaiveDate::from_ymd_opt(1, 1, 1).expect("a date"), 0i64);
     loop {
         let began = Instant::now();
         let tx = c.transaction().await?;
-        let n: i64 = tx
-            .query_one(&take, &[&today, &(group_size as i64)])
-            .await?
-            .get(0);
+        let row = tx
+            .query_one(&take, &[&today, &(group_size as i64), &key.0, &key.1])
+            .await?;
+        let n: i64 = row.get(0);
         if n > 0 {
+            key = (row.get(1), row.get(2));
             tx.query_one(&refresh, &[]).await?;
-            tx.execute("DELETE FROM floor_removed", &[]).await?;
         }
         tx.commit().await?;
         if n == 0 {
