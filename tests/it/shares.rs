@@ -276,3 +276,106 @@ async fn a_destroyed_group_takes_the_access_its_shares_gave_with_it() {
         "U10's rows through G100's shares are gone; U12's own access stays"
     );
 }
+
+/// Every relation of the instance the authorization statements read is read by key in
+/// their generic plans (the plan every call of a prepared statement runs): no sequential
+/// scan and no index scan without a condition, so a group's refresh costs the same
+/// whatever the number of projects, namespaces and shares (docs/benchmarks.md: as
+/// plain joins, the plan hashed the whole `projects` table on every call).
+#[tokio::test]
+async fn the_refreshes_read_the_instance_by_key_only() {
+    let db = TestDb::new().await;
+    // 2,000 groups (each with a subgroup), 6,000 projects, one project share in ten
+    // and a group share per group: enough rows that a scan of any of them costs more
+    // than a lookup by key.
+    db.exec(
+        "INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+           SELECT g, 'g' || g, 'g' || g, 'Group', NULL, ARRAY[g]::bigint[], 1 FROM generate_series(1, 2000) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+           SELECT 2000 + g, 's' || g, 's' || g, 'Group', g, ARRAY[g, 2000 + g]::bigint[], 1
+           FROM generate_series(1, 2000) g;
+         INSERT INTO namespaces (id, name, path, type, parent_id, traversal_ids, organization_id)
+           SELECT 100000 + p, 'p' || p, 'p' || p, 'Project', 1 + p % 4000,
+                  (SELECT traversal_ids FROM namespaces WHERE id = 1 + p % 4000) || (100000 + p)::bigint, 1
+           FROM generate_series(1, 6000) p;
+         INSERT INTO projects (id, name, path, namespace_id, project_namespace_id, organization_id)
+           SELECT p, 'p' || p, 'p' || p, 1 + p % 4000, 100000 + p, 1 FROM generate_series(1, 6000) p;
+         INSERT INTO project_group_links (project_id, group_id, group_access, created_at, updated_at)
+           SELECT p, 1 + (p * 7) % 4000, 20, '2025-01-01', '2025-01-01' FROM generate_series(1, 6000, 10) p;
+         INSERT INTO group_group_links (shared_group_id, shared_with_group_id, group_access, created_at, updated_at)
+           SELECT g, 1 + (g * 7) % 4000, 30, '2025-01-01', '2025-01-01' FROM generate_series(1, 4000) g
+           WHERE g <> 1 + (g * 7) % 4000;
+         ANALYZE;",
+    )
+    .await;
+    let c = db.session().await;
+    c.batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    let statements = [
+        (
+            "REFRESH_REMOVED",
+            authz::sql::REFRESH_REMOVED,
+            "'{10,11}', '{5,6}', '{10,12}', '{3,2003}', '{10,11,12}'",
+        ),
+        ("REACHED_FROM", authz::sql::REACHED_FROM, "'{3,2003}'"),
+        ("REFRESH", authz::sql::REFRESH, "10, '{5,6}'"),
+        (
+            "PROJECT_ACCESS",
+            shared::gitlab::permissions::sql::PROJECT_ACCESS,
+            "10, '{5}'",
+        ),
+        (
+            "GROUP_ACCESS",
+            shared::gitlab::permissions::sql::GROUP_ACCESS,
+            "10, 2003",
+        ),
+    ];
+    let mut reads = Vec::new();
+    fn walk(name: &str, node: &serde_json::Value, reads: &mut Vec<(String, String, String, bool)>) {
+        if let Some(rel) = node.get("Relation Name").and_then(|r| r.as_str()) {
+            let kind = node["Node Type"].as_str().unwrap_or_default().to_string();
+            let keyed = node.get("Index Cond").is_some() || node.get("Recheck Cond").is_some();
+            reads.push((name.to_string(), rel.to_string(), kind, keyed));
+        }
+        for child in node
+            .get("Plans")
+            .and_then(|p| p.as_array())
+            .into_iter()
+            .flatten()
+        {
+            walk(name, child, reads);
+        }
+    }
+    for (i, (name, sql, args)) in statements.iter().enumerate() {
+        c.batch_execute(&format!("PREPARE s{i} AS {sql}"))
+            .await
+            .unwrap();
+        let plan: serde_json::Value = c
+            .query_one(&format!("EXPLAIN (FORMAT JSON) EXECUTE s{i}({args})"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        walk(name, &plan[0]["Plan"], &mut reads);
+    }
+    let instance = [
+        "projects",
+        "namespaces",
+        "project_group_links",
+        "group_group_links",
+    ];
+    let whole: Vec<_> = reads
+        .iter()
+        .filter(|(_, rel, kind, cond)| {
+            instance.contains(&rel.as_str()) && (kind == "Seq Scan" || !cond)
+        })
+        .collect();
+    assert!(
+        reads.iter().any(|(_, rel, _, _)| rel == "projects"),
+        "the plan reads projects: {reads:?}"
+    );
+    assert!(
+        whole.is_empty(),
+        "whole-relation reads in the generic plan: {whole:?}"
+    );
+}

@@ -63,6 +63,12 @@ pub(crate) use desired;
 /// (`x(u, p)`), `$groups` (`x(u, g)`) and the user condition `$users` on `m.user_id`
 /// (see [`REFRESH_REMOVED`] for what each part does). Returns one row: rows
 /// deleted, rows written.
+///
+/// Every read of the instance's projects, namespaces and shares is a per-row lookup by
+/// key (`LATERAL … OFFSET 0`, which the planner may not flatten into a join): as plain
+/// joins, the generic plan hashed the whole `projects` table and merged the whole
+/// `namespaces` index on every call, so a group's refresh grew with the instance
+/// (26 of 68 ms per group of 250 at 60,000 projects; docs/benchmarks.md).
 macro_rules! refresh_removed {
     ($projects:expr, $groups:expr, $users:expr) => {
         concat!(
@@ -71,38 +77,48 @@ macro_rules! refresh_removed {
             $groups,
             "
                UNION
-               SELECT x.u, gl.shared_group_id::bigint FROM ",
+               SELECT x.u, l.g FROM ",
             $groups,
             "
-                 JOIN group_group_links gl ON gl.shared_with_group_id = x.g
+                 CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS g FROM group_group_links gl
+                                     WHERE gl.shared_with_group_id = x.g OFFSET 0) l
              ),
              sub AS (
-               SELECT DISTINCT r.u, n.id::bigint AS n
+               SELECT DISTINCT r.u, d.n
                FROM roots r
-                 JOIN namespaces g ON g.id = r.g
-                 JOIN namespaces n ON n.type = 'Group'
-                   AND n.traversal_ids >= g.traversal_ids
-                   AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                          || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-                   AND r.g = ANY(n.traversal_ids)
+                 CROSS JOIN LATERAL (
+                   SELECT n.id::bigint AS n FROM namespaces g
+                     JOIN namespaces n ON n.type = 'Group'
+                       AND n.traversal_ids >= g.traversal_ids
+                       AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                              || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
+                       AND r.g = ANY(n.traversal_ids)
+                   WHERE g.id = r.g OFFSET 0
+                 ) d
              ),
              affected AS (
                SELECT x.u, x.p FROM ",
             $projects,
             "
                UNION
-               SELECT s.u, p.id::bigint FROM sub s JOIN projects p ON p.namespace_id = s.n
+               SELECT s.u, q.p FROM sub s
+                 CROSS JOIN LATERAL (SELECT p.id::bigint AS p FROM projects p
+                                     WHERE p.namespace_id = s.n OFFSET 0) q
                UNION
-               SELECT s.u, pl.project_id::bigint FROM sub s
-                 JOIN project_group_links pl ON pl.group_id = s.n
+               SELECT s.u, l.p FROM sub s
+                 CROSS JOIN LATERAL (SELECT pl.project_id::bigint AS p FROM project_group_links pl
+                                     WHERE pl.group_id = s.n OFFSET 0) l
              ),
              pairs AS (
-               SELECT a.u, a.p, p.id IS NOT NULL AS project_exists, n.type,
-                      n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id,
-                      n.share_with_group_lock IS TRUE AS locked
+               SELECT a.u, a.p, q.id IS NOT NULL AS project_exists, q.type,
+                      q.t, q.owner_id, COALESCE(q.locked, false) AS locked
                FROM affected a
-                 LEFT JOIN projects p ON p.id = a.p
-                 LEFT JOIN namespaces n ON n.id = p.namespace_id
+                 LEFT JOIN LATERAL (
+                   SELECT p.id, n.type, n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id,
+                          n.share_with_group_lock IS TRUE AS locked
+                   FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
+                   WHERE p.id = a.p OFFSET 0
+                 ) q ON true
              ),
              grants AS (
                SELECT m.user_id::bigint AS u, m.source_type, m.source_id::bigint AS sid,
@@ -115,9 +131,13 @@ macro_rules! refresh_removed {
              reach AS (
                SELECT g.u, g.sid AS gid, g.l FROM grants g WHERE g.source_type = 'Namespace'
                UNION ALL
-               SELECT g.u, gl.shared_group_id::bigint, LEAST(g.l, gl.group_access)
-               FROM grants g JOIN group_group_links gl ON gl.shared_with_group_id = g.sid
-               WHERE g.source_type = 'Namespace' AND gl.group_access > 5
+               SELECT g.u, l.gid, LEAST(g.l, l.access)
+               FROM grants g
+                 CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS gid, gl.group_access AS access
+                                     FROM group_group_links gl
+                                     WHERE gl.shared_with_group_id = g.sid AND gl.group_access > 5
+                                     OFFSET 0) l
+               WHERE g.source_type = 'Namespace'
              ),
              via_project AS (
                SELECT t.u, t.p, max(g.l) AS l FROM pairs t
@@ -130,10 +150,12 @@ macro_rules! refresh_removed {
                GROUP BY t.u, t.p
              ),
              via_links AS (
-               SELECT t.u, t.p, max(LEAST(r.l, pl.group_access)) AS l FROM pairs t
-                 JOIN project_group_links pl ON pl.project_id = t.p AND NOT t.locked
-                 JOIN namespaces ln ON ln.id = pl.group_id
-                 JOIN reach r ON r.u = t.u AND r.gid = ANY(ln.traversal_ids::bigint[])
+               SELECT t.u, t.p, max(LEAST(r.l, k.access)) AS l FROM pairs t
+                 CROSS JOIN LATERAL (SELECT pl.group_access AS access, ln.traversal_ids::bigint[] AS lt
+                                     FROM project_group_links pl JOIN namespaces ln ON ln.id = pl.group_id
+                                     WHERE pl.project_id = t.p OFFSET 0) k
+                 JOIN reach r ON r.u = t.u AND r.gid = ANY(k.lt)
+               WHERE NOT t.locked
                GROUP BY t.u, t.p
              ),
              desired AS MATERIALIZED (
@@ -203,7 +225,7 @@ crate::statements::statements! {
     /// `affected` of group memberships `$1::bigint[]` (behaviour §3): the projects under
     /// each group and under every group shared with it (`group_group_links`), plus
     /// the projects shared (`project_group_links`) with any group of those subtrees.
-    /// Ascending ids, each once.
+    /// Ascending ids, each once; every relation read by key, as in `refresh_removed!`.
     REACHED_FROM = "WITH roots AS (
                SELECT unnest($1::bigint[]) AS g
                UNION
@@ -211,18 +233,25 @@ crate::statements::statements! {
                WHERE gl.shared_with_group_id = ANY($1::bigint[])
              ),
              sub AS (
-               SELECT DISTINCT n.id::bigint AS n
+               SELECT DISTINCT d.n
                FROM roots r
-                 JOIN namespaces g ON g.id = r.g
-                 JOIN namespaces n ON n.type = 'Group'
-                   AND n.traversal_ids >= g.traversal_ids
-                   AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                          || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-                   AND r.g = ANY(n.traversal_ids)
+                 CROSS JOIN LATERAL (
+                   SELECT n.id::bigint AS n FROM namespaces g
+                     JOIN namespaces n ON n.type = 'Group'
+                       AND n.traversal_ids >= g.traversal_ids
+                       AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                              || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
+                       AND r.g = ANY(n.traversal_ids)
+                   WHERE g.id = r.g OFFSET 0
+                 ) d
              )
-             SELECT p.id::bigint FROM sub s JOIN projects p ON p.namespace_id = s.n
+             SELECT q.p FROM sub s
+               CROSS JOIN LATERAL (SELECT p.id::bigint AS p FROM projects p
+                                   WHERE p.namespace_id = s.n OFFSET 0) q
              UNION
-             SELECT pl.project_id::bigint FROM sub s JOIN project_group_links pl ON pl.group_id = s.n
+             SELECT l.p FROM sub s
+               CROSS JOIN LATERAL (SELECT pl.project_id::bigint AS p FROM project_group_links pl
+                                   WHERE pl.group_id = s.n OFFSET 0) l
              ORDER BY 1";
     /// `refresh(u, P)` for user `$1` and projects `$2::bigint[]` (after the user's
     /// authorization lock): delete what `desired` does not have, upsert what it has.
