@@ -16,15 +16,17 @@ use cmd::{real_main, Cli, Cmd};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // A bench measures the handlers, not their info lines; a person running the demo
-    // wants its table: warnings only for both, unless asked (`--verbose`, RUST_LOG).
+    // or one function wants its table: warnings only, unless asked (`--verbose`,
+    // RUST_LOG). The AWS SDK's own log lines never reach the terminal unless RUST_LOG
+    // asks for them: a failed call is one line of `hk`'s.
     let quiet = match &cli.command {
         Cmd::Bench(_) => true,
         Cmd::Demo { verbose, .. } => !verbose,
+        Cmd::Run(a) => !a.verbose,
         _ => false,
     };
-    if quiet && std::env::var_os("RUST_LOG").is_none() {
-        std::env::set_var("RUST_LOG", "warn");
-    }
+    let level = if quiet { "warn" } else { "info" };
+    std::env::set_var("RUST_LOG", log_spec(std::env::var("RUST_LOG").ok(), level));
     shared::telemetry::init(shared::telemetry::Sink::Stderr);
     match real_main(cli).await {
         Ok(code) => code,
@@ -35,8 +37,45 @@ async fn main() -> ExitCode {
             } else {
                 "permanent"
             };
-            eprintln!("hk: {e:#} ({kind}: exit {code})");
+            eprintln!("hk: {} ({kind}: exit {code})", cmd::exit::render(&e));
             ExitCode::from(code)
         }
+    }
+}
+
+/// The log filter `hk` installs: `RUST_LOG` if set, else `default` for `shared` and
+/// `hk` (warn elsewhere); the AWS SDK's crates are off unless the spec names them
+/// (`aws…=…`), so its retries and provider-chain warnings never reach the terminal.
+fn log_spec(rust_log: Option<String>, default: &str) -> String {
+    let spec = rust_log
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| default.to_string());
+    let spec = if spec.contains('=') || spec.contains(',') {
+        spec
+    } else {
+        format!("warn,shared={spec},hk={spec}")
+    };
+    if spec.contains("aws") {
+        spec
+    } else {
+        format!("{spec},aws=off")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_spec;
+
+    #[test]
+    fn the_aws_sdk_is_silent_unless_named() {
+        assert_eq!(log_spec(None, "warn"), "warn,shared=warn,hk=warn,aws=off");
+        assert_eq!(
+            log_spec(Some("debug".into()), "warn"),
+            "warn,shared=debug,hk=debug,aws=off"
+        );
+        assert_eq!(
+            log_spec(Some("info,aws_config=debug".into()), "warn"),
+            "info,aws_config=debug"
+        );
     }
 }

@@ -14,17 +14,23 @@
 //!
 //! * `hk status` reads queue depths, oldest-message ages (CloudWatch) and schedule
 //!   states of a deployed stack.
+//! * `hk tick` sends a cron function's message as its schedule sends it.
 //!
-//! The parts: `clients` (the AWS clients and the queue names), `setup`, `pump`,
-//! `replay` and `status`.
+//! The parts: `clients` (the AWS clients with `--region`/`--profile`, the up-front
+//! credentials and region check, the classification of SDK failures, the queue
+//! names), `setup`, `pump`, `replay`, `status` and `tick`.
 
 mod clients;
 mod pump;
 mod replay;
 mod setup;
 mod status;
+mod tick;
 
-pub use clients::{batch_size, dlq_name, queue_name, Aws};
+pub use clients::{
+    batch_size, credentials_advice, dlq_name, one_line, queue_name, sdk_failure, Aws, AwsOptions,
+    AwsSetupError, QueueMissing, REGION_ADVICE,
+};
 pub use pump::{fire_due_schedules, pump, PumpStats};
 pub use replay::{
     read_lines, receiver_of, replay_dlq, replay_file_to_queues, Poll, ReplayReport, HOLD_S,
@@ -34,3 +40,4 @@ pub use status::{
     depth, oldest_age, status, summary, Age, Depth, FunctionStatus, Schedule, AGE_PERIOD_S,
     AGE_WINDOW,
 };
+pub use tick::{fill, tick, Tick, EXECUTION_ID, SCHEDULED_TIME};

@@ -24,6 +24,7 @@ use aws_sdk_cloudwatch::types::{Dimension, Statistic};
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{json, Value};
 
+use super::clients::{sdk_failure, QueueMissing};
 use super::{dlq_name, queue_name, Aws};
 use shared::Function;
 
@@ -145,7 +146,8 @@ pub async fn depth(aws: &Aws, name: &str) -> Result<(Depth, String)> {
         .queue_url(&url)
         .attribute_names(QueueAttributeName::All)
         .send()
-        .await?
+        .await
+        .map_err(|e| sdk_failure(&format!("reading the attributes of queue {name}"), e))?
         .attributes
         .unwrap_or_default();
     let n = |k: QueueAttributeName| -> i64 {
@@ -198,8 +200,18 @@ pub async fn oldest_age(aws: &Aws, name: &str) -> Result<Option<i64>> {
         .map(|s| s.round() as i64))
 }
 
-/// Every schedule of `group` with its target ARN, in name order.
-async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
+/// One schedule of a group as Scheduler reads it back.
+pub(super) struct Listed {
+    /// Name, state and expression.
+    pub(super) schedule: Schedule,
+    /// The target's ARN (a queue's).
+    pub(super) target: String,
+    /// The target's input: the message body with Scheduler's placeholders.
+    pub(super) input: Option<String>,
+}
+
+/// Every schedule of `group` with its target, in name order.
+pub(super) async fn schedules(aws: &Aws, group: &str) -> Result<Vec<Listed>> {
     let mut names = Vec::new();
     let mut token = None;
     loop {
@@ -210,7 +222,7 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
             .set_next_token(token)
             .send()
             .await
-            .map_err(|e| anyhow!("cannot list the schedules of group {group}: {e}"))?;
+            .map_err(|e| sdk_failure(&format!("listing the schedules of group {group}"), e))?;
         names.extend(
             out.schedules()
                 .iter()
@@ -231,9 +243,9 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
             .name(&name)
             .send()
             .await
-            .map_err(|e| anyhow!("cannot read schedule {group}/{name}: {e}"))?;
-        out.push((
-            Schedule {
+            .map_err(|e| sdk_failure(&format!("reading schedule {group}/{name}"), e))?;
+        out.push(Listed {
+            schedule: Schedule {
                 state: s
                     .state()
                     .map(|s| s.as_str().to_string())
@@ -241,8 +253,9 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
                 expression: s.schedule_expression().unwrap_or_default().to_string(),
                 name,
             },
-            s.target().map(|t| t.arn().to_string()).unwrap_or_default(),
-        ));
+            target: s.target().map(|t| t.arn().to_string()).unwrap_or_default(),
+            input: s.target().and_then(|t| t.input()).map(String::from),
+        });
     }
     Ok(out)
 }
@@ -250,6 +263,13 @@ async fn schedules(aws: &Aws, group: &str) -> Result<Vec<(Schedule, String)>> {
 /// The status of every function: queues named `<names>-<function>` (and `…-dlq`),
 /// schedules in `group`.
 pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionStatus>> {
+    // One call first: a failure that is not a missing queue (no network, credentials
+    // refused, no permission) ends the command on one line, not one line per queue.
+    if let Err(e) = aws.url(&queue_name(names, Function::ALL[0])).await {
+        if !e.is::<QueueMissing>() {
+            return Err(e);
+        }
+    }
     let mut arns: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::new();
     for (i, f) in Function::ALL.iter().enumerate() {
@@ -272,7 +292,10 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
             one_time_schedules: 0,
         });
     }
-    for (schedule, target) in schedules(aws, group).await? {
+    for Listed {
+        schedule, target, ..
+    } in schedules(aws, group).await?
+    {
         let Some(&i) = arns.get(&target) else {
             continue;
         };

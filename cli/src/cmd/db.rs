@@ -5,20 +5,30 @@ use super::*;
 
 #[derive(Subcommand)]
 pub(crate) enum DbAction {
-    /// initdb + start; prints DATABASE_URL.
+    /// initdb + start; prints DATABASE_URL. On HK_PG_PORT, else 54329, else (when
+    /// 54329 is taken and HK_PG_PORT is not set) a free port.
     Up {
         /// Print `{"database_url", "base", "port"}` instead of `DATABASE_URL=…`.
         #[arg(long)]
         json: bool,
     },
-    /// Stop the cluster.
+    /// Stop the cluster and remove its directory (HK_PG_BASE, else <tmp>/hk-pg).
     Down,
 }
 
 pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
-    let c = hk::pg::Cluster::default_location();
+    let mut c = hk::pg::Cluster::default_location();
     match action {
         DbAction::Up { json } => {
+            c.stop_previous()?;
+            if std::env::var_os("HK_PG_PORT").is_none() && !hk::pg::port_is_free(c.port) {
+                let taken = c.port;
+                c.port = hk::pg::free_port()?;
+                eprintln!(
+                    "hk: port {taken} is taken; the cluster listens on {}",
+                    c.port
+                );
+            }
             c.up()?;
             mark_throwaway(&c.url(), "hk db up").await?;
             if json {
@@ -34,7 +44,10 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
                 println!("DATABASE_URL={}", c.url());
             }
         }
-        DbAction::Down => c.down()?,
+        DbAction::Down => {
+            c.down()?;
+            println!("stopped; removed {}", c.base.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

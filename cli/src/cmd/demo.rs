@@ -19,13 +19,14 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool, json: bool) -> 
                 base: std::env::temp_dir().join(format!("hk-demo-{}", std::process::id())),
                 port: hk::pg::free_port()?,
             };
+            let bin = demo_server_bin()?;
             eprintln!(
                 "starting a throwaway PostgreSQL in {} on port {}",
                 c.base.display(),
                 c.port
             );
             let pb = progress(json, "starting a throwaway PostgreSQL");
-            c.up()?;
+            c.up_on(&bin, &[])?;
             pb.finish_and_clear();
             let url = c.url();
             mark_throwaway(&url, "hk demo").await?;
@@ -41,10 +42,35 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool, json: bool) -> 
             println!("\nthe demo database is still running: DATABASE_URL={url}  (stop it with HK_PG_BASE={} hk db down)", c.base.display());
         } else {
             c.down()?;
-            let _ = std::fs::remove_dir_all(&c.base);
         }
     }
     result
+}
+
+/// The server binaries of the demo's own cluster: PostgreSQL 16 or later, installed
+/// with the checkout's scripts/pg-versions.sh when nobody chose the binaries and the
+/// ones found are older (Debian 12's 15), else a one-line refusal saying how to get 16.
+fn demo_server_bin() -> Result<std::path::PathBuf> {
+    let found = hk::pg::pg_bin_found()
+        .and_then(|(bin, source)| Ok((bin.clone(), source, hk::pg::server_major(&bin)?)))
+        .map_err(|e| format!("{e:#}"));
+    let npm = std::process::Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    match hk::pg::demo_server(found, hk::pg::pg_versions_script(), npm) {
+        hk::pg::DemoServer::Use(bin) => Ok(bin),
+        hk::pg::DemoServer::Refuse(why) => Err(anyhow!(why)),
+        hk::pg::DemoServer::Install(script) => {
+            eprintln!(
+                "hk: no PostgreSQL {} or later found; installing PostgreSQL 16 with {} 16 \
+                 (npm registry, into .pg16/; once)",
+                hk::pg::MIN_MAJOR,
+                script.display()
+            );
+            hk::pg::install_pg16(&script)
+        }
+    }
 }
 
 pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<ExitCode> {

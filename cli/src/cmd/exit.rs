@@ -51,6 +51,27 @@ pub(crate) fn run_code(runs: &[hk::local::Run], code: i32) -> std::process::Exit
     std::process::ExitCode::from(code as u8)
 }
 
+/// The one line `hk` prints for a command that ended with `e`: its message and its
+/// causes, each once. A cause whose text the line already holds is left out: a
+/// database error shows its `tokio_postgres` error's text, and that error its own
+/// cause's (`error connecting to server: Connection refused`, not the first part
+/// twice); newlines of multi-line causes become spaces.
+pub(crate) fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string().replace('\n', " ");
+        let t = t.trim();
+        if t.is_empty() || out.contains(t) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(t);
+    }
+    out
+}
+
 /// The exit code for a command that ended with `e`.
 pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
@@ -62,6 +83,9 @@ pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
                 E::Db(pe) => pg_code(pe),
                 E::Malformed(_) | E::Config(_) | E::Invariant(_) => PERMANENT,
             };
+        }
+        if cause.is::<hk::aws_local::AwsSetupError>() {
+            return PERMANENT;
         }
         if let Some(pe) = cause.downcast_ref::<tokio_postgres::Error>() {
             return pg_code(pe);

@@ -50,7 +50,7 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             env_file,
             json,
         } => {
-            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let clients = aws.clients().await?;
             let env =
                 hk::aws_local::setup(&clients, &aws.prefix, visibility_s, aws.endpoint.as_deref())
                     .await?;
@@ -86,7 +86,7 @@ pub(crate) async fn cmd_local(action: LocalAction) -> Result<ExitCode> {
             max_seconds,
             json,
         } => {
-            let clients = hk::aws_local::Aws::new(aws.endpoint.as_deref()).await;
+            let clients = aws.clients().await?;
             let pb = progress(json, format!("pumping the `{}` queues", aws.prefix));
             let stats = hk::aws_local::pump(
                 &clients,

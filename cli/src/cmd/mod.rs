@@ -11,6 +11,7 @@ mod local;
 mod replay;
 mod run;
 mod status;
+mod tick;
 mod ui;
 
 pub(crate) use bench::BenchArgs;
@@ -27,6 +28,7 @@ use local::cmd_local;
 use replay::cmd_replay;
 use run::cmd_run;
 use status::{cmd_status, StatusArgs};
+use tick::{cmd_tick, TickArgs};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -105,6 +107,9 @@ pub(crate) enum Cmd {
     /// Per function: queue depth, in flight, DLQ depth and cron schedule state of a
     /// deployed stack (`--stack`/`HK_STACK`).
     Status(StatusArgs),
+    /// Send a cron function's message to its queue as its EventBridge schedule sends
+    /// it (re-running a missed or failed cron run).
+    Tick(TickArgs),
     /// Benchmarks: ratios measured side by side in one run, written to docs/benchmarks.md.
     Bench(BenchArgs),
     /// Throwaway database, demo data, every batch until idle, and a summary.
@@ -132,12 +137,37 @@ pub(crate) enum Cmd {
     },
 }
 
+/// `--region` and `--profile` of every command that calls AWS, passed to the SDK's
+/// configuration loader.
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct SdkArgs {
+    /// The AWS region (default: AWS_REGION, else the profile's region).
+    #[arg(long)]
+    pub(crate) region: Option<String>,
+    /// The AWS profile of ~/.aws/config and ~/.aws/credentials (default: AWS_PROFILE,
+    /// else the environment's credentials, else `default`).
+    #[arg(long)]
+    pub(crate) profile: Option<String>,
+}
+
+impl SdkArgs {
+    pub(crate) fn options(&self, endpoint: Option<&str>) -> hk::aws_local::AwsOptions {
+        hk::aws_local::AwsOptions {
+            endpoint: endpoint.map(String::from),
+            region: self.region.clone(),
+            profile: self.profile.clone(),
+        }
+    }
+}
+
 #[derive(clap::Args, Clone)]
 pub(crate) struct AwsArgs {
     /// SQS/Scheduler endpoint (moto), e.g. http://127.0.0.1:5000; default: the AWS
     /// environment (AWS_ENDPOINT_URL, region, credentials).
     #[arg(long)]
     pub(crate) endpoint: Option<String>,
+    #[command(flatten)]
+    pub(crate) sdk: SdkArgs,
     /// Queue-name prefix of the local convention (`<prefix>-<function>`, `…-dlq`) and
     /// the schedule group name.
     #[arg(long, default_value = "hk")]
@@ -158,9 +188,23 @@ pub(crate) struct StackArgs {
     /// Instead of --stack: the local convention's prefix (`hk local setup`).
     #[arg(long)]
     pub(crate) prefix: Option<String>,
+    #[command(flatten)]
+    pub(crate) sdk: SdkArgs,
+}
+
+impl AwsArgs {
+    /// The AWS clients, with credentials and region resolved up front.
+    pub(crate) async fn clients(&self) -> Result<hk::aws_local::Aws> {
+        hk::aws_local::Aws::connect(&self.sdk.options(self.endpoint.as_deref())).await
+    }
 }
 
 impl StackArgs {
+    /// The AWS clients, with credentials and region resolved up front.
+    pub(crate) async fn clients(&self) -> Result<hk::aws_local::Aws> {
+        hk::aws_local::Aws::connect(&self.sdk.options(self.endpoint.as_deref())).await
+    }
+
     /// The queue-name prefix: `--prefix` if given, else the stack name.
     pub(crate) fn names(&self) -> Result<&str> {
         self.prefix.as_deref().or(self.stack.as_deref()).ok_or_else(|| {
@@ -291,6 +335,7 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Status(a) => cmd_status(a).await,
+        Cmd::Tick(a) => cmd_tick(a).await,
         Cmd::Bench(a) => cmd_bench(a).await,
         Cmd::Demo {
             now, keep_db, json, ..

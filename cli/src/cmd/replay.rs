@@ -105,7 +105,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
         } => {
             let f = function;
             let names = stack.names()?;
-            let clients = hk::aws_local::Aws::new(stack.endpoint.as_deref()).await;
+            let clients = stack.clients().await?;
             let dlq = clients.url(&hk::aws_local::dlq_name(names, f)).await?;
             let queue = clients.url(&hk::aws_local::queue_name(names, f)).await?;
             let poll = hk::aws_local::Poll { wait_s, window_s };
@@ -142,7 +142,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             let lines = hk::aws_local::read_lines(&path)?;
             if queue {
                 let names = stack.names()?;
-                let clients = hk::aws_local::Aws::new(stack.endpoint.as_deref()).await;
+                let clients = stack.clients().await?;
                 let pb = progress(json, format!("sending {} message(s)", lines.len()));
                 let r = hk::aws_local::replay_file_to_queues(&clients, names, &lines, to).await;
                 pb.finish_and_clear();

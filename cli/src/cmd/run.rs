@@ -53,6 +53,11 @@ pub(crate) struct RunArgs {
     /// an enqueue, before the ack); what was not acknowledged comes back after 30 s.
     #[arg(long, requires = "until_idle", conflicts_with = "dry_run", value_parser = parse_chaos)]
     pub(crate) chaos: Option<ChaosSpec>,
+    /// Also print the functions' JSON log lines (info and above) on stderr; by
+    /// default `hk run` shows warnings only, as `hk demo` does, and `RUST_LOG` still
+    /// applies.
+    #[arg(long, short)]
+    pub(crate) verbose: bool,
 }
 
 /// What a notifying function needs that `hk` would otherwise take from its demo

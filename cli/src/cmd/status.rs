@@ -29,7 +29,7 @@ fn schedule_column(l: &hk::aws_local::FunctionStatus) -> String {
 pub(crate) async fn cmd_status(a: StatusArgs) -> Result<ExitCode> {
     let names = a.stack.names()?.to_string();
     let group = a.stack.group()?;
-    let clients = hk::aws_local::Aws::new(a.stack.endpoint.as_deref()).await;
+    let clients = a.stack.clients().await?;
     let lines = hk::aws_local::status(&clients, &names, &group).await?;
     if a.json {
         for l in &lines {

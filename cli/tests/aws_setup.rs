@@ -1,0 +1,117 @@
+//! Every `hk` command that calls AWS, without credentials or without a region: one
+//! line saying what to set, exit 2, none of the AWS SDK's JSON log lines; and a
+//! request that never reaches AWS (an endpoint nobody listens on): one line, exit 1.
+//! The credentials provider chain runs for real (environment, shared files under an
+//! empty home, no instance metadata).
+
+use std::process::{Command, Output};
+
+/// `hk` in an environment with no AWS configuration at all, plus `env`.
+fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let home = std::env::temp_dir().join(format!("hk-empty-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
+    c.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("HK_STACK")
+        .env("HOME", &home)
+        // Instance metadata would answer on an EC2 machine with a role: not this test.
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") && k != "AWS_CA_BUNDLE" {
+            c.env_remove(&k);
+        }
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().expect("hk runs");
+    eprintln!(
+        "hk {args:?}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Every command that builds AWS clients, on a stack (or prefix) of no importance.
+fn aws_commands(file: &str) -> Vec<Vec<String>> {
+    [
+        vec!["status", "--stack", "s"],
+        vec!["tick", "remove-expired-members", "--stack", "s"],
+        vec!["replay", "dlq", "delete-user", "--stack", "s"],
+        vec!["replay", "file", file, "--queue", "--stack", "s"],
+        vec!["local", "setup", "--prefix", "s", "--env-file", "/dev/null"],
+        vec!["local", "pump", "--prefix", "s", "--max-seconds", "1"],
+    ]
+    .into_iter()
+    .map(|a| a.into_iter().map(String::from).collect())
+    .collect()
+}
+
+/// One line on stderr naming `want`, no JSON log line, exit `code`.
+fn assert_one_line(o: &Output, code: i32, want: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line, no SDK log lines:\n{err}");
+    assert!(!err.contains('{'), "no JSON on the terminal:\n{err}");
+    assert!(err.contains(want), "{want:?} in:\n{err}");
+}
+
+#[test]
+fn without_credentials_or_region_every_aws_command_says_what_to_set() {
+    let file = std::env::temp_dir().join(format!("hk-aws-setup-{}.jsonl", std::process::id()));
+    std::fs::write(&file, "{}\n").unwrap();
+    let file = file.to_str().unwrap();
+    let keys = [
+        ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+        ("AWS_SECRET_ACCESS_KEY", "secret"),
+    ];
+    for args in aws_commands(file) {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // No credentials (a region given): what to set for them.
+        let o = hk(&[args.as_slice(), &["--region", "eu-west-1"]].concat(), &[]);
+        assert_one_line(
+            &o,
+            2,
+            "no AWS credentials: set AWS_PROFILE or pass --profile, or set AWS_ACCESS_KEY_ID",
+        );
+        // Credentials, no region.
+        let o = hk(&args, &keys);
+        assert_one_line(&o, 2, "no AWS region: pass --region or set AWS_REGION");
+        // Neither: both in one line.
+        let o = hk(&args, &[]);
+        assert_one_line(&o, 2, "no AWS credentials");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--region"));
+    }
+    std::fs::remove_file(file).unwrap();
+}
+
+#[test]
+fn an_aws_that_cannot_be_reached_is_one_retryable_line() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    for args in [
+        vec!["status", "--stack", "s"],
+        vec!["tick", "pat-expiring", "--stack", "s"],
+    ] {
+        let args = [
+            args.as_slice(),
+            &["--endpoint", &endpoint, "--region", "eu-west-1"],
+        ]
+        .concat();
+        let o = hk(
+            &args,
+            &[
+                ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+                ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ],
+        );
+        assert_one_line(&o, 1, "dispatch failure");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("looking up queue s-"));
+    }
+}
