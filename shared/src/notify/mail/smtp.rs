@@ -1,6 +1,8 @@
 //! The SMTP transport of [`super::Mailer`]: lettre over native-tls (STARTTLS or
-//! implicit TLS, extra roots from `SMTP_CA_BUNDLE`), and the re-read of
-//! `SMTP_SECRET_ARN` when the server refuses the credentials (issue 20, rotation).
+//! implicit TLS, extra roots from `SMTP_CA_BUNDLE`; plain only with `SMTP_TLS=none`,
+//! and a server that offers no STARTTLS refused, never used in plain text), and the
+//! re-read of `SMTP_SECRET_ARN` when the server refuses the credentials (issue 20,
+//! rotation).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -97,6 +99,11 @@ impl SmtpMailer {
                 // Only the kind and the code: the server's text may echo addresses.
                 let kind = if e.is_transient() {
                     "temporary rejection"
+                } else if e.is_client() && e.to_string().contains("STARTTLS") {
+                    // SMTP_TLS=starttls and the server does not offer it: refused
+                    // rather than sent in plain text.
+                    "TLS failure: the server offers no STARTTLS (SMTP_TLS=starttls; \
+                     `none` only for a relay without TLS)"
                 } else if e.is_tls() {
                     "TLS failure"
                 } else if e.is_timeout() {
@@ -148,7 +155,24 @@ pub(super) fn smtp_transport(
         cfg.smtp.host.clone().ok_or_else(|| {
             Error::Config("SMTP_HOST is required with EMAIL_TRANSPORT=smtp".into())
         })?;
-    let mut params = TlsParameters::builder(host.clone());
+    let tls = match cfg.smtp.tls {
+        SmtpTls::StartTls => Tls::Required(tls_parameters(cfg, &host)?),
+        SmtpTls::Implicit => Tls::Wrapper(tls_parameters(cfg, &host)?),
+        SmtpTls::None => Tls::None,
+    };
+    let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+        .port(cfg.smtp.port())
+        .tls(tls)
+        .timeout(Some(Duration::from_secs(30)));
+    if let (Some(user), Some(pw)) = (username, password) {
+        b = b.credentials(Credentials::new(user, pw.expose().to_string()));
+    }
+    Ok(b.build())
+}
+
+/// The TLS parameters for `host`: the system roots plus `SMTP_CA_BUNDLE`.
+fn tls_parameters(cfg: &NotifyConfig, host: &str) -> Result<TlsParameters> {
+    let mut params = TlsParameters::builder(host.to_string());
     if let Some(path) = &cfg.smtp.ca_bundle {
         let pem = std::fs::read_to_string(path).map_err(|e| {
             Error::Config(format!(
@@ -170,19 +194,7 @@ pub(super) fn smtp_transport(
             params = params.add_root_certificate(cert);
         }
     }
-    let params = params
+    params
         .build_native()
-        .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))?;
-    let tls = match cfg.smtp.tls {
-        SmtpTls::StartTls => Tls::Required(params),
-        SmtpTls::Implicit => Tls::Wrapper(params),
-    };
-    let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-        .port(cfg.smtp.port())
-        .tls(tls)
-        .timeout(Some(Duration::from_secs(30)));
-    if let (Some(user), Some(pw)) = (username, password) {
-        b = b.credentials(Credentials::new(user, pw.expose().to_string()));
-    }
-    Ok(b.build())
+        .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))
 }
