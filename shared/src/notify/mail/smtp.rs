@@ -26,6 +26,20 @@ pub struct SmtpMailer {
     pub(super) rotation: Option<Arc<(SecretSource, NotifyConfig, Option<String>)>>,
 }
 
+/// Whether lettre's error is a failed TLS handshake (lettre reports those as
+/// connection errors: an untrusted certificate, or implicit TLS to a plain server).
+fn is_handshake_failure(e: &lettre::transport::smtp::Error) -> bool {
+    // lettre nests its connection errors; the handshake's own error is further down.
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<native_tls::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// 530 (authentication required), 534 (mechanism too weak), 535 (credentials invalid).
 fn is_auth_failure(code: Option<u16>) -> bool {
     matches!(code, Some(530 | 534 | 535))
@@ -104,7 +118,7 @@ impl SmtpMailer {
                     // rather than sent in plain text.
                     "TLS failure: the server offers no STARTTLS (SMTP_TLS=starttls; \
                      `none` only for a relay without TLS)"
-                } else if e.is_tls() {
+                } else if e.is_tls() || is_handshake_failure(&e) {
                     "TLS failure"
                 } else if e.is_timeout() {
                     "timeout"
