@@ -161,6 +161,19 @@ impl Fx<'_> {
         }
     }
 
+    /// GitLab's `allow_local_requests_from_web_hooks_and_services` (Admin area >
+    /// Settings > Network > Outbound requests): set on the settings row, created when
+    /// there is none.
+    pub async fn local_web_hooks(&self, allow: bool) {
+        self.0
+            .exec(&format!(
+                "UPDATE application_settings SET allow_local_requests_from_web_hooks_and_services = {allow};
+                 INSERT INTO application_settings (allow_local_requests_from_web_hooks_and_services)
+                 SELECT {allow} WHERE NOT EXISTS (SELECT 1 FROM application_settings)"
+            ))
+            .await;
+    }
+
     /// `G<id> "<path>"`, optionally `< G<parent>`: namespace (name = path) and route.
     pub async fn group(&self, id: i64, path: &str, parent: Option<i64>) {
         let (traversal, full_path, full_name) = match parent {

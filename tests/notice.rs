@@ -109,9 +109,13 @@ impl Notices {
         let cfg = NotifyConfig::from_lookup(&|k: &str| env.get(k).cloned()).unwrap();
         let mut n = Notifier::full(&cfg, None).await.unwrap();
         let d = n.delivery.as_mut().expect("full notifier");
-        d.webhooks = WebhookClient::new(Duration::from_secs(5), false, &[])
-            .unwrap()
-            .with_network(network.clone());
+        d.webhooks = WebhookClient::new(
+            Duration::from_secs(5),
+            shared::notify::LocalNetwork::Deny,
+            &[],
+        )
+        .unwrap()
+        .with_network(network.clone());
         Notices {
             smtp,
             hooks,

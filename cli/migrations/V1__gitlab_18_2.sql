@@ -18,7 +18,8 @@
 --   ones and titles; `*_convert_to_bigint` shadow columns; issues.work_item_type_id and
 --   notes' noteable ids point to tables not modelled here (no FK in the model).
 -- * application_settings: every column but id, default_projects_limit,
---   deletion_adjourned_period and the timestamps (several hundred in GitLab).
+--   deletion_adjourned_period, allow_local_requests_from_web_hooks_and_services,
+--   deny_all_requests_except_allowed and the timestamps (several hundred in GitLab).
 -- * web_hooks: the per-event flags other than those the bundle reads.
 -- * user_details: every column but user_id, job_title, bio, orcid, github.
 -- * Indexes: the primary keys, the unique indexes ON CONFLICT and lookups rely on, and an
@@ -692,7 +693,10 @@ CREATE TABLE application_settings (
     created_at timestamp without time zone,
     updated_at timestamp without time zone,
     -- 7 until ChangeDeletionAdjournedPeriodSettingDefault (18.3, V2).
-    deletion_adjourned_period integer DEFAULT 7 NOT NULL
+    deletion_adjourned_period integer DEFAULT 7 NOT NULL,
+    allow_local_requests_from_web_hooks_and_services boolean DEFAULT false NOT NULL,
+    -- AddDenyAllOutgoingRequestsToApplicationSettings (15.10).
+    deny_all_requests_except_allowed boolean DEFAULT false NOT NULL
 );
 
 CREATE TABLE ghost_user_migrations (

@@ -1,6 +1,6 @@
 //! The SMTP sink of the delivery tests: aiosmtpd (a real SMTP server nobody here
 //! wrote) run as a child process on 127.0.0.1 by `smtp_sink.py` next to this file. It
-//! speaks ESMTP with STARTTLS (or implicit TLS) using a throwaway certificate of the
+//! speaks ESMTP with STARTTLS (or implicit TLS, or none) using a throwaway certificate of the
 //! test CA, accepts `AUTH PLAIN`/`AUTH LOGIN` (any credentials, or only those given to
 //! [`SmtpSink::require_auth`]: 535 otherwise), and records every accepted message.
 //! Rules can reject a recipient with a 4xx or 5xx reply. Nothing leaves the machine.
@@ -26,6 +26,9 @@ pub enum SinkTls {
     StartTls,
     /// TLS from the first byte.
     Implicit,
+    /// No TLS at all: `STARTTLS` not advertised, `AUTH` accepted in plain text (an
+    /// internal relay).
+    Plain,
 }
 
 /// A message the sink accepted.
@@ -177,6 +180,7 @@ impl SmtpSink {
         let mode = match tls {
             SinkTls::StartTls => "starttls",
             SinkTls::Implicit => "implicit",
+            SinkTls::Plain => "plain",
         };
         let child = Command::new(&python)
             .arg(&script)

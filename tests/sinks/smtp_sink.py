@@ -1,6 +1,6 @@
 """The SMTP sink of the delivery tests: aiosmtpd on 127.0.0.1, run by tests/sinks/smtp.rs.
 
-Usage: smtp_sink.py DIR starttls|implicit [PORT]
+Usage: smtp_sink.py DIR starttls|implicit|plain [PORT]
 
 PORT (default 0: any free port) lets a test open a port it kept closed until then.
 
@@ -19,8 +19,9 @@ DIR holds what the Rust side gives it and reads back:
                      removes it to open the port at a moment of its choosing).
 
 STARTTLS mode: plain greeting, STARTTLS advertised, AUTH only after it. Implicit mode:
-TLS from the first byte, AUTH at once. Any credentials are accepted and recorded,
-unless auth.json names the only ones accepted.
+TLS from the first byte, AUTH at once. Plain mode: no TLS at all (STARTTLS not
+advertised), AUTH accepted in plain text, as an internal relay may. Any credentials
+are accepted and recorded, unless auth.json names the only ones accepted.
 """
 
 import asyncio
@@ -123,16 +124,18 @@ async def main(directory, mode, port):
     events = Events(os.path.join(directory, "events.jsonl"))
     handler = Handler(directory, events)
     implicit = mode == "implicit"
+    plain = mode == "plain"
 
     def factory():
         return CountingSMTP(
             handler,
             events=events,
             hostname=HOSTNAME,
-            tls_context=None if implicit else ctx,
+            tls_context=None if implicit or plain else ctx,
             # aiosmtpd only counts STARTTLS as TLS for AUTH; implicit TLS is TLS from
-            # the first byte, so AUTH is safe there without it.
-            auth_require_tls=not implicit,
+            # the first byte, so AUTH is safe there without it. A plain relay takes
+            # AUTH in plain text.
+            auth_require_tls=not (implicit or plain),
             authenticator=Authenticator(directory, events),
         )
 
@@ -151,6 +154,6 @@ async def main(directory, mode, port):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4) or sys.argv[2] not in ("starttls", "implicit"):
-        sys.exit("usage: smtp_sink.py DIR starttls|implicit [PORT]")
+    if len(sys.argv) not in (3, 4) or sys.argv[2] not in ("starttls", "implicit", "plain"):
+        sys.exit("usage: smtp_sink.py DIR starttls|implicit|plain [PORT]")
     asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 0))

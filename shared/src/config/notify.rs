@@ -49,10 +49,54 @@ pub enum EmailTransportKind {
 /// `SMTP_TLS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmtpTls {
-    /// Plain connection upgraded with STARTTLS, which is required (default; port 587).
+    /// Plain connection upgraded with STARTTLS, which is required (default; port 587):
+    /// a server that does not offer it is refused, never used in plain text.
     StartTls,
     /// TLS from the first byte (port 465).
     Implicit,
+    /// `none`: no TLS at all (port 25), for an internal relay that has none, as GitLab
+    /// allows with `smtp_enable_starttls_auto false` and `smtp_tls false`. Only when
+    /// set explicitly; credentials, if any, then travel in plain text (a warning at
+    /// cold start).
+    None,
+}
+
+/// `WEBHOOK_ALLOW_LOCAL_NETWORK`: how the environment narrows GitLab's own
+/// `application_settings.allow_local_requests_from_web_hooks_and_services`, which is
+/// read from the database before each web-hook delivery (behaviour §B28.10.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalNetwork {
+    /// Unset (default): GitLab's setting decides.
+    FollowGitLab,
+    /// `false`: local targets are refused even when GitLab's setting allows them.
+    Deny,
+}
+
+impl LocalNetwork {
+    /// Whether a local target may be requested when GitLab's setting is `gitlab_allows`.
+    pub fn allows(self, gitlab_allows: bool) -> bool {
+        self == LocalNetwork::FollowGitLab && gitlab_allows
+    }
+
+    /// Parse `WEBHOOK_ALLOW_LOCAL_NETWORK`: unset follows GitLab, `false` denies; `true`
+    /// is refused, since the environment may only narrow GitLab's setting.
+    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<LocalNetwork> {
+        const KEY: &str = "WEBHOOK_ALLOW_LOCAL_NETWORK";
+        match get(KEY).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("") => Ok(LocalNetwork::FollowGitLab),
+            Some("false" | "0") => Ok(LocalNetwork::Deny),
+            Some("true" | "1") => Err(Error::Config(format!(
+                "{KEY}=true is no longer supported: GitLab's own setting decides whether web \
+                 hooks may reach the local network (Admin area > Settings > Network > Outbound \
+                 requests, `allow_local_requests_from_web_hooks_and_services`); unset {KEY} \
+                 to follow it, or set it to `false` to refuse local targets even when GitLab \
+                 allows them"
+            ))),
+            Some(v) => Err(Error::Config(format!(
+                "{KEY} must be unset (follow GitLab's setting) or `false`, not `{v}`"
+            ))),
+        }
+    }
 }
 
 /// SMTP settings.
@@ -60,7 +104,7 @@ pub enum SmtpTls {
 pub struct SmtpConfig {
     /// `SMTP_HOST`.
     pub host: Option<String>,
-    /// `SMTP_PORT` (default 587 for STARTTLS, 465 for implicit TLS).
+    /// `SMTP_PORT` (default 587 for STARTTLS, 465 for implicit TLS, 25 without TLS).
     pub port: Option<u16>,
     /// `SMTP_TLS` (default `starttls`).
     pub tls: SmtpTls,
@@ -81,6 +125,7 @@ impl SmtpConfig {
         self.port.unwrap_or(match self.tls {
             SmtpTls::StartTls => 587,
             SmtpTls::Implicit => 465,
+            SmtpTls::None => 25,
         })
     }
 }
@@ -108,8 +153,8 @@ pub struct NotifyConfig {
     pub smtp: SmtpConfig,
     /// `WEBHOOK_TIMEOUT_S` (default 10).
     pub webhook_timeout: Duration,
-    /// `WEBHOOK_ALLOW_LOCAL_NETWORK` (default false).
-    pub webhook_allow_local_network: bool,
+    /// `WEBHOOK_ALLOW_LOCAL_NETWORK` (default: follow GitLab's setting).
+    pub webhook_local_network: LocalNetwork,
     /// `WEBHOOK_LOG_HOST` (default false).
     pub webhook_log_host: bool,
 }
@@ -154,9 +199,11 @@ impl NotifyConfig {
         let tls = match get("SMTP_TLS").as_deref().map(str::trim) {
             None | Some("starttls") => SmtpTls::StartTls,
             Some("implicit") => SmtpTls::Implicit,
+            Some("none") => SmtpTls::None,
             Some(other) => {
                 return Err(Error::Config(format!(
-                    "SMTP_TLS must be `starttls` or `implicit` (TLS is mandatory), not `{other}`"
+                    "SMTP_TLS must be `starttls` (default), `implicit` or `none` (a relay \
+                     without TLS), not `{other}`"
                 )))
             }
         };
@@ -173,6 +220,11 @@ impl NotifyConfig {
                     "SMTP_CA_BUNDLE points to `{}`, which is not a readable file",
                     ca.display()
                 )));
+            }
+            if tls == SmtpTls::None {
+                return Err(Error::Config(
+                    "SMTP_CA_BUNDLE is set but SMTP_TLS=none uses no TLS: unset one of them".into(),
+                ));
             }
         }
         let timeout = match get("WEBHOOK_TIMEOUT_S") {
@@ -207,7 +259,7 @@ impl NotifyConfig {
                 ca_bundle,
             },
             webhook_timeout: Duration::from_secs(timeout),
-            webhook_allow_local_network: boolean(get, "WEBHOOK_ALLOW_LOCAL_NETWORK")?,
+            webhook_local_network: LocalNetwork::from_lookup(get)?,
             webhook_log_host: boolean(get, "WEBHOOK_LOG_HOST")?,
         })
     }
@@ -271,7 +323,8 @@ mod tests {
         assert_eq!(c.smtp.tls, SmtpTls::StartTls);
         assert_eq!(c.smtp.port(), 587);
         assert_eq!(c.webhook_timeout, Duration::from_secs(10));
-        assert!(!c.webhook_allow_local_network && !c.webhook_log_host);
+        assert_eq!(c.webhook_local_network, LocalNetwork::FollowGitLab);
+        assert!(!c.webhook_log_host);
         assert!(c.require_for(Function::RemoveExpiredMembers).is_ok());
         let e = c.require_for(Function::PatExpiring).unwrap_err();
         assert!(e.to_string().contains("GITLAB_BASE_URL"), "{e}");
@@ -308,10 +361,13 @@ mod tests {
     fn bad_values_name_their_variable() {
         for (k, v) in [
             ("EMAIL_TRANSPORT", "pigeon"),
-            ("SMTP_TLS", "none"),
+            ("SMTP_TLS", "plain"),
+            ("SMTP_TLS", "off"),
             ("SMTP_PORT", "smtp"),
             ("WEBHOOK_TIMEOUT_S", "0"),
             ("WEBHOOK_ALLOW_LOCAL_NETWORK", "maybe"),
+            ("WEBHOOK_ALLOW_LOCAL_NETWORK", "true"),
+            ("WEBHOOK_ALLOW_LOCAL_NETWORK", "1"),
             ("WEBHOOK_LOG_HOST", "yes please"),
             ("GITLAB_BASE_URL", "gitlab.example.com"),
             ("SMTP_CA_BUNDLE", "/nonexistent.pem"),
@@ -321,11 +377,51 @@ mod tests {
         }
         let c = cfg(&[
             ("SMTP_TLS", "implicit"),
-            ("WEBHOOK_ALLOW_LOCAL_NETWORK", "true"),
+            ("WEBHOOK_ALLOW_LOCAL_NETWORK", "false"),
         ])
         .unwrap();
         assert_eq!(c.smtp.port(), 465);
-        assert!(c.webhook_allow_local_network);
+        assert_eq!(c.webhook_local_network, LocalNetwork::Deny);
+    }
+
+    #[test]
+    fn the_environment_only_narrows_gitlabs_local_network_setting() {
+        let follow = cfg(&[]).unwrap().webhook_local_network;
+        assert!(follow.allows(true) && !follow.allows(false));
+        let deny = cfg(&[("WEBHOOK_ALLOW_LOCAL_NETWORK", " FALSE ")])
+            .unwrap()
+            .webhook_local_network;
+        assert!(!deny.allows(true) && !deny.allows(false));
+        // `true` once widened; now it is refused with what to do instead.
+        let e = cfg(&[("WEBHOOK_ALLOW_LOCAL_NETWORK", "true")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("allow_local_requests_from_web_hooks_and_services")
+                && e.contains("unset WEBHOOK_ALLOW_LOCAL_NETWORK"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn smtp_without_tls_only_when_set_explicitly() {
+        let c = cfg(&[("SMTP_TLS", "none")]).unwrap();
+        assert_eq!(c.smtp.tls, SmtpTls::None);
+        assert_eq!(c.smtp.port(), 25);
+        let c = cfg(&[("SMTP_TLS", "none"), ("SMTP_PORT", "2525")]).unwrap();
+        assert_eq!(c.smtp.port(), 2525);
+        let e = cfg(&[("SMTP_TLS", "plain")]).unwrap_err().to_string();
+        assert!(e.contains("SMTP_TLS") && e.contains("`none`"), "{e}");
+        let bundle = std::env::current_exe().unwrap();
+        let bundle = bundle.to_string_lossy();
+        assert!(cfg(&[("SMTP_TLS", "starttls"), ("SMTP_CA_BUNDLE", &bundle)]).is_ok());
+        let e = cfg(&[("SMTP_TLS", "none"), ("SMTP_CA_BUNDLE", &bundle)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SMTP_CA_BUNDLE") && e.contains("SMTP_TLS=none"),
+            "{e}"
+        );
     }
 
     #[test]

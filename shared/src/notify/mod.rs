@@ -12,7 +12,7 @@ pub mod crypto;
 pub mod mail;
 pub mod webhook;
 
-pub use crate::config::notify::{NotifyConfig, Secret};
+pub use crate::config::notify::{LocalNetwork, NotifyConfig, Secret};
 use crate::error::{Error, Result};
 use crate::function::Function;
 
@@ -144,6 +144,22 @@ impl Notifier {
             }
             (None, None) => (cfg.smtp.username.clone(), None),
         };
+        if cfg.email_transport == crate::config::notify::EmailTransportKind::Smtp
+            && cfg.smtp.tls == crate::config::notify::SmtpTls::None
+        {
+            // As GitLab with `smtp_tls false` and STARTTLS off: allowed, but said.
+            if username.is_some() && password.is_some() {
+                tracing::warn!(
+                    variable = "SMTP_TLS",
+                    "SMTP_TLS=none with credentials: the SMTP password is sent in plain text"
+                );
+            } else {
+                tracing::info!(
+                    variable = "SMTP_TLS",
+                    "SMTP_TLS=none: mail is sent without TLS"
+                );
+            }
+        }
         let mut mailer = mail::Mailer::from_config(cfg, username, password)?;
         if let Some(s) = source {
             mailer = mailer.with_secret(s, cfg, cfg.smtp.username.clone());
@@ -153,7 +169,7 @@ impl Notifier {
             mail_from: cfg.mail_from.clone().unwrap_or_default(),
             webhooks: webhook::WebhookClient::new(
                 cfg.webhook_timeout,
-                cfg.webhook_allow_local_network,
+                cfg.webhook_local_network,
                 &[],
             )?,
             log_host: cfg.webhook_log_host,

@@ -6,7 +6,9 @@
 //! IPv4 address it carries, and the local-use NAT64 prefix `64:ff9b:1::/48` is
 //! refused whole, since its embedding is network-specific), the [`Network`] port (name resolution
 //! and TCP connects, so tests can resolve names to public addresses and route them to
-//! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that connects to
+//! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that allows local
+//! targets only when GitLab's setting (given per request) allows them and the
+//! environment ([`LocalNetwork`]) does not narrow it, and that connects to
 //! the address it checked (pinned: DNS cannot change between check and connect),
 //! speaks TLS through native-tls with SNI and certificate checks for the URL's host,
 //! sends exactly the headers it is given, never follows redirects, and applies one
@@ -25,6 +27,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::config::notify::LocalNetwork;
 use crate::error::{Error, Result};
 
 /// Name resolution and TCP connects (a port, so tests can simulate DNS).
@@ -58,6 +61,8 @@ pub enum Refusal {
     InvalidUrl,
     /// An address in a local, private, link-local, metadata or multicast range.
     LocalNetwork,
+    /// GitLab's `deny_all_requests_except_allowed` is on (its allow list is not read).
+    NotOnAllowList,
 }
 
 impl Refusal {
@@ -66,6 +71,7 @@ impl Refusal {
         match self {
             Refusal::InvalidUrl => "invalid_url",
             Refusal::LocalNetwork => "local_network",
+            Refusal::NotOnAllowList => "not_on_allow_list",
         }
     }
 }
@@ -220,24 +226,24 @@ pub struct WebhookClient {
     /// everything, and most instances never need it (issue 8, footprint).
     trusting: Arc<std::sync::OnceLock<Option<native_tls::TlsConnector>>>,
     timeout: Duration,
-    allow_local_network: bool,
+    local_network: LocalNetwork,
 }
 
 impl std::fmt::Debug for WebhookClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookClient")
             .field("timeout", &self.timeout)
-            .field("allow_local_network", &self.allow_local_network)
+            .field("local_network", &self.local_network)
             .finish_non_exhaustive()
     }
 }
 
 impl WebhookClient {
     /// A client on the system network and the system roots (plus `extra_roots`, for
-    /// private CAs and tests).
+    /// private CAs and tests); `local_network` is `WEBHOOK_ALLOW_LOCAL_NETWORK`.
     pub fn new(
         timeout: Duration,
-        allow_local_network: bool,
+        local_network: LocalNetwork,
         extra_roots: &[native_tls::Certificate],
     ) -> Result<WebhookClient> {
         let mut b = native_tls::TlsConnector::builder();
@@ -252,7 +258,7 @@ impl WebhookClient {
             verifying,
             trusting: Arc::default(),
             timeout,
-            allow_local_network,
+            local_network,
         })
     }
 
@@ -262,11 +268,14 @@ impl WebhookClient {
         self
     }
 
-    /// Check a target: resolve it and refuse it if any address is local (unless
-    /// allowed). Returns the checked addresses to connect to.
+    /// Check a target: resolve it and refuse it if any address is local, unless
+    /// GitLab's setting (`gitlab_allows_local`, `allow_local_requests_from_web_hooks_and_services`)
+    /// allows it and the environment does not narrow it. Returns the checked addresses
+    /// to connect to.
     pub async fn check(
         &self,
         target: &Target,
+        gitlab_allows_local: bool,
     ) -> std::result::Result<Vec<SocketAddr>, PostOutcome> {
         let addrs = match target.literal {
             Some(ip) => vec![SocketAddr::new(ip, target.port)],
@@ -285,27 +294,31 @@ impl WebhookClient {
                 }
             },
         };
-        if !self.allow_local_network && addrs.iter().any(|a| is_local_network(a.ip())) {
+        if !self.local_network.allows(gitlab_allows_local)
+            && addrs.iter().any(|a| is_local_network(a.ip()))
+        {
             return Err(PostOutcome::Refused(Refusal::LocalNetwork));
         }
         Ok(addrs)
     }
 
     /// POST `body` to `url` with exactly `headers` (plus `Host` and `Content-Length`).
-    /// Redirects are never followed: a 3xx is just a status.
+    /// Redirects are never followed: a 3xx is just a status. `gitlab_allows_local` is
+    /// GitLab's setting as read for this delivery (see [`WebhookClient::check`]).
     pub async fn post(
         &self,
         url: &str,
         headers: &[(HeaderName, HeaderValue)],
         body: Bytes,
         verify_tls: bool,
+        gitlab_allows_local: bool,
     ) -> PostOutcome {
         let target = match parse_target(url) {
             Ok(t) => t,
             Err(r) => return PostOutcome::Refused(r),
         };
         let started = Instant::now();
-        let addrs = match self.check(&target).await {
+        let addrs = match self.check(&target, gitlab_allows_local).await {
             Ok(a) => a,
             Err(outcome) => return outcome,
         };

@@ -5,7 +5,9 @@
 //! now, the mail is rendered and sent with a `Message-ID` derived from the message
 //! key; 5xx is final, anything else that fails is retryable. Web hooks: the hook row is
 //! re-read (stale, disabled), URL and token are decrypted from it, the target is
-//! checked and pinned, the body is POSTed unchanged with GitLab's headers and an
+//! checked (local targets only when GitLab's own setting, read with the hook row,
+//! allows them and `WEBHOOK_ALLOW_LOCAL_NETWORK` does not narrow it; nothing when
+//! GitLab denies all requests except its allow list) and pinned, the body is POSTed unchanged with GitLab's headers and an
 //! `Idempotency-Key`, and the outcome is recorded on the hook row (behaviour §B28.10.4) in its own
 //! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
 //! the host only when `WEBHOOK_LOG_HOST` is true. The typed `done` result is in
@@ -132,6 +134,10 @@ struct Hook {
     token: Option<(String, String)>,
     verify_tls: bool,
     state: HookState,
+    /// GitLab's `allow_local_requests_from_web_hooks_and_services`, read with the row.
+    gitlab_allows_local: bool,
+    /// GitLab's `deny_all_requests_except_allowed`, read with the row.
+    gitlab_denies_all: bool,
 }
 
 async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>> {
@@ -149,6 +155,8 @@ async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>
             recent_failures: r.get(6),
             disabled_until: r.get(7),
         },
+        gitlab_allows_local: r.get(8),
+        gitlab_denies_all: r.get(9),
     }))
 }
 
@@ -300,7 +308,21 @@ where
     let headers = hook_headers(instance, env, &p.event_key, &token)?;
     let body = Bytes::from(serde_json::to_vec(&p.body).expect("a JSON value serializes"));
     let started = Instant::now();
-    let outcome = d.webhooks.post(&url, &headers, body, hook.verify_tls).await;
+    let outcome = if hook.gitlab_denies_all && host.is_some() {
+        // GitLab then requests only what its allow list names; the bundle does not
+        // read the list, so it requests nothing (narrower, never wider).
+        PostOutcome::Refused(Refusal::NotOnAllowList)
+    } else {
+        d.webhooks
+            .post(
+                &url,
+                &headers,
+                body,
+                hook.verify_tls,
+                hook.gitlab_allows_local,
+            )
+            .await
+    };
     let mut temporary = false;
     let (success, delivered) = match outcome {
         PostOutcome::Refused(r) => {
@@ -312,10 +334,10 @@ where
             );
             (
                 false,
-                if r == Refusal::LocalNetwork {
-                    Outcome::Refused
-                } else {
+                if r == Refusal::InvalidUrl {
                     Outcome::InvalidUrl
+                } else {
+                    Outcome::Refused
                 },
             )
         }

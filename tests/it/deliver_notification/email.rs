@@ -1,4 +1,5 @@
-//! Email delivery (behaviour §B28.12, scenario 14): over STARTTLS or implicit TLS with
+//! Email delivery (behaviour §B28.12, scenario 14): over STARTTLS or implicit TLS (or,
+//! only with `SMTP_TLS=none`, a plain relay; never a silent downgrade) with
 //! the spec's headers, body and Message-ID, whatever the display name; a bot's email
 //! links the resource token settings; a 5xx rejection is final, 4xx and TLS failures
 //! are retried; a recipient blocked since the claim is skipped; the file and log
@@ -29,10 +30,13 @@ async fn an_email_goes_over_starttls_with_the_spec_headers_body_and_message_id()
         .await;
     let env = human_email(&db).await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -77,10 +81,13 @@ async fn a_display_name_with_line_breaks_controls_a_thousand_characters_or_non_a
     let db = fixture().await;
     let env = human_email(&db).await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let long_ascii = "Eve ".repeat(300);
     let long_word = "é".repeat(1200);
@@ -140,10 +147,13 @@ async fn implicit_tls_delivers_to_the_plain_address_when_no_notification_email_i
         .await;
     let env = human_email(&db).await;
     let sink = SmtpSink::start(SinkTls::Implicit).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "implicit")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "implicit")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, _) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -163,10 +173,13 @@ async fn a_bot_email_links_the_resource_token_settings() {
     let env = emails(&r.runs[0].sent)[1].clone();
     assert_eq!(env.payload["recipient_user_id"], 12);
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, _) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -188,10 +201,13 @@ async fn a_5xx_rejection_is_logged_and_final_while_4xx_and_tls_failures_are_retr
     let db = fixture().await;
     let env = human_email(&db).await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     sink.reject("u10@", 550);
     let (outcome, log) = deliver(&db, &n, &env).await;
@@ -213,10 +229,13 @@ async fn a_5xx_rejection_is_logged_and_final_while_4xx_and_tls_failures_are_retr
     // 4xx: retryable, and the log carries the code, never the server's text.
     let sink2 = SmtpSink::start(SinkTls::StartTls).await;
     sink2.reject("u10@", 451);
-    let n2 = notifier(&Wiring {
-        smtp: Some((sink2.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n2 = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink2.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n2, &env).await;
     match outcome {
@@ -230,14 +249,17 @@ async fn a_5xx_rejection_is_logged_and_final_while_4xx_and_tls_failures_are_retr
     }
     assert!(log.dump().find("u10@example.com").is_none());
     // A server whose certificate is not trusted: a TLS failure, retryable.
-    let untrusted = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        extra: vec![("SMTP_CA_BUNDLE", {
-            let other = TestCa::new();
-            other.write_bundle().to_string_lossy().into_owned()
-        })],
-        ..Wiring::default()
-    })
+    let untrusted = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            extra: vec![("SMTP_CA_BUNDLE", {
+                let other = TestCa::new();
+                other.write_bundle().to_string_lossy().into_owned()
+            })],
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, _) = deliver(&db, &untrusted, &env).await;
     assert!(
@@ -245,13 +267,80 @@ async fn a_5xx_rejection_is_logged_and_final_while_4xx_and_tls_failures_are_retr
     );
     // Nothing listening: retryable.
     drop(sink2);
-    let closed = notifier(&Wiring {
-        smtp: Some((1, "starttls")),
-        ..Wiring::default()
-    })
+    let closed = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((1, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, _) = deliver(&db, &closed, &env).await;
     assert!(!outcome.is_success());
+}
+
+#[tokio::test]
+async fn a_plain_relay_is_used_only_with_smtp_tls_none_and_never_as_a_downgrade() {
+    let db = fixture().await;
+    let env = human_email(&db).await;
+    let relay = SmtpSink::start(SinkTls::Plain).await;
+    // SMTP_TLS=none: delivered without TLS, the credentials in plain text as GitLab
+    // would send them, and a warning at start saying so.
+    let (start, g) = capture();
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((relay.port, "none")),
+            ..Wiring::default()
+        },
+    )
+    .await;
+    drop(g);
+    assert_fields(
+        &start.one("SMTP_TLS=none with credentials: the SMTP password is sent in plain text"),
+        json!({"level": "warn", "variable": "SMTP_TLS"}),
+    );
+    assert!(!start.dump().contains(SMTP_PASSWORD));
+    let (outcome, log) = deliver(&db, &n, &env).await;
+    assert!(outcome.is_success(), "{outcome:?}");
+    log.one("Email delivered");
+    let got = relay.received();
+    assert_eq!(got.len(), 1);
+    assert!(!got[0].tls, "no TLS with SMTP_TLS=none");
+    assert_eq!(
+        got[0].auth,
+        Some((SMTP_USER.to_string(), SMTP_PASSWORD.to_string()))
+    );
+    assert!(got[0].text().contains("expire in 7 days or less"));
+    // STARTTLS configured (the default) and the relay offers none: refused with a
+    // clear, retryable error; it connected, and nothing went out in plain text.
+    for (tls, says) in [
+        ("starttls", "offers no STARTTLS"),
+        ("implicit", "TLS failure"),
+    ] {
+        let strict = notifier(
+            &db,
+            &Wiring {
+                smtp: Some((relay.port, tls)),
+                ..Wiring::default()
+            },
+        )
+        .await;
+        let before = relay.connections();
+        let (outcome, log) = deliver(&db, &strict, &env).await;
+        match outcome {
+            RecordOutcome::Retryable {
+                error_class, error, ..
+            } => {
+                assert_eq!(error_class, "smtp", "{tls}");
+                assert!(error.contains(says), "{tls}: {error}");
+            }
+            other => panic!("{tls}: expected a retryable failure, got {other:?}"),
+        }
+        assert!(log.dump().find("Email delivered").is_none());
+        assert_eq!(relay.connections(), before + 1, "{tls}: it did connect");
+        assert_eq!(relay.received().len(), 1, "{tls}: nothing sent without TLS");
+    }
 }
 
 #[tokio::test]
@@ -261,10 +350,13 @@ async fn an_email_to_a_recipient_blocked_since_the_claim_is_skipped() {
     db.exec("UPDATE users SET state = 'blocked' WHERE id = 10")
         .await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -293,13 +385,16 @@ async fn the_file_transport_writes_one_eml_per_message_id_and_the_log_transport_
     let db = fixture().await;
     let env = human_email(&db).await;
     let dir = std::env::temp_dir().join(format!("hk-eml-{}", uuid::Uuid::new_v4().simple()));
-    let n = notifier(&Wiring {
-        extra: vec![
-            ("EMAIL_TRANSPORT", "file".into()),
-            ("EMAIL_FILE_DIR", dir.to_string_lossy().into_owned()),
-        ],
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            extra: vec![
+                ("EMAIL_TRANSPORT", "file".into()),
+                ("EMAIL_FILE_DIR", dir.to_string_lossy().into_owned()),
+            ],
+            ..Wiring::default()
+        },
+    )
     .await;
     for _ in 0..2 {
         let (outcome, _) = deliver(&db, &n, &env).await;
@@ -315,7 +410,7 @@ async fn the_file_transport_writes_one_eml_per_message_id_and_the_log_transport_
     assert!(text.contains(&format!("Message-ID: <{id}>")));
     assert!(text.contains("u10@example.com"));
     std::fs::remove_dir_all(&dir).unwrap();
-    let n = notifier(&Wiring::default()).await; // EMAIL_TRANSPORT=log
+    let n = notifier(&db, &Wiring::default()).await; // EMAIL_TRANSPORT=log
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
     assert_fields(
@@ -335,11 +430,14 @@ async fn a_dry_run_sends_no_email_and_makes_no_request() {
     let (r, _) = cron_once(&db).await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
     let net = Arc::new(TestNetwork::new());
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        network: net.clone(),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            network: net.clone(),
+            ..Wiring::default()
+        },
+    )
     .await;
     let mut runner = db.runner(t(NOW)).with_notifier(n);
     for env in owned(&r.runs[0].sent, "deliver-notification.email")

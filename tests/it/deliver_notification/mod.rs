@@ -48,6 +48,8 @@ const SMTP_PASSWORD: &str = "smtp-pa55word";
 /// How a delivery test is wired.
 struct Wiring {
     smtp: Option<(u16, &'static str)>,
+    /// GitLab's `allow_local_requests_from_web_hooks_and_services`, set in the
+    /// database by [`notifier`] (the receivers listen on 127.0.0.1).
     allow_local: bool,
     timeout_s: u64,
     network: Arc<TestNetwork>,
@@ -67,12 +69,11 @@ impl Default for Wiring {
 }
 
 /// A notifier for delivery tests: SMTP to the sink (trusting the test CA through
-/// `SMTP_CA_BUNDLE`), web hooks through the test network with the test CA trusted.
-async fn notifier(w: &Wiring) -> Arc<Notifier> {
-    let mut extra: Vec<(&str, String)> = vec![
-        ("WEBHOOK_TIMEOUT_S", w.timeout_s.to_string()),
-        ("WEBHOOK_ALLOW_LOCAL_NETWORK", w.allow_local.to_string()),
-    ];
+/// `SMTP_CA_BUNDLE`), web hooks through the test network with the test CA trusted;
+/// GitLab's local-requests setting in `db` as the wiring says.
+async fn notifier(db: &TestDb, w: &Wiring) -> Arc<Notifier> {
+    Fx(db).local_web_hooks(w.allow_local).await;
+    let mut extra: Vec<(&str, String)> = vec![("WEBHOOK_TIMEOUT_S", w.timeout_s.to_string())];
     if let Some((port, tls)) = w.smtp {
         extra.extend([
             ("EMAIL_TRANSPORT", "smtp".to_string()),
@@ -81,11 +82,13 @@ async fn notifier(w: &Wiring) -> Arc<Notifier> {
             ("SMTP_TLS", tls.to_string()),
             ("SMTP_USERNAME", SMTP_USER.to_string()),
             ("SMTP_PASSWORD", SMTP_PASSWORD.to_string()),
-            (
+        ]);
+        if tls != "none" {
+            extra.push((
                 "SMTP_CA_BUNDLE",
                 TestCa::get().write_bundle().to_string_lossy().into_owned(),
-            ),
-        ]);
+            ));
+        }
     }
     extra.extend(w.extra.iter().cloned());
     let cfg = notify_config(&extra);
@@ -93,7 +96,7 @@ async fn notifier(w: &Wiring) -> Arc<Notifier> {
     let d = n.delivery.as_mut().unwrap();
     d.webhooks = WebhookClient::new(
         Duration::from_secs(w.timeout_s),
-        w.allow_local,
+        cfg.webhook_local_network,
         &[TestCa::get().native()],
     )
     .unwrap()

@@ -15,14 +15,27 @@ use std::time::Duration;
 use bytes::Bytes;
 use integration_tests::sinks::http::HttpReceiver;
 use integration_tests::sinks::net::TestNetwork;
-use shared::notify::webhook::{PostOutcome, Refusal, WebhookClient};
+use shared::notify::webhook::{Network, PostOutcome, Refusal, WebhookClient};
+use shared::notify::LocalNetwork;
 
-fn client(allow_local: bool) -> WebhookClient {
-    WebhookClient::new(Duration::from_secs(3), allow_local, &[]).unwrap()
+/// A client that follows GitLab's setting, and that setting
+/// (`allow_local_requests_from_web_hooks_and_services`).
+struct Client(WebhookClient, bool);
+
+impl Client {
+    fn with_network(self, network: Arc<dyn Network>) -> Client {
+        Client(self.0.with_network(network), self.1)
+    }
 }
 
-async fn post(c: &WebhookClient, url: &str) -> PostOutcome {
-    c.post(url, &[], Bytes::from_static(b"{}"), true).await
+fn client(gitlab_allows_local: bool) -> Client {
+    let c = WebhookClient::new(Duration::from_secs(3), LocalNetwork::FollowGitLab, &[]).unwrap();
+    Client(c, gitlab_allows_local)
+}
+
+async fn post(c: &Client, url: &str) -> PostOutcome {
+    c.0.post(url, &[], Bytes::from_static(b"{}"), true, c.1)
+        .await
 }
 
 #[tokio::test]

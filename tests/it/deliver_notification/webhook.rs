@@ -25,10 +25,13 @@ async fn a_webhook_is_posted_with_gitlabs_headers_to_the_pinned_public_address()
     let net = Arc::new(TestNetwork::new());
     net.name("hooks.example.com", &["203.0.113.10"])
         .route("203.0.113.10:443", rx.addr);
-    let n = notifier(&Wiring {
-        network: net.clone(),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            network: net.clone(),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -91,10 +94,13 @@ async fn a_disabled_hook_is_skipped_without_a_request() {
     let env = h1_message(&db, &rx.url("/x")).await;
     db.exec("UPDATE web_hooks SET recent_failures = 5, disabled_until = '2025-03-10T02:00:00Z' WHERE id = 1")
         .await;
-    let n = notifier(&Wiring {
-        allow_local: true,
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -124,10 +130,13 @@ async fn a_failing_endpoint_backs_the_hook_off_and_is_not_retried() {
     let env = h1_message(&db, &rx.url("/x")).await;
     db.exec("UPDATE web_hooks SET recent_failures = 3 WHERE id = 1")
         .await;
-    let n = notifier(&Wiring {
-        allow_local: true,
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success(), "HTTP failures are not retried");
@@ -157,10 +166,13 @@ async fn local_targets_are_refused_unless_allowed_and_the_failure_is_recorded() 
     .await;
     let net = Arc::new(TestNetwork::new());
     net.name("internal.example.com", &["127.0.0.1"]);
-    let n = notifier(&Wiring {
-        network: net.clone(),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            network: net.clone(),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -182,12 +194,15 @@ async fn local_targets_are_refused_unless_allowed_and_the_failure_is_recorded() 
     assert_eq!(hook_state(&db, 1).await, (3, None));
     // Explicitly allowed (test configuration): delivered to the real local receiver.
     net.name("internal.example.com", &["127.0.0.1"]);
-    let allowed = notifier(&Wiring {
-        allow_local: true,
-        network: net.clone(),
-        extra: vec![("WEBHOOK_LOG_HOST", "true".into())],
-        ..Wiring::default()
-    })
+    let allowed = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            network: net.clone(),
+            extra: vec![("WEBHOOK_LOG_HOST", "true".into())],
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &allowed, &env).await;
     assert!(outcome.is_success());
@@ -201,10 +216,71 @@ async fn local_targets_are_refused_unless_allowed_and_the_failure_is_recorded() 
 }
 
 #[tokio::test]
+async fn gitlabs_local_requests_setting_decides_per_delivery_and_the_environment_only_narrows_it() {
+    let db = fixture().await;
+    let rx = HttpReceiver::start().await;
+    let env = h1_message(&db, &rx.url("/x")).await;
+    // GitLab's default (false): the local receiver is refused, never reached.
+    let n = notifier(&db, &Wiring::default()).await;
+    let (outcome, log) = deliver(&db, &n, &env).await;
+    assert!(outcome.is_success());
+    assert_eq!(log.one("Webhook target refused")["reason"], "local_network");
+    assert!(rx.requests().is_empty());
+    // An administrator allows local requests in GitLab: the same notifier (no cold
+    // start) delivers at the next delivery, since the setting is read with the hook.
+    Fx(&db).local_web_hooks(true).await;
+    let (_, log) = deliver(&db, &n, &env).await;
+    log.one("Webhook delivered");
+    assert_eq!(rx.requests().len(), 1);
+    assert_eq!(hook_state(&db, 1).await, (0, None));
+    // GitLab denies every request but its allow list: nothing is requested.
+    db.exec("UPDATE application_settings SET deny_all_requests_except_allowed = true")
+        .await;
+    let (_, log) = deliver(&db, &n, &env).await;
+    assert_eq!(
+        log.one("Webhook target refused")["reason"],
+        "not_on_allow_list"
+    );
+    assert_eq!(rx.requests().len(), 1);
+    db.exec("UPDATE application_settings SET deny_all_requests_except_allowed = false")
+        .await;
+    // The newest settings row is GitLab's current one: a newer row saying false wins.
+    db.exec(
+        "INSERT INTO application_settings (allow_local_requests_from_web_hooks_and_services)
+         VALUES (false)",
+    )
+    .await;
+    let (_, log) = deliver(&db, &n, &env).await;
+    assert_eq!(log.one("Webhook target refused")["reason"], "local_network");
+    assert_eq!(rx.requests().len(), 1);
+    // WEBHOOK_ALLOW_LOCAL_NETWORK=false narrows it: refused although GitLab allows.
+    let narrowed = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            extra: vec![("WEBHOOK_ALLOW_LOCAL_NETWORK", "false".into())],
+            ..Wiring::default()
+        },
+    )
+    .await;
+    let (_, log) = deliver(&db, &narrowed, &env).await;
+    assert_eq!(log.one("Webhook target refused")["reason"], "local_network");
+    assert_eq!(rx.requests().len(), 1, "the environment narrowed nothing");
+    assert_eq!(hook_state(&db, 1).await, (3, None));
+    // `true` no longer widens: the configuration is refused at start, naming it.
+    let e = shared::notify::NotifyConfig::from_lookup(&|k: &str| {
+        (k == "WEBHOOK_ALLOW_LOCAL_NETWORK").then(|| "true".to_string())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("WEBHOOK_ALLOW_LOCAL_NETWORK=true"), "{e}");
+}
+
+#[tokio::test]
 async fn metadata_literals_and_bad_schemes_are_refused() {
     let db = fixture().await;
     let env = h1_message(&db, "http://169.254.169.254/latest/meta-data/").await;
-    let n = notifier(&Wiring::default()).await;
+    let n = notifier(&db, &Wiring::default()).await;
     let (_, log) = deliver(&db, &n, &env).await;
     assert_eq!(log.one("Webhook target refused")["reason"], "local_network");
     db.exec("DELETE FROM web_hooks").await;
@@ -231,10 +307,13 @@ async fn redirects_are_not_followed_and_count_as_success() {
     let env = h1_message(&db, &rx.url("/x")).await;
     db.exec("UPDATE web_hooks SET recent_failures = 1 WHERE id = 1")
         .await;
-    let n = notifier(&Wiring {
-        allow_local: true,
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            ..Wiring::default()
+        },
+    )
     .await;
     let (outcome, log) = deliver(&db, &n, &env).await;
     assert!(outcome.is_success());
@@ -251,11 +330,14 @@ async fn a_slow_endpoint_times_out_and_counts_as_a_failure() {
     let answer_after = Duration::from_secs(60);
     rx.delay(answer_after);
     let env = h1_message(&db, &rx.url("/x")).await;
-    let n = notifier(&Wiring {
-        allow_local: true,
-        timeout_s: 1,
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            allow_local: true,
+            timeout_s: 1,
+            ..Wiring::default()
+        },
+    )
     .await;
     let started = std::time::Instant::now();
     let (outcome, log) = deliver(&db, &n, &env).await;
@@ -277,10 +359,13 @@ async fn certificates_are_verified_unless_the_hook_disables_verification() {
     let net = Arc::new(TestNetwork::new());
     net.name("hooks.example.com", &["203.0.113.10"])
         .route("203.0.113.10:443", rx.addr);
-    let n = notifier(&Wiring {
-        network: net.clone(),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            network: net.clone(),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (_, log) = deliver(&db, &n, &env).await;
     assert_eq!(log.one("Webhook delivery failed")["error_class"], "tls");
@@ -298,7 +383,7 @@ async fn certificates_are_verified_unless_the_hook_disables_verification() {
 async fn stale_hooks_are_skipped_and_undecryptable_secrets_are_retried() {
     let db = fixture().await;
     let env = h1_message(&db, "https://hooks.example.com/x").await;
-    let n = notifier(&Wiring::default()).await;
+    let n = notifier(&db, &Wiring::default()).await;
     db.exec("UPDATE web_hooks SET resource_access_token_events = false WHERE id = 1")
         .await;
     let (outcome, log) = deliver(&db, &n, &env).await;

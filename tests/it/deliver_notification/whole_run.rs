@@ -35,12 +35,15 @@ async fn the_whole_run_twice_with_every_message_delivered_twice_yields_one_notic
     let sink = SmtpSink::start(SinkTls::StartTls).await;
     let net = Arc::new(TestNetwork::new());
     net.name("hooks.internal.example.com", &["127.0.0.1"]);
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        allow_local: true,
-        network: net.clone(),
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            allow_local: true,
+            network: net.clone(),
+            ..Wiring::default()
+        },
+    )
     .await;
     let (log, _g) = capture();
     // Run 1 until idle: pat-expiring and every delivery.
@@ -202,11 +205,14 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
         .map(|s| s.message.envelope.message_key.clone())
         .collect();
     assert_eq!(keys.len(), 4, "{keys:?}\n{}", log.dump());
-    let n = notifier(&Wiring {
-        smtp: Some((sink.port, "starttls")),
-        allow_local: true,
-        ..Wiring::default()
-    })
+    let n = notifier(
+        &db,
+        &Wiring {
+            smtp: Some((sink.port, "starttls")),
+            allow_local: true,
+            ..Wiring::default()
+        },
+    )
     .await;
     let resp = handle_event(
         &deps(D, Some((*n).clone())),

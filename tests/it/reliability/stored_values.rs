@@ -201,10 +201,13 @@ async fn extreme_stored_values_never_panic_any_function() {
         .unwrap();
         let mut notifier = shared::notify::Notifier::full(&cfg, None).await.unwrap();
         // Web hooks resolve nothing: no request leaves the test.
-        notifier.delivery.as_mut().unwrap().webhooks =
-            shared::notify::webhook::WebhookClient::new(Duration::from_secs(2), false, &[])
-                .unwrap()
-                .with_network(Arc::new(TestNetwork::new()));
+        notifier.delivery.as_mut().unwrap().webhooks = shared::notify::webhook::WebhookClient::new(
+            Duration::from_secs(2),
+            shared::notify::LocalNetwork::Deny,
+            &[],
+        )
+        .unwrap()
+        .with_network(Arc::new(TestNetwork::new()));
         let (log, _g) = capture();
         let mut r = db.runner(t(NOW)).with_notifier(Arc::new(notifier));
         for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {

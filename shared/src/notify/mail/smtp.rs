@@ -1,6 +1,8 @@
 //! The SMTP transport of [`super::Mailer`]: lettre over native-tls (STARTTLS or
-//! implicit TLS, extra roots from `SMTP_CA_BUNDLE`), and the re-read of
-//! `SMTP_SECRET_ARN` when the server refuses the credentials (issue 20, rotation).
+//! implicit TLS, extra roots from `SMTP_CA_BUNDLE`; plain only with `SMTP_TLS=none`,
+//! and a server that offers no STARTTLS refused, never used in plain text), and the
+//! re-read of `SMTP_SECRET_ARN` when the server refuses the credentials (issue 20,
+//! rotation).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,6 +24,20 @@ use crate::error::{Error, Result};
 pub struct SmtpMailer {
     pub(super) transport: Arc<Mutex<AsyncSmtpTransport<Tokio1Executor>>>,
     pub(super) rotation: Option<Arc<(SecretSource, NotifyConfig, Option<String>)>>,
+}
+
+/// Whether lettre's error is a failed TLS handshake (lettre reports those as
+/// connection errors: an untrusted certificate, or implicit TLS to a plain server).
+fn is_handshake_failure(e: &lettre::transport::smtp::Error) -> bool {
+    // lettre nests its connection errors; the handshake's own error is further down.
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.is::<native_tls::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// 530 (authentication required), 534 (mechanism too weak), 535 (credentials invalid).
@@ -97,7 +113,12 @@ impl SmtpMailer {
                 // Only the kind and the code: the server's text may echo addresses.
                 let kind = if e.is_transient() {
                     "temporary rejection"
-                } else if e.is_tls() {
+                } else if e.is_client() && e.to_string().contains("STARTTLS") {
+                    // SMTP_TLS=starttls and the server does not offer it: refused
+                    // rather than sent in plain text.
+                    "TLS failure: the server offers no STARTTLS (SMTP_TLS=starttls; \
+                     `none` only for a relay without TLS)"
+                } else if e.is_tls() || is_handshake_failure(&e) {
                     "TLS failure"
                 } else if e.is_timeout() {
                     "timeout"
@@ -148,7 +169,24 @@ pub(super) fn smtp_transport(
         cfg.smtp.host.clone().ok_or_else(|| {
             Error::Config("SMTP_HOST is required with EMAIL_TRANSPORT=smtp".into())
         })?;
-    let mut params = TlsParameters::builder(host.clone());
+    let tls = match cfg.smtp.tls {
+        SmtpTls::StartTls => Tls::Required(tls_parameters(cfg, &host)?),
+        SmtpTls::Implicit => Tls::Wrapper(tls_parameters(cfg, &host)?),
+        SmtpTls::None => Tls::None,
+    };
+    let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+        .port(cfg.smtp.port())
+        .tls(tls)
+        .timeout(Some(Duration::from_secs(30)));
+    if let (Some(user), Some(pw)) = (username, password) {
+        b = b.credentials(Credentials::new(user, pw.expose().to_string()));
+    }
+    Ok(b.build())
+}
+
+/// The TLS parameters for `host`: the system roots plus `SMTP_CA_BUNDLE`.
+fn tls_parameters(cfg: &NotifyConfig, host: &str) -> Result<TlsParameters> {
+    let mut params = TlsParameters::builder(host.to_string());
     if let Some(path) = &cfg.smtp.ca_bundle {
         let pem = std::fs::read_to_string(path).map_err(|e| {
             Error::Config(format!(
@@ -170,19 +208,7 @@ pub(super) fn smtp_transport(
             params = params.add_root_certificate(cert);
         }
     }
-    let params = params
+    params
         .build_native()
-        .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))?;
-    let tls = match cfg.smtp.tls {
-        SmtpTls::StartTls => Tls::Required(params),
-        SmtpTls::Implicit => Tls::Wrapper(params),
-    };
-    let mut b = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-        .port(cfg.smtp.port())
-        .tls(tls)
-        .timeout(Some(Duration::from_secs(30)));
-    if let (Some(user), Some(pw)) = (username, password) {
-        b = b.credentials(Credentials::new(user, pw.expose().to_string()));
-    }
-    Ok(b.build())
+        .map_err(|e| Error::Config(format!("SMTP TLS setup failed: {e}")))
 }

@@ -13,12 +13,21 @@ crate::statements::statements! {
         " FROM users u WHERE u.id = $1::bigint"
     );
     /// The hook row (`$1`) as read at delivery time: subscribed, URL and token with
-    /// their IVs, TLS verification and the auto-disabling state.
-    HOOK = "SELECT type IN ('ProjectHook', 'GroupHook') AND resource_access_token_events, \
-                encrypted_url, encrypted_url_iv, encrypted_token, encrypted_token_iv, \
-                COALESCE(enable_ssl_verification, true), recent_failures::int2, \
-                disabled_until::timestamptz \
-         FROM web_hooks WHERE id = $1::bigint";
+    /// their IVs, TLS verification, the auto-disabling state, and GitLab's outbound
+    /// settings of the highest-id settings row (GitLab's current one; false without
+    /// one, GitLab's defaults): `allow_local_requests_from_web_hooks_and_services` (the
+    /// setting project and group hooks follow) and `deny_all_requests_except_allowed`.
+    HOOK = "SELECT w.type IN ('ProjectHook', 'GroupHook') AND w.resource_access_token_events, \
+                w.encrypted_url, w.encrypted_url_iv, w.encrypted_token, w.encrypted_token_iv, \
+                COALESCE(w.enable_ssl_verification, true), w.recent_failures::int2, \
+                w.disabled_until::timestamptz, \
+                COALESCE(s.allow_local_requests_from_web_hooks_and_services, false), \
+                COALESCE(s.deny_all_requests_except_allowed, false) \
+         FROM web_hooks w \
+         LEFT JOIN LATERAL (SELECT allow_local_requests_from_web_hooks_and_services, \
+                                   deny_all_requests_except_allowed \
+                              FROM application_settings ORDER BY id DESC LIMIT 1) s ON true \
+         WHERE w.id = $1::bigint";
     /// The hook row's (`$1`) auto-disabling state under its row lock.
     LOCK_HOOK_STATE = "SELECT recent_failures::int2, disabled_until::timestamptz FROM web_hooks \
          WHERE id = $1::bigint FOR UPDATE";
