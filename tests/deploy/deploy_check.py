@@ -70,7 +70,8 @@ def parameter_values(
     t: dict, which: str, topic_arn: str | None, ticket_arn: str | None = None
 ) -> dict[str, str]:
     """The parameter set: 'defaults' (only the required ones given) or 'operations'
-    (page and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64)."""
+    (page and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64, a
+    KMS key for the secrets)."""
     values = {}
     for name, p in t.get("Parameters", {}).items():
         if "Default" not in p:
@@ -84,6 +85,8 @@ def parameter_values(
         values["SubnetIds"] = "subnet-0a1b2c3d,subnet-4e5f6a7b"
         values["SecurityGroupIds"] = "sg-0a1b2c3d"
         values["Architecture"] = "x86_64"
+        if "SecretsKmsKeyArn" in t.get("Parameters", {}):
+            values["SecretsKmsKeyArn"] = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
     elif which != "defaults":
         raise ValueError(f"unknown parameter set {which}")
     return values
@@ -213,7 +216,8 @@ def m_send_permission(t, params):
             continue
         role = t["Resources"][fn["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
         pols = role.get("Policies", [])
-        keep = [p for p in pols if "sqs:SendMessage" not in json.dumps(p["PolicyDocument"])]
+        # (An Fn::If item, such as the optional kms:Decrypt policy, is kept as it is.)
+        keep = [p for p in pols if "sqs:SendMessage" not in json.dumps(p.get("PolicyDocument", {}))]
         if len(keep) < len(pols):
             # Drop one send permission only.
             drop = next(p for p in pols if p not in keep)

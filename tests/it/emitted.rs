@@ -122,7 +122,10 @@ async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
         .await;
     let queue = std::sync::Arc::new(hk::local_queue::LocalQueue::new(t(NOW)));
     for f in Function::ALL.iter().copied() {
-        let env = [("DATABASE_URL", db.url.clone()), ("TRANSPORT", "local".into())];
+        let env = [
+            ("DATABASE_URL", db.url.clone()),
+            ("TRANSPORT", "local".into()),
+        ];
         let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
         let deps = Deps {
             function: f,
@@ -133,7 +136,10 @@ async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
             notifier: None,
         };
         let refused = SchemaGate::new().check(&deps).await;
-        assert!(refused.is_err(), "{f}: the gate let an incompatible schema through");
+        assert!(
+            refused.is_err(),
+            "{f}: the gate let an incompatible schema through"
+        );
     }
 }
 

@@ -46,8 +46,8 @@ fn cutover_report() -> Value {
             .arg(dir.join("report.json")),
         &format!("cutover_check.py (moto log {})", moto.log.display()),
     );
-    let report = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap())
-        .unwrap();
+    let report =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     drop(moto);
     let _ = std::fs::remove_dir_all(&dir);
     report
@@ -74,7 +74,10 @@ fn a_stack_deployed_with_schedules_off_then_on_pages_on_the_first_missed_run() {
     for (name, a) in alarms {
         // Schedules off: nothing pages, the alarm waits in OK with its actions on.
         assert_eq!(a["off"]["state"], "OK", "{name} while off: {a}");
-        assert_eq!(a["config_off"]["TreatMissingData"], "notBreaching", "{name}");
+        assert_eq!(
+            a["config_off"]["TreatMissingData"], "notBreaching",
+            "{name}"
+        );
         assert_eq!(a["config_off"]["ActionsEnabled"], true, "{name}");
         // The update switches missing data to breaching and keeps the state.
         assert_eq!(a["config_on"]["TreatMissingData"], "breaching", "{name}");

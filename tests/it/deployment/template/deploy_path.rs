@@ -29,8 +29,14 @@ fn sam_build_runs_the_package_script_for_every_function() {
             "{logical}"
         );
         // The target SAM runs, and what it runs.
-        let target = format!("\nbuild-{logical}: ca-bundle\n\t$(call package,{})\n", f.name());
-        assert!(makefile.contains(&target), "infra/Makefile lacks {target:?}");
+        let target = format!(
+            "\nbuild-{logical}: ca-bundle\n\t$(call package,{})\n",
+            f.name()
+        );
+        assert!(
+            makefile.contains(&target),
+            "infra/Makefile lacks {target:?}"
+        );
         n += 1;
     }
     assert_eq!(n, 10);
@@ -52,9 +58,16 @@ fn sam_build_runs_the_package_script_for_every_function() {
 fn reserved_concurrency_defaults_to_none_and_is_set_only_when_asked() {
     let t = template();
     let p = &t["Parameters"]["ReservedConcurrency"];
-    assert_eq!(p["Default"].as_u64(), Some(0), "a new account has no room to reserve");
+    assert_eq!(
+        p["Default"].as_u64(),
+        Some(0),
+        "a new account has no room to reserve"
+    );
     let d = p["Description"].as_str().unwrap();
-    assert!(d.contains("Concurrent executions") && d.contains("L-B99A9384"), "{d}");
+    assert!(
+        d.contains("Concurrent executions") && d.contains("L-B99A9384"),
+        "{d}"
+    );
     assert_eq!(
         t["Globals"]["Function"]["ReservedConcurrentExecutions"],
         serde_yaml::from_str::<Value>(
@@ -89,7 +102,10 @@ fn every_function_may_decrypt_the_secrets_with_the_kms_key_given() {
         let policies = resource(&t, &logical)["Properties"]["Policies"]
             .as_sequence()
             .unwrap();
-        assert!(policies.contains(&want), "{logical}: no kms:Decrypt statement");
+        assert!(
+            policies.contains(&want),
+            "{logical}: no kms:Decrypt statement"
+        );
     }
     assert_eq!(t["Parameters"]["SecretsKmsKeyArn"]["Default"], "");
     assert_eq!(

@@ -14,8 +14,7 @@ pub(crate) fn page_action_value() -> Value {
 
 /// The actions of a ticket-severity alarm: the ticket topic, when given.
 pub(crate) fn ticket_action_value() -> Value {
-    serde_yaml::from_str("!If [HasTicketTopic, [!Ref TicketTopicArn], !Ref AWS::NoValue]")
-        .unwrap()
+    serde_yaml::from_str("!If [HasTicketTopic, [!Ref TicketTopicArn], !Ref AWS::NoValue]").unwrap()
 }
 
 /// Whether an alarm pages: its description says so (`Page: …`; the rest `Ticket: …`).
@@ -103,10 +102,8 @@ fn every_cron_function_has_a_heartbeat_for_a_run_that_did_not_happen_or_finish()
         // tests/it/deployment/cutover.rs deploys it off, then on).
         assert_eq!(
             p["TreatMissingData"],
-            serde_yaml::from_str::<Value>(&format!(
-                "!If [{c}ScheduleOn, breaching, notBreaching]"
-            ))
-            .unwrap(),
+            serde_yaml::from_str::<Value>(&format!("!If [{c}ScheduleOn, breaching, notBreaching]"))
+                .unwrap(),
             "{name}"
         );
         assert!(

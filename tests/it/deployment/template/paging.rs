@@ -77,7 +77,10 @@ fn every_alarm_pages_or_makes_a_ticket_and_notifies_only_that_topic() {
     }
     for (name, expr) in [
         ("HasPageTopic", "!Not [!Equals [!Ref PageTopicArn, \"\"]]"),
-        ("HasTicketTopic", "!Not [!Equals [!Ref TicketTopicArn, \"\"]]"),
+        (
+            "HasTicketTopic",
+            "!Not [!Equals [!Ref TicketTopicArn, \"\"]]",
+        ),
     ] {
         assert_eq!(
             t["Conditions"][name],
@@ -146,7 +149,10 @@ fn the_runbook_lists_every_alarm_that_pages_with_its_count() {
     let (count, listed) = runbook_page_list();
     let unique: BTreeSet<String> = listed.iter().cloned().collect();
     assert_eq!(unique.len(), listed.len(), "an alarm is listed twice");
-    assert_eq!(unique, pages, "docs/runbook.md's list and the template differ");
+    assert_eq!(
+        unique, pages,
+        "docs/runbook.md's list and the template differ"
+    );
     assert_eq!(count, pages.len(), "the count stated in docs/runbook.md");
 }
 
@@ -203,14 +209,14 @@ fn the_schema_page_reads_every_functions_schema_incompatible() {
     }
     let all: BTreeSet<String> = Function::ALL.iter().map(|f| f.name().to_string()).collect();
     assert_eq!(read, all, "every function's cold-start refusal");
-    let expr = queries
-        .iter()
-        .find(|q| q["ReturnData"] == true)
-        .unwrap()["Expression"]
+    let expr = queries.iter().find(|q| q["ReturnData"] == true).unwrap()["Expression"]
         .as_str()
         .unwrap();
     for id in &ids {
-        assert!(expr.contains(&format!("FILL({id}, 0)")), "{expr} omits {id}");
+        assert!(
+            expr.contains(&format!("FILL({id}, 0)")),
+            "{expr} omits {id}"
+        );
     }
     assert_eq!(p["Threshold"].as_u64(), Some(0));
     assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");

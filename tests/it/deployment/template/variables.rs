@@ -83,8 +83,11 @@ fn parameter_of<'a>(t: &'a Value, v: &'a Value) -> Option<&'a str> {
             .value
             .as_str()
             .filter(|p| !t["Parameters"][*p].is_null()),
-        Value::Tagged(tag) if tag.tag == "!If" => tag.value[1..]
-            .iter()
+        Value::Tagged(tag) if tag.tag == "!If" => tag
+            .value
+            .as_sequence()
+            .into_iter()
+            .flat_map(|s| s.iter().skip(1))
             .find_map(|branch| parameter_of(t, branch)),
         _ => None,
     }
@@ -96,8 +99,8 @@ fn every_documented_variable_is_a_parameter_of_its_functions_or_documented_as_no
     let globals = &t["Globals"]["Function"]["Environment"]["Variables"];
     let env_of = |f: Function, var: &str| -> Option<Value> {
         let c = camel(f.name());
-        let own = &resource(&t, &format!("{c}Function"))["Properties"]["Environment"]
-            ["Variables"][var];
+        let own =
+            &resource(&t, &format!("{c}Function"))["Properties"]["Environment"]["Variables"][var];
         let v = if own.is_null() { &globals[var] } else { own };
         (!v.is_null()).then(|| v.clone())
     };
@@ -145,7 +148,10 @@ fn every_documented_variable_is_a_parameter_of_its_functions_or_documented_as_no
     }
     // The list names documented variables only.
     for var in not.keys() {
-        assert!(docs.contains_key(var), "{var}: not documented, drop it from the list");
+        assert!(
+            docs.contains_key(var),
+            "{var}: not documented, drop it from the list"
+        );
     }
     // The ones issue 35 found missing.
     for var in [
