@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Build every function for AWS Lambda (provided.al2023) with cargo-lambda:
 #   target/lambda/<function>/bootstrap  (+ rds-global-bundle.pem when given)
-# which infra/template.yaml's CodeUri entries point at. One build for the whole
-# workspace, so shared dependencies compile once.
+# One build for the whole workspace, so shared dependencies compile once.
 #
 #   scripts/package-lambdas.sh [--arm64 | --x86-64] [--ca-bundle <global-bundle.pem>] [--check]
+#                              [--function <name> --out <dir>]
+#
+# --function NAME --out DIR (what `sam build` runs, through infra/Makefile): build that
+# function only and copy its bootstrap (and the CA bundle) into DIR, SAM's artifacts
+# directory. Every function crate has the same dependencies (`shared`), so the ten
+# one-function builds of a `sam build` compile the dependencies once, and after a
+# whole-workspace build with the same flags each is a no-op.
 #
 # --check (what CI runs) builds the same binaries without LTO and with parallel
 # codegen: it proves every function builds for the Lambda target in a fraction of the
@@ -20,12 +26,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=--arm64
 ca=""
+only=""
+out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --arm64|--x86-64) arch=$1 ;;
     --ca-bundle) ca=$2; shift ;;
+    --function) only=$2; shift ;;
+    --out) out=$2; shift ;;
     --check) export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 ;;
-    *) echo "usage: $0 [--arm64|--x86-64] [--ca-bundle <pem>] [--check]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--arm64|--x86-64] [--ca-bundle <pem>] [--check] [--function <name> --out <dir>]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -40,12 +50,27 @@ command -v cargo-lambda >/dev/null || { echo "cargo-lambda not found: pip instal
 if [ "$arch" = "--arm64" ] && ! rustup target list --installed | grep -q aarch64-unknown-linux-gnu; then
   rustup target add aarch64-unknown-linux-gnu
 fi
+if [ -n "$ca" ] && [ ! -s "$ca" ]; then echo "CA bundle $ca: no such file (or empty)" >&2; exit 1; fi
 functions=$(ls functions)
+if [ -n "$only" ]; then
+  [ -d "functions/$only" ] || { echo "no function $only under functions/" >&2; exit 2; }
+  [ -n "$out" ] || { echo "--function needs --out <dir>" >&2; exit 2; }
+  functions=$only
+fi
+# cargo-lambda writes under cargo's target directory (CARGO_TARGET_DIR when set).
+lambda_dir="${CARGO_TARGET_DIR:-target}/lambda"
 cargo lambda build --release "$arch" --output-format binary --features shared/vendored-openssl \
   $(for f in $functions; do printf -- '--package %s ' "$f"; done)
 for f in $functions; do
-  test -x "target/lambda/$f/bootstrap" || { echo "missing target/lambda/$f/bootstrap" >&2; exit 1; }
-  if [ -n "$ca" ]; then cp "$ca" "target/lambda/$f/rds-global-bundle.pem"; fi
+  test -x "$lambda_dir/$f/bootstrap" || { echo "missing $lambda_dir/$f/bootstrap" >&2; exit 1; }
+  if [ -n "$ca" ]; then cp "$ca" "$lambda_dir/$f/rds-global-bundle.pem"; fi
 done
+if [ -n "$out" ]; then
+  mkdir -p "$out"
+  cp "$lambda_dir/$only/bootstrap" "$out/bootstrap"
+  if [ -n "$ca" ]; then cp "$ca" "$out/rds-global-bundle.pem"; fi
+  echo "packaged: $only ($arch) into $out"
+  exit 0
+fi
 echo "packaged: $(echo $functions | wc -w) functions ($arch)"
-ls -l target/lambda/*/bootstrap | awk '{printf "  %-60s %6.2f MB (%d bytes)\n", $9, $5/1000000, $5}'
+ls -l "$lambda_dir"/*/bootstrap | awk '{printf "  %-60s %6.2f MB (%d bytes)\n", $9, $5/1000000, $5}'

@@ -155,6 +155,13 @@ fi
 step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
 bash scripts/package-lambdas.sh --x86-64 --check
 
+step "sam build (offline, from the root as the README says): infra/Makefile runs the package script per function"
+# Same flags as the build above, so each function's build is a cargo no-op: this proves
+# sam build -> infra/Makefile -> package-lambdas.sh and the artifacts it uploads
+# (bootstrap + CA bundle) without a second release build (tests/deploy/sam_build_check.py).
+AWS_DEFAULT_REGION=us-east-1 .venv-sam/bin/python tests/deploy/sam_build_check.py \
+  --arch x86_64 --package-args=--check --ca-bundle shared/certs/amazon-trust-services.pem
+
 step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted; footprint on the Lambda build above)"
 target/debug/hk bench all --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"
 

@@ -70,7 +70,8 @@ def parameter_values(
     t: dict, which: str, topic_arn: str | None, ticket_arn: str | None = None
 ) -> dict[str, str]:
     """The parameter set: 'defaults' (only the required ones given) or 'operations'
-    (alarm and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64)."""
+    (page and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64, a
+    KMS key for the secrets)."""
     values = {}
     for name, p in t.get("Parameters", {}).items():
         if "Default" not in p:
@@ -79,12 +80,13 @@ def parameter_values(
         for name in t.get("Parameters", {}):
             if name.endswith("ScheduleEnabled"):
                 values[name] = "false"
-        values["AlarmTopicArn"] = topic_arn
-        if ticket_arn and "TicketTopicArn" in t.get("Parameters", {}):
-            values["TicketTopicArn"] = ticket_arn
+        values["PageTopicArn"] = topic_arn
+        values["TicketTopicArn"] = ticket_arn
         values["SubnetIds"] = "subnet-0a1b2c3d,subnet-4e5f6a7b"
         values["SecurityGroupIds"] = "sg-0a1b2c3d"
         values["Architecture"] = "x86_64"
+        if "SecretsKmsKeyArn" in t.get("Parameters", {}):
+            values["SecretsKmsKeyArn"] = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
     elif which != "defaults":
         raise ValueError(f"unknown parameter set {which}")
     return values
@@ -214,7 +216,8 @@ def m_send_permission(t, params):
             continue
         role = t["Resources"][fn["Properties"]["Role"]["Fn::GetAtt"][0]]["Properties"]
         pols = role.get("Policies", [])
-        keep = [p for p in pols if "sqs:SendMessage" not in json.dumps(p["PolicyDocument"])]
+        # (An Fn::If item, such as the optional kms:Decrypt policy, is kept as it is.)
+        keep = [p for p in pols if "sqs:SendMessage" not in json.dumps(p.get("PolicyDocument", {}))]
         if len(keep) < len(pols):
             # Drop one send permission only.
             drop = next(p for p in pols if p not in keep)
@@ -583,10 +586,10 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
         alarms += cw.describe_alarms(AlarmNames=alarm_names[i : i + 100])["MetricAlarms"]
     if len(alarms) != len(alarm_names):
         fail("no_skipped_resource", f"{len(alarm_names)} alarms in the stack, {len(alarms)} in CloudWatch")
-    topic = params.get("AlarmTopicArn") or ""
-    # Ticket-severity alarms (items failed inside a run) notify the ticket topic, else
-    # the alarm topic.
-    ticket = params.get("TicketTopicArn") or topic
+    # An alarm whose description starts "Page:" notifies the page topic, every other
+    # one the ticket topic (an empty topic parameter: no actions).
+    topic = params.get("PageTopicArn") or ""
+    ticket = params.get("TicketTopicArn") or ""
     for a in alarms:
         metrics = []
         if a.get("MetricName"):
@@ -602,7 +605,7 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
             p = metric_problem(ns, metric, dims)
             if p:
                 fail(p[0], f"{a['AlarmName']}: {p[1]}")
-        to = ticket if "ItemFailuresAlarm" in a["AlarmName"] else topic
+        to = topic if (a.get("AlarmDescription") or "").startswith("Page: ") else ticket
         want = [to] if to else []
         if a.get("AlarmActions", []) != want:
             fail("alarm_actions", f"{a['AlarmName']}: AlarmActions {a.get('AlarmActions')}, expected {want}")

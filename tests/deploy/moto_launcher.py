@@ -27,6 +27,16 @@ Two CloudFormation semantics moto gets wrong are fixed here, for every resource 
   parameter): moto stores EventSourceMapping.Enabled as given, so "false" would read
   as enabled. The string is converted before moto sees it.
 
+Stack updates (update_stack, used by the cutover test):
+
+- moto marks a resource for update only when its own JSON or a parameter it `Ref`s
+  changed; a property chosen by `Fn::If` on a condition over a changed parameter (a
+  schedule's State, an alarm's TreatMissingData) was left as created. The diff also
+  counts the conditions a resource uses and the parameters behind them.
+- AWS::Scheduler::Schedule and AWS::CloudWatch::Alarm update in place: the schedule
+  through the scheduler backend's update_schedule, the alarm through put_metric_alarm
+  keeping its state, as CloudWatch does ("an update ... leaves its state unchanged").
+
 The server binds 127.0.0.1 on a free port and writes the port to PORT_FILE once it
 listens; it runs until killed.
 """
@@ -144,6 +154,27 @@ class ScheduleModel(_NamedWithArn, CloudFormationModel):
         )
         return cls(name, schedule.arn)
 
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[misc]
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
+        props = cloudformation_json.get("Properties", {})
+        name = original_resource.name
+        schedule = scheduler_backends[account_id][region_name].update_schedule(
+            description=props.get("Description"),
+            end_date=props.get("EndDate"),
+            flexible_time_window=props["FlexibleTimeWindow"],
+            group_name=props.get("GroupName"),
+            kms_key_arn=props.get("KmsKeyArn"),
+            name=name,
+            schedule_expression=props["ScheduleExpression"],
+            schedule_expression_timezone=props.get("ScheduleExpressionTimezone"),
+            start_date=props.get("StartDate"),
+            state=props.get("State"),
+            target=props["Target"],
+        )
+        return cls(name, schedule.arn)
+
 
 def _metric_data_queries(metrics: list[dict[str, Any]]) -> list[MetricDataQuery]:
     """The alarm's `Metrics` as put_metric_alarm's response parser builds them."""
@@ -226,6 +257,21 @@ class AlarmModel(_NamedWithArn, CloudFormationModel):
         )
         return cls(name, alarm.alarm_arn)
 
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[misc]
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
+        backend = cloudwatch_backends[account_id][region_name]
+        old = backend.alarms[original_resource.name]
+        kept = {k: getattr(old, k) for k in ("state_value", "state_reason", "state_reason_data", "state_updated_timestamp")}
+        json_with_name = dict(cloudformation_json)
+        json_with_name["Properties"] = dict(cloudformation_json.get("Properties", {}), AlarmName=original_resource.name)
+        new = cls.create_from_cloudformation_json(original_resource.name, json_with_name, account_id, region_name)
+        alarm = backend.alarms[original_resource.name]
+        for k, v in kept.items():
+            setattr(alarm, k, v)
+        return new
+
 
 def _bool(v: Any) -> Any:
     if isinstance(v, str) and v.lower() in ("true", "false"):
@@ -273,6 +319,51 @@ def _role_create_with_json(cls, resource_name, cloudformation_json, account_id, 
 
 
 Role.create_from_cloudformation_json = classmethod(_role_create_with_json)
+
+# Stack updates: a resource whose Fn::If / Condition uses a condition over a changed
+# parameter is modified too.
+_build_resource_diff = parsing.ResourceMap.build_resource_diff
+
+
+def _conditions_used(node: Any) -> set:
+    out = set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "Fn::If" and isinstance(v, list) and v:
+                out.add(v[0])
+            elif k == "Condition" and isinstance(v, str):
+                out.add(v)
+            out |= _conditions_used(v)
+    elif isinstance(node, list):
+        for v in node:
+            out |= _conditions_used(v)
+    return out
+
+
+def _build_resource_diff_with_conditions(self, other_template, parameters=None):
+    out = _build_resource_diff(self, other_template, parameters)
+    if not parameters:
+        return out
+    changed = {p for p in parameters if self.input_parameters.get(p) != parameters[p]}
+    conditions = other_template.get("Conditions", {})
+
+    def params_of(cond: str, seen: frozenset = frozenset()) -> set:
+        if cond in seen:
+            return set()
+        body = conditions.get(cond, {})
+        refs = set(parsing.get_references_from_template(body))
+        for inner in _conditions_used(body):
+            refs |= params_of(inner, seen | {cond})
+        return refs
+
+    for name, res in other_template.get("Resources", {}).items():
+        if name in self._resource_json_map and name not in out["Modify"]:
+            if any(params_of(c) & changed for c in _conditions_used(res)):
+                out["Modify"].append(name)
+    return out
+
+
+parsing.ResourceMap.build_resource_diff = _build_resource_diff_with_conditions
 
 # The model map is cached on first use: rebuild it with the models above.
 for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):

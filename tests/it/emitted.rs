@@ -5,8 +5,9 @@
 //! [`emitted_metrics`] runs the five cron functions until idle on the demo data set
 //! (so every child runs too: delete-user, prune-deletions, group-destroy,
 //! delete-placeholder-user, deliver-notification with real SMTP and HTTP sinks), plus
-//! one malformed record per function, with the `hk` local runner, and collects every
-//! EMF line written.
+//! one malformed record per function, with the `hk` local runner, then the cold-start
+//! schema gate of every function against a schema it refuses (the alarm on
+//! `schema_incompatible` reads it), and collects every EMF line written.
 
 use std::collections::BTreeSet;
 
@@ -108,7 +109,38 @@ pub async fn emitted_metrics() -> Emitted {
     for f in Function::ALL {
         r.invoke(*f, &malformed(*f), 1).await.expect("invoked");
     }
+    refuse_the_schema_in_every_function(&db).await;
     collect(&log.lines())
+}
+
+/// Each function's cold-start schema gate (shared/src/lambda.rs) on a schema it
+/// refuses: a column a catalogue statement reads dropped, as in
+/// tests/it/reliability/cold_start.rs, which tests the refusal itself.
+async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
+    use shared::lambda::{Deps, SchemaGate};
+    db.exec("ALTER TABLE personal_access_tokens DROP COLUMN sixty_days_notification_sent_at")
+        .await;
+    let queue = std::sync::Arc::new(hk::local_queue::LocalQueue::new(t(NOW)));
+    for f in Function::ALL.iter().copied() {
+        let env = [
+            ("DATABASE_URL", db.url.clone()),
+            ("TRANSPORT", "local".into()),
+        ];
+        let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
+        let deps = Deps {
+            function: f,
+            session: shared::db::Session::new(db.connector(), f.name()),
+            config: shared::config::Config::from_lookup(lookup).unwrap(),
+            queue: queue.clone(),
+            clock: std::sync::Arc::new(shared::clock::FixedClock(t(NOW))),
+            notifier: None,
+        };
+        let refused = SchemaGate::new().check(&deps).await;
+        assert!(
+            refused.is_err(),
+            "{f}: the gate let an incompatible schema through"
+        );
+    }
 }
 
 /// A record of `f` that does not parse as an envelope (version 2): malformed.

@@ -60,15 +60,15 @@ const ON_OPERATIONS: &[&str] = &[
     "dashboard_metric",
 ];
 
-const CODE_BUCKET: &str = "hk-deploy-code";
-const CODE_KEY: &str = "code.zip";
+pub(super) const CODE_BUCKET: &str = "hk-deploy-code";
+pub(super) const CODE_KEY: &str = "code.zip";
 
-fn root() -> PathBuf {
+pub(super) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// A test tool's Python: `var`, else the repository's venv; missing is a failure.
-fn python(var: &str, venv: &str, what: &str) -> PathBuf {
+pub(super) fn python(var: &str, venv: &str, what: &str) -> PathBuf {
     let p = match std::env::var_os(var) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => root().join(venv).join("bin/python"),
@@ -81,7 +81,7 @@ fn python(var: &str, venv: &str, what: &str) -> PathBuf {
     p
 }
 
-fn run(cmd: &mut Command, what: &str) {
+pub(super) fn run(cmd: &mut Command, what: &str) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
@@ -95,14 +95,14 @@ fn run(cmd: &mut Command, what: &str) {
 }
 
 /// A moto server of its own (`moto_launcher.py`), killed on drop.
-struct Moto {
+pub(super) struct Moto {
     child: Child,
-    endpoint: String,
-    log: PathBuf,
+    pub(super) endpoint: String,
+    pub(super) log: PathBuf,
 }
 
 impl Moto {
-    fn start(py: &Path, dir: &Path, name: &str) -> Moto {
+    pub(super) fn start(py: &Path, dir: &Path, name: &str) -> Moto {
         let port_file = dir.join(format!("{name}.port"));
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();

@@ -1,7 +1,9 @@
 //! The deployment: the SAM template against the code (`template`), the stack deployed
-//! into moto before a user does (`deploy`), and the SQS + Scheduler adapter with
+//! into moto before a user does (`deploy`), the heartbeats through a cutover from
+//! schedules off to on (`cutover`), and the SQS + Scheduler adapter with
 //! Secrets Manager on moto (`queue_sqs`).
 
+mod cutover;
 mod deploy;
 mod queue_sqs;
 mod template;

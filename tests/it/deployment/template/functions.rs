@@ -40,7 +40,7 @@ fn every_function_crate_is_in_the_template_and_every_template_function_is_a_crat
         .filter(|r| r["Type"] == "AWS::Serverless::Function")
         .map(|r| {
             let uri = r["Properties"]["CodeUri"].as_str().unwrap();
-            uri.trim_start_matches("../target/lambda/")
+            uri.trim_start_matches("../functions/")
                 .trim_end_matches('/')
                 .to_string()
         })

@@ -10,7 +10,7 @@ use serde_yaml::Value;
 use shared::metrics::{FAILED, FUNCTION_DIMENSION, ITEMS, NAMESPACE, SERVICE_DIMENSION};
 use shared::Function;
 
-use super::on_call::{alarm_action_value, is_ticket, ticket_action_value};
+use super::on_call::{page_action_value, pages, ticket_action_value};
 use super::{alarms, camel, dimensions, resource, service_value, template};
 use crate::emitted::emitted_metrics;
 
@@ -108,17 +108,17 @@ fn every_function_counting_failed_items_has_a_ticket_and_a_page() {
         }
         watched.insert(f);
         // The ticket: any failed item in an hour, to the ticket topic.
-        assert!(is_ticket(&ticket));
         let p = &resource(&t, &ticket)["Properties"];
+        assert!(!pages(p), "{ticket} makes a ticket");
         ours(p, FAILED.name, f);
         assert_eq!(p["Statistic"], "Sum", "{ticket}");
         assert_eq!(p["Threshold"].as_u64(), Some(0), "{ticket}");
         assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold", "{ticket}");
         assert_eq!(p["TreatMissingData"], "notBreaching", "{ticket}");
         assert_eq!(p["AlarmActions"], ticket_action_value(), "{ticket}");
-        // The page: every item of 5 minutes failed, to the alarm topic.
-        assert!(!is_ticket(&page));
+        // The page: every item of 5 minutes failed, to the page topic.
         let p = &resource(&t, &page)["Properties"];
+        assert!(pages(p), "{page} pages");
         let queries = p["Metrics"].as_sequence().unwrap();
         for (id, m) in [("failed", FAILED), ("items", ITEMS)] {
             let q = queries
@@ -139,7 +139,7 @@ fn every_function_counting_failed_items_has_a_ticket_and_a_page() {
             "{page}"
         );
         assert_eq!(p["TreatMissingData"], "notBreaching", "{page}");
-        assert_eq!(p["AlarmActions"], alarm_action_value(), "{page}");
+        assert_eq!(p["AlarmActions"], page_action_value(), "{page}");
     }
     assert_eq!(watched.len(), 5, "{watched:?}");
     // No other alarm reads `failed` or `items`.

@@ -276,10 +276,11 @@ fn a_wrong_metric_name_function_dimension_or_namespace_is_caught() {
             "pat-expiring does not emit max_attempts_reached",
         ),
         (
-            "heartbeat on a worker",
+            "run_started of a worker",
             |t| {
-                t["Resources"]["PatExpiringHeartbeatAlarm"]["Properties"]["Dimensions"][1]
-                    ["Value"] = "deliver-notification".into()
+                let p = &mut t["Resources"]["PatExpiringHeartbeatAlarm"]["Properties"];
+                p["MetricName"] = "run_started".into();
+                p["Dimensions"][1]["Value"] = "deliver-notification".into();
             },
             "deliver-notification does not emit run_started",
         ),

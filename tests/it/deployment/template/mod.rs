@@ -7,8 +7,14 @@
 //! * `metrics`: every alarm and dashboard metric of ours is one the code emits
 //!   (`shared::metrics::CATALOGUE`), on the `Service` and `function` dimensions.
 //! * `item_alarms`: the per-item failure metrics and their ticket and page alarms.
-//! * `on_call`: every alarm notifies on ALARM and OK and names a runbook section that
-//!   exists; cron heartbeats, pausable event-source mappings and log groups.
+//! * `on_call`: cron heartbeats (armed through cutover), pausable event-source
+//!   mappings and log groups; every alarm names a runbook section that exists.
+//! * `paging`: which alarms page and which make a ticket, their topics, and the
+//!   runbook's list of the alarms that page.
+//! * `variables`: every documented variable is a parameter passed to the functions
+//!   that read it, or documented as not one.
+//! * `deploy_path`: `sam build` runs infra/Makefile, which runs the package script;
+//!   reserved concurrency and the secrets' KMS key.
 //!
 //! Here: the parsed template and the readers of its values, resources and alarms.
 
@@ -19,10 +25,13 @@ use shared::messages::Envelope;
 use shared::metrics::{FUNCTION_DIMENSION, NAMESPACE, SERVICE_DIMENSION, SERVICE_ENV};
 use shared::Function;
 
+mod deploy_path;
 mod functions;
 mod item_alarms;
 mod metrics;
 mod on_call;
+mod paging;
+mod variables;
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -1,42 +1,28 @@
-//! What on call relies on in the template: every alarm notifies the topic on ALARM and
-//! on OK and names a runbook section that exists; every cron function has a missed-run
-//! heartbeat; every event-source mapping can be paused by its own parameter; every
-//! function logs to its own log group kept for the retention parameter.
+//! What on call relies on in the template: every cron function has a heartbeat for a
+//! run that did not happen or did not finish, armed through cutover; every event-source
+//! mapping can be paused by its own parameter; every function logs to its own log group
+//! kept for the retention parameter; every alarm names a runbook section that exists.
+//! Which alarms page and which make a ticket: `paging`.
 
 use super::*;
+use shared::metrics::OUTCOME_DONE;
 
-/// The actions of an alarm that pages: the alarm topic, when given.
-pub(crate) fn alarm_action_value() -> Value {
-    serde_yaml::from_str("!If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]").unwrap()
+/// The actions of an alarm that pages: the page topic, when given.
+pub(crate) fn page_action_value() -> Value {
+    serde_yaml::from_str("!If [HasPageTopic, [!Ref PageTopicArn], !Ref AWS::NoValue]").unwrap()
 }
 
-/// The actions of a ticket-severity alarm: the ticket topic, else the alarm topic.
+/// The actions of a ticket-severity alarm: the ticket topic, when given.
 pub(crate) fn ticket_action_value() -> Value {
-    serde_yaml::from_str(
-        "!If [HasTicketTopic, [!Ref TicketTopicArn], !If [HasAlarmTopic, [!Ref AlarmTopicArn], !Ref AWS::NoValue]]",
-    )
-    .unwrap()
+    serde_yaml::from_str("!If [HasTicketTopic, [!Ref TicketTopicArn], !Ref AWS::NoValue]").unwrap()
 }
 
-/// Ticket-severity alarms: a few items failed inside a run that went on.
-pub(crate) fn is_ticket(alarm: &str) -> bool {
-    alarm.ends_with("ItemFailuresAlarm")
-}
-
-#[test]
-fn every_alarm_notifies_the_topic_on_alarm_and_on_ok() {
-    let t = template();
-    let all = alarms(&t);
-    assert!(all.len() >= 60, "{} alarms", all.len());
-    for (name, p) in all {
-        let want = if is_ticket(&name) {
-            ticket_action_value()
-        } else {
-            alarm_action_value()
-        };
-        assert_eq!(p["AlarmActions"], want, "{name} AlarmActions");
-        assert_eq!(p["OKActions"], want, "{name} OKActions");
-    }
+/// Whether an alarm pages: its description says so (`Page: …`; the rest `Ticket: …`).
+pub(crate) fn pages(alarm: &Value) -> bool {
+    alarm["AlarmDescription"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("Page: ")
 }
 
 /// The cron period in seconds: `*/5` (B43) or daily.
@@ -53,15 +39,15 @@ fn cron_period_s(cron: &str) -> u64 {
 }
 
 #[test]
-fn every_cron_function_has_a_missed_run_heartbeat_that_treats_missing_data_as_breaching() {
+fn every_cron_function_has_a_heartbeat_for_a_run_that_did_not_happen_or_finish() {
     let t = template();
     let service = service_value(&t);
-    let heartbeats: BTreeMap<String, &Value> = alarms(&t)
+    let heartbeats: BTreeMap<String, (String, &Value)> = alarms(&t)
         .into_iter()
-        .filter(|(_, p)| p["MetricName"] == "run_started")
-        .map(|(_, p)| {
+        .filter(|(name, _)| name.ends_with("HeartbeatAlarm"))
+        .map(|(name, p)| {
             let f = dimensions(&p["Dimensions"])[FUNCTION_DIMENSION].clone();
-            (f.as_str().unwrap().to_string(), p)
+            (f.as_str().unwrap().to_string(), (name, p))
         })
         .collect();
     let crons: BTreeSet<String> = Function::ALL
@@ -76,11 +62,15 @@ fn every_cron_function_has_a_missed_run_heartbeat_that_treats_missing_data_as_br
     );
     for f in Function::ALL.iter().copied() {
         let Some(cron) = f.cron() else { continue };
-        let p = heartbeats[f.name()];
+        let (alarm, p) = &heartbeats[f.name()];
         let name = f.name();
+        let c = camel(name);
+        assert_eq!(alarm, &format!("{c}HeartbeatAlarm"));
         assert_eq!(p["Namespace"], NAMESPACE, "{name}");
+        // A record that ended with its work done: a run that started and failed on every
+        // attempt counts none, so "did not finish" pages as "did not run" does.
+        assert_eq!(p["MetricName"], OUTCOME_DONE.name, "{name}");
         assert_eq!(dimensions(&p["Dimensions"])[SERVICE_DIMENSION], service);
-        assert_eq!(p["TreatMissingData"], "breaching", "{name}");
         assert_eq!(p["Statistic"], "Sum", "{name}");
         assert_eq!(p["ComparisonOperator"], "LessThanThreshold", "{name}");
         assert_eq!(p["Threshold"].as_u64(), Some(1), "{name}");
@@ -106,13 +96,23 @@ fn every_cron_function_has_a_missed_run_heartbeat_that_treats_missing_data_as_br
         if cron_s < 3600 {
             assert!(window >= 3 * cron_s, "{name}: one late tick must not page");
         }
-        // A deliberately paused schedule does not page.
-        let c = camel(name);
+        // Armed through cutover: missing data breaches only while the schedule runs, and
+        // the actions are never switched off (a disabled schedule leaves the alarm in OK,
+        // so the first missed run after switching it on is a state change that pages;
+        // tests/it/deployment/cutover.rs deploys it off, then on).
         assert_eq!(
-            p["ActionsEnabled"],
-            serde_yaml::from_str::<Value>(&format!("!If [{c}ScheduleOn, true, false]")).unwrap(),
+            p["TreatMissingData"],
+            serde_yaml::from_str::<Value>(&format!("!If [{c}ScheduleOn, breaching, notBreaching]"))
+                .unwrap(),
             "{name}"
         );
+        assert!(
+            p["ActionsEnabled"].is_null(),
+            "{name}: actions must stay on through cutover"
+        );
+        assert!(pages(p), "{name}: a missed run pages");
+        assert_eq!(p["AlarmActions"], page_action_value(), "{name}");
+        assert_eq!(p["OKActions"], page_action_value(), "{name}");
     }
 }
 
