@@ -14,7 +14,11 @@
 pub mod aws_local;
 pub mod bench;
 pub mod chaos;
-pub mod check;
+/// `hk check`'s preflight and `hk grants`: the `housekeeping-checks` crate, which the
+/// `hk-check` Lambda function links too.
+pub mod check {
+    pub use checks::*;
+}
 pub mod demo;
 pub mod local;
 pub mod local_queue;

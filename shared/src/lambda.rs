@@ -23,6 +23,9 @@
 //! [`run`] is generic over the function's [`Job`], so a function binary
 //! links its own handler only; tests hand [`handle_event_with`] the
 //! every-function handler (`handlers::Dispatch`).
+//!
+//! [`run_invoked`] is the `main` of a function invoked directly rather than by a queue
+//! (`hk-check`): JSON event in, JSON result out, the same runtime and logs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -422,6 +425,39 @@ pub async fn serve<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
         handle_event_checked(handler, deps, gate, event)
     }))
     .await
+}
+
+/// The whole `main` of a directly invoked function (no queue: `hk-check`): a
+/// single-threaded Tokio runtime, JSON logs, then each invocation's JSON event handed
+/// to `handler` and its JSON value returned as the result. `name` is the `function`
+/// field of every log line.
+pub fn run_invoked<F, Fut>(name: &'static str, handler: F) -> Result<(), lambda_runtime::Error>
+where
+    F: Fn(serde_json::Value) -> Fut,
+    Fut: std::future::Future<Output = serde_json::Value>,
+{
+    use tracing::Instrument;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            telemetry::init(telemetry::Sink::Stdout);
+            let handler = &handler;
+            lambda_runtime::run(service_fn(
+                move |event: LambdaEvent<serde_json::Value>| async move {
+                    let span = tracing::info_span!(
+                        "invocation",
+                        function = name,
+                        aws_request_id = %event.context.request_id
+                    );
+                    // Boxed: a deep handler future (all of `hk check`) would overflow the
+                    // compiler's layout depth inside the runtime's.
+                    let fut = Box::pin(handler(event.payload));
+                    Ok::<_, lambda_runtime::Error>(fut.instrument(span).await)
+                },
+            ))
+            .await
+        })
 }
 
 #[cfg(test)]

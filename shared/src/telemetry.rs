@@ -154,18 +154,20 @@ fn filter() -> Targets {
     targets(&spec)
 }
 
-/// Parse a filter spec; a bare level applies to this crate and `hk`, `warn` elsewhere.
+/// Parse a filter spec; a bare level applies to this crate, `hk` and `checks` (the
+/// `hk-check` function's), `warn` elsewhere.
 fn targets(spec: &str) -> Targets {
     let spec = if spec.contains('=') || spec.contains(',') {
         spec.to_string()
     } else {
-        format!("warn,shared={spec},hk={spec}")
+        format!("warn,shared={spec},hk={spec},checks={spec}")
     };
     spec.parse().unwrap_or_else(|_| {
         Targets::new()
             .with_default(LevelFilter::WARN)
             .with_target("shared", LevelFilter::INFO)
             .with_target("hk", LevelFilter::INFO)
+            .with_target("checks", LevelFilter::INFO)
     })
 }
 
@@ -290,7 +292,7 @@ impl Captured {
 pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let c = Captured::default();
     let subscriber = Registry::default()
-        .with(targets("warn,shared=debug,hk=debug"))
+        .with(targets("warn,shared=debug,hk=debug,checks=debug"))
         .with(JsonLayer {
             sink: Sink::Buffer(c.0.clone()),
         });
@@ -308,6 +310,7 @@ mod tests {
         let t = targets("debug");
         assert!(t.would_enable("shared::batches", &Level::DEBUG));
         assert!(t.would_enable("hk", &Level::DEBUG));
+        assert!(t.would_enable("checks::function", &Level::DEBUG));
         assert!(!t.would_enable("hyper", &Level::INFO));
         assert!(t.would_enable("hyper", &Level::WARN));
         let t = targets("error,shared=info");

@@ -6,18 +6,13 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use serde_json::json;
-use tokio_postgres::config::Host;
-
-use shared::config::Config;
-use shared::db::Connector;
 
 use super::parse_now;
 
 /// `hk check`'s arguments.
 #[derive(clap::Args)]
 pub(crate) struct CheckArgs {
-    /// Print one JSON document instead of lines.
+    /// Print one JSON document instead of lines (the `hk-check` function's result).
     #[arg(long)]
     json: bool,
     /// The time the work-waiting counts are taken at (RFC 3339; default: now).
@@ -25,63 +20,27 @@ pub(crate) struct CheckArgs {
     now: Option<String>,
 }
 
-fn is_loopback(pg: &tokio_postgres::Config) -> bool {
-    pg.get_hosts().iter().all(|h| match h {
-        Host::Tcp(name) => {
-            name == "localhost"
-                || name
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }
-        Host::Unix(_) => true,
-    })
-}
+// The report's statuses are `hk`'s exit codes.
+const _: () = assert!(
+    hk::check::report::BUSY == super::exit::RETRYABLE
+        && hk::check::report::FAIL == super::exit::PERMANENT
+);
 
 /// Run every check; exit 0 only when every required one passes, 1 when the only
 /// failures are a busy database (a lock held elsewhere: retry), 2 otherwise (the
 /// database must change first).
 pub(crate) async fn cmd_check(a: CheckArgs) -> Result<ExitCode> {
     let now = parse_now(a.now.as_deref())?;
-    // `hk check` emits no metric: the Lambda-only SERVICE_NAME is not required here.
-    let config = Config::from_lookup(|k| {
-        std::env::var(k).ok().or_else(|| {
-            (k == shared::metrics::SERVICE_ENV).then(|| shared::metrics::LOCAL_SERVICE.into())
-        })
-    })?;
-    let env = |k: &str| std::env::var(k).ok();
-    let aws = shared::aws::from_env(env);
-    let pg = shared::aws::database_config(&config.database.source, Some(&aws)).await?;
-    let loopback = is_loopback(&pg);
-    let connector = Connector::new(pg, &config.database)?;
-    let checks = hk::check::run(&connector, loopback, now).await?;
-    let ok = hk::check::all_required_pass(&checks);
-    let failed = checks.iter().filter(|c| !c.ok && c.required).count();
-    let busy = hk::check::only_busy(&checks);
+    let target = hk::check::target::from_lookup(|k| std::env::var(k).ok()).await?;
+    let checks = hk::check::run(&target.connector, target.loopback, now).await?;
+    let report = hk::check::report::Report::new(now, checks);
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "ok": ok, "now": now, "checks": checks }))?
-        );
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        for c in &checks {
+        for c in &report.checks {
             println!("{}", c.line());
         }
-        if ok {
-            println!(
-                "hk check: all {} required checks pass",
-                checks.iter().filter(|c| c.required).count()
-            );
-        } else if busy {
-            println!("hk check: {failed} required check(s) failed: the database is busy, retry");
-        } else {
-            println!("hk check: {failed} required check(s) failed");
-        }
+        println!("{}", report.summary());
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else if busy {
-        ExitCode::from(super::exit::RETRYABLE)
-    } else {
-        ExitCode::from(super::exit::PERMANENT)
-    })
+    Ok(ExitCode::from(report.exit_code))
 }

@@ -7,6 +7,7 @@ mod check;
 mod db;
 mod demo;
 pub(crate) mod exit;
+mod grants;
 mod local;
 mod replay;
 mod run;
@@ -17,6 +18,7 @@ mod ui;
 pub(crate) use bench::BenchArgs;
 pub(crate) use check::CheckArgs;
 pub(crate) use db::DbAction;
+pub(crate) use grants::GrantsArgs;
 pub(crate) use local::LocalAction;
 pub(crate) use replay::ReplayAction;
 pub(crate) use run::RunArgs;
@@ -24,6 +26,7 @@ pub(crate) use run::RunArgs;
 use bench::cmd_bench;
 use check::cmd_check;
 use demo::cmd_demo;
+use grants::cmd_grants;
 use local::cmd_local;
 use replay::cmd_replay;
 use run::cmd_run;
@@ -91,6 +94,11 @@ pub(crate) enum Cmd {
     /// locks, TLS and the work waiting (exit 0 when all pass; 1 when the only failure is a
     /// lock held by another session: retry; 2 when the database must change).
     Check(CheckArgs),
+    /// Print the GRANT statements a role needs to run the functions on the target
+    /// database: per table SELECT, INSERT, UPDATE, DELETE as the statements need them,
+    /// USAGE on the sequences their inserts draw from (derived like `hk check`'s
+    /// privileges check; run it as the tables' owner).
+    Grants(GrantsArgs),
     /// Run a function as its trigger would, with the in-process queue.
     #[command(after_help = exit::EXIT_CODES_HELP)]
     Run(RunArgs),
@@ -331,6 +339,7 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Migrate { json, gitlab } => db::cmd_migrate(json, gitlab).await,
         Cmd::Seed { set, now, json } => db::cmd_seed(&set, now.as_deref(), json).await,
         Cmd::Check(a) => cmd_check(a).await,
+        Cmd::Grants(a) => cmd_grants(a).await,
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,

@@ -10,7 +10,14 @@ use super::*;
 fn every_module_has_a_header_saying_what_it_owns() {
     let r = root();
     let mut bad = Vec::new();
-    for dir in ["shared/src", "cli/src", "functions", "tests", "cli/tests"] {
+    for dir in [
+        "shared/src",
+        "cli/src",
+        "checks/src",
+        "functions",
+        "tests",
+        "cli/tests",
+    ] {
         for f in rust_files(&r.join(dir)) {
             if !read(&f).starts_with("//!") {
                 bad.push(rel(&f));

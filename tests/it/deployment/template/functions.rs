@@ -1,5 +1,6 @@
 //! The functions in the template: every function crate is there and every template
-//! function is a crate; they run on AL2023 with the architecture parameter; each has
+//! function is a crate, each a row of the function table but the directly invoked
+//! `hk-check` (secret read only, no event); they run on AL2023 with the architecture parameter; each has
 //! its queue settings (batch size, concurrency, redrive, delays past 900 s through the
 //! Scheduler) and least privilege; each cron has a schedule putting a valid cron
 //! message on its queue.
@@ -50,11 +51,60 @@ fn every_function_crate_is_in_the_template_and_every_template_function_is_a_crat
         crates, in_template,
         "functions/ and infra/template.yaml disagree"
     );
+    let queue_fed: BTreeSet<String> = crates
+        .iter()
+        .filter(|c| !DIRECTLY_INVOKED.contains(&c.as_str()))
+        .cloned()
+        .collect();
     assert_eq!(
-        crates, catalogue,
-        "functions/ and shared::Function::ALL disagree"
+        queue_fed, catalogue,
+        "functions/ (but the directly invoked {DIRECTLY_INVOKED:?}) and shared::Function::ALL disagree"
     );
     assert!(crates.len() >= 10, "{} function crates read", crates.len());
+}
+
+/// The function crates outside the function table: invoked directly by an operator,
+/// with no queue, schedule or alarm (docs/cutover.md).
+const DIRECTLY_INVOKED: &[&str] = &["hk-check"];
+
+#[test]
+fn hk_check_is_invoked_directly_and_may_read_the_database_secret_only() {
+    let t = template();
+    let f = resource(&t, "HkCheckFunction");
+    assert_eq!(f["Type"], "AWS::Serverless::Function");
+    let p = &f["Properties"];
+    assert_eq!(p["CodeUri"], "../target/lambda/hk-check/");
+    assert!(
+        p["Events"].is_null(),
+        "no queue, no schedule: {:?}",
+        p["Events"]
+    );
+    let policies = p["Policies"].as_sequence().unwrap();
+    assert_eq!(policies.len(), 1, "{policies:?}");
+    assert_eq!(
+        tagged(&policies[0]["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"]),
+        ("!Ref".into(), "DatabaseSecretArn".into())
+    );
+    let env = &p["Environment"]["Variables"];
+    assert!(
+        env.as_mapping().is_none_or(|m| !m
+            .keys()
+            .any(|k| k.as_str().is_some_and(|k| k.starts_with("QUEUE_URL_")))),
+        "hk-check sends nothing: {env:?}"
+    );
+    // Nothing else names it: no alarm, schedule or mapping.
+    let others = t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.as_str() != Some("HkCheckFunction"))
+        .filter(|(_, r)| {
+            serde_yaml::to_string(r)
+                .unwrap()
+                .contains("HkCheckFunction")
+        })
+        .count();
+    assert_eq!(others, 0);
 }
 
 #[test]

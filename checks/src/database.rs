@@ -98,13 +98,26 @@ pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
     }
 }
 
-/// The GitLab schema version line, read from `schema_migrations`.
+/// The GitLab schema version line, read from `schema_migrations`. A role that may not
+/// read it (the functions never do; `hk grants` grants it for the check) fails the
+/// line, naming the grant.
 pub async fn schema_version(c: &Client) -> Result<Check> {
     let table: bool = c.query_one(sql::HAS_SCHEMA_MIGRATIONS, &[]).await?.get(0);
     let newest: Option<String> = if table {
-        c.query_opt(sql::NEWEST_MIGRATION, &[])
-            .await?
-            .map(|r| r.get(0))
+        match c.query_opt(sql::NEWEST_MIGRATION, &[]).await {
+            Ok(r) => r.map(|r| r.get(0)),
+            Err(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
+                return Ok(Check::fail(
+                    "GitLab schema",
+                    format!("role {role} may not read schema_migrations: the GitLab version is not known"),
+                    format!("GRANT SELECT ON schema_migrations TO {role} (`hk grants` prints it: hk check reads GitLab's schema version there)"),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
     } else {
         None
     };

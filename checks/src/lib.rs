@@ -1,4 +1,7 @@
-//! `hk check`: the read-only preflight against a target database (issues 15, 33).
+//! `hk check`: the read-only preflight against a target database (issues 15, 33), in
+//! its own crate so that `hk` and the `hk-check` Lambda function ([`function`]) run
+//! one implementation; and `hk grants` ([`grants`]), printed from what the privileges
+//! check derives.
 //!
 //! Owns: the checks and their one-line results ([`Check`]): server version, whether
 //! the database takes writes ([`database`]), the GitLab schema version, the statement
@@ -13,14 +16,19 @@
 //! batch (counts only, with the clock bound as a parameter). Both sessions are set to
 //! `default_transaction_read_only` first, so every statement runs in a `READ ONLY`
 //! transaction of its own (a failing check does not abort the next, and the session
-//! check needs statements in separate transactions anyway). Its SQL is in [`sql`].
+//! check needs statements in separate transactions anyway). Its SQL is in [`sql`];
+//! the connection comes from [`target`], the result is a [`report::Report`].
 
 mod blockers;
 pub mod catalogue;
 pub mod database;
+pub mod function;
+pub mod grants;
 pub mod inserts;
 pub mod privileges;
+pub mod report;
 pub mod sql;
+pub mod target;
 pub mod tree;
 pub mod triggers;
 

@@ -4,8 +4,9 @@
 //! so it runs as the connected role: GitLab's loose-foreign-key trigger on `users`,
 //! `namespaces` and `projects` inserts into `loose_foreign_keys_deleted_records`, its
 //! sync triggers write side tables) for the tables its static SQL writes or reads:
-//! `INSERT INTO t` (and `ON CONFLICT … DO UPDATE`: UPDATE on `t`), `UPDATE t`,
-//! `DELETE FROM t`, `FROM t` / `JOIN t`. Comments and string literals are skipped, so
+//! `INSERT INTO t` (and `ON CONFLICT (…)`: SELECT on `t`; `… DO UPDATE`: UPDATE on
+//! `t`), `UPDATE t` and `DELETE FROM t` (each also SELECT on `t`: its WHERE reads
+//! columns), `FROM t` / `JOIN t`. Comments and string literals are skipped, so
 //! dynamic SQL (`EXECUTE format(…)`) is not derived; names that resolve to no table
 //! (transition tables, keywords) are dropped by the caller.
 
@@ -78,19 +79,29 @@ pub fn uses(src: &str) -> Vec<(String, u32)> {
                     last_insert = Some(t);
                 }
             }
+            // `ON CONFLICT (columns)` reads the conflict target's columns.
+            "conflict" if prev == "on" && next(1).is_some_and(|n| n != "do") => {
+                if let Some(t) = &last_insert {
+                    out.push((t.clone(), SELECT));
+                }
+            }
             "update" if prev == "do" => {
                 if let Some(t) = &last_insert {
                     out.push((t.clone(), UPDATE));
                 }
             }
+            // An UPDATE or DELETE reads the columns of its WHERE (and SET expressions):
+            // SELECT on its table too.
             "update" if prev != "for" && prev != "key" => {
                 if let Some(t) = next(1) {
-                    out.push((t, UPDATE));
+                    out.push((t.clone(), UPDATE));
+                    out.push((t, SELECT));
                 }
             }
             "delete" if next(1).as_deref() == Some("from") => {
                 if let Some(t) = next(2) {
-                    out.push((t, DELETE));
+                    out.push((t.clone(), DELETE));
+                    out.push((t, SELECT));
                 }
             }
             "from" | "join" if prev != "delete" => {
@@ -165,8 +176,11 @@ END";
             uses(body),
             [
                 ("namespace_details".to_string(), INSERT),
+                ("namespace_details".to_string(), SELECT),
                 ("namespace_details".to_string(), UPDATE),
+                ("public.projects".to_string(), SELECT),
                 ("public.projects".to_string(), UPDATE),
+                ("routes".to_string(), SELECT),
                 ("routes".to_string(), DELETE),
                 ("users".to_string(), SELECT),
             ]

@@ -25,6 +25,11 @@ pub const PRIVILEGES: [(u32, &str); 4] = [
     (DELETE, "DELETE"),
 ];
 
+/// A system column in a column set: no column privilege covers one (they have no
+/// ACL), so the executor accepts only the table privilege (`WHERE m.ctid = …` needs
+/// `SELECT` on the table).
+pub const SYSTEM_COLUMN: i16 = i16::MIN;
+
 /// `FirstLowInvalidHeapAttributeNumber` (PostgreSQL 12 and later): a column set's
 /// member is the attribute number minus this.
 const FIRST_LOW_INVALID_ATTNO: i32 = -7;
@@ -93,7 +98,8 @@ pub fn tokens(s: &str) -> Vec<String> {
     out
 }
 
-/// A column set `(b 8 9)` at `t[i]` as attribute numbers (system columns left out).
+/// A column set `(b 8 9)` at `t[i]` as attribute numbers; any system column (`ctid`,
+/// `xmin`, …) as [`SYSTEM_COLUMN`].
 fn bitmap(t: &[String], i: usize) -> BTreeSet<i16> {
     let mut out = BTreeSet::new();
     if t.get(i).map(String::as_str) != Some("(") {
@@ -102,9 +108,11 @@ fn bitmap(t: &[String], i: usize) -> BTreeSet<i16> {
     for tok in t[i + 1..].iter().take_while(|x| *x != ")") {
         if let Ok(m) = tok.parse::<i32>() {
             let attno = m + FIRST_LOW_INVALID_ATTNO;
-            if attno >= 0 {
-                out.insert(attno as i16);
-            }
+            out.insert(if attno >= 0 {
+                attno as i16
+            } else {
+                SYSTEM_COLUMN
+            });
         }
     }
     out
@@ -176,5 +184,11 @@ false :requiredPerms 2 :checkAsUser 0 :selectedCols (b 9) :insertedCols (b) :upd
         assert!(perm_infos(catalog).is_empty());
         let whole_row = "{RTEPERMISSIONINFO :relid 20000 :requiredPerms 2 :selectedCols (b 7)}";
         assert_eq!(perm_infos(whole_row)[0].selected, BTreeSet::from([0]));
+        // ctid (-1) and the first column.
+        let ctid = "{RTEPERMISSIONINFO :relid 20000 :requiredPerms 2 :selectedCols (b 6 8)}";
+        assert_eq!(
+            perm_infos(ctid)[0].selected,
+            BTreeSet::from([SYSTEM_COLUMN, 1])
+        );
     }
 }

@@ -44,12 +44,14 @@ pub const HIDDEN_SCHEMAS: &str = "SELECT quote_ident(n.nspname::text), quote_ide
 /// The connected role, quoted for a GRANT.
 pub const ROLE: &str = "SELECT quote_ident(current_user)";
 /// Whether the role holds privilege `$2` (SELECT, INSERT, UPDATE, DELETE) on relation
-/// `$1` as the executor checks it: the table privilege; else (not for DELETE) every
-/// column of `$3` (0: every column), and any one column when `$4`. Also the relation's
-/// name as a GRANT names it.
+/// `$1` as the executor checks it: the table privilege; else (not for DELETE, and not
+/// when `$3` holds a system column, `-32768`: `tree::SYSTEM_COLUMN`) every column of
+/// `$3` (0: every column), and any one column when `$4`. Also the relation's name as a
+/// GRANT names it.
 pub const PRIVILEGE: &str = "SELECT $1::oid::regclass::text,
        has_table_privilege($1::oid, $2::text)
        OR ($2::text <> 'DELETE'
+           AND NOT ((-32768)::int2 = ANY($3::int2[]))
            AND (NOT $4::bool OR has_any_column_privilege($1::oid, $2::text))
            AND coalesce((SELECT bool_and(has_column_privilege($1::oid, a.attnum, $2::text))
                          FROM pg_attribute a
@@ -73,6 +75,11 @@ pub const TRIGGERS: &str = "SELECT t.tgname::text, p.prosrc FROM pg_trigger t
      JOIN pg_proc p ON p.oid = t.tgfoid
      WHERE t.tgrelid = $1::oid AND NOT t.tgisinternal AND t.tgenabled <> 'D'
        AND NOT p.prosecdef AND (t.tgtype::int4 & $2::int4) <> 0";
+/// The table `$1` (unqualified, by the search path) and the attribute number of its
+/// column `$2`: a blocking foreign key's column (`shared::gitlab::blockers`).
+pub const COLUMN_OF: &str = "SELECT c.oid, a.attnum FROM pg_class c
+     JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
+     WHERE c.oid = to_regclass(quote_ident($1::text)) AND a.attname = $2::text";
 /// The table a name (as a trigger body writes it) resolves to by the search path, if
 /// any.
 pub const RELATION_OID: &str = "SELECT c.oid FROM pg_class c
@@ -183,3 +190,19 @@ pub const WAITING_TOKENS: &str = "SELECT count(*)::int8
        AND CASE $3::text WHEN 'seven_days' THEN t.seven_days_notification_sent_at IS NULL
                          WHEN 'thirty_days' THEN t.thirty_days_notification_sent_at IS NULL
                          ELSE t.sixty_days_notification_sent_at IS NULL END";
+
+/// `hk grants`: the current database and role `$1`, both quoted for a GRANT.
+pub const GRANT_TARGET: &str = "SELECT quote_ident(current_database()), quote_ident($1::text)";
+/// `hk grants`: relation `$1` as a GRANT names it, and its schema, quoted.
+pub const RELATION_NAMES: &str = "SELECT c.oid::regclass::text, quote_ident(n.nspname::text)
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::oid";
+/// `hk grants`: the schema of sequence `$1` (as [`SEQUENCES`] names it), quoted.
+pub const SEQUENCE_SCHEMA: &str = "SELECT quote_ident(n.nspname::text)
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = to_regclass($1::text)";
+/// `hk grants --columns`: the columns `$2` (attribute numbers) of relation `$1`, quoted
+/// and in table order.
+pub const COLUMN_NAMES: &str =
+    "SELECT coalesce(string_agg(quote_ident(a.attname::text), ', ' ORDER BY a.attnum), '')
+     FROM pg_attribute a
+     WHERE a.attrelid = $1::oid AND a.attnum = ANY($2::int2[]) AND NOT a.attisdropped";

@@ -6,8 +6,11 @@
 //! executor does (the table privilege, else every column named, else any column when
 //! none is named; DELETE only on the table), plus USAGE on each sequence a column
 //! default the INSERT leaves out draws from (`nextval`; identity columns need none),
-//! and one line per table or sequence naming the missing privileges, the GRANT that
-//! adds them and the statements that need them. Deletes that `ON DELETE CASCADE`
+//! (for a trigger's INSERT, every sequence its table's defaults draw from), what
+//! group-destroy's statements over the blocking foreign keys need (built from the
+//! catalog when it runs: `shared::gitlab::blockers`), and one
+//! line per table or sequence naming the missing privileges, the GRANT that adds them
+//! and the statements that need them. Deletes that `ON DELETE CASCADE`
 //! carries out need no grant (the key's triggers run as the table owner), so they are
 //! not asked. A trigger function that is not `SECURITY DEFINER` runs as the role: the
 //! tables its static SQL uses ([`super::triggers`]) are needed by the statements that
@@ -19,18 +22,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 use tokio_postgres::Client;
 
-use super::tree::{PermInfo, DELETE, INSERT, PRIVILEGES, UPDATE};
+use shared::gitlab::blockers::Handling;
+
+use super::tree::{PermInfo, DELETE, INSERT, PRIVILEGES, SELECT, UPDATE};
 use super::triggers::{uses, TG_DELETE, TG_INSERT, TG_UPDATE};
 use super::{sql, Check};
 
 /// One privilege on one relation, with what needs it.
 #[derive(Default)]
-struct Need {
+pub struct Need {
     /// Columns named (0: the whole row; empty: any one column).
-    columns: BTreeSet<i16>,
+    pub columns: BTreeSet<i16>,
     /// Whether a statement names no column (needs any one).
-    any: bool,
-    statements: BTreeSet<String>,
+    pub any: bool,
+    /// The statements (`module::NAME`, or with ` (trigger t)`) that need it.
+    pub statements: BTreeSet<String>,
 }
 
 /// A table's missing privileges, each with the statements that need it.
@@ -46,15 +52,22 @@ fn some(items: &BTreeSet<String>) -> String {
     }
 }
 
-/// The privileges lines for `needs` (per statement, from the catalogue pass).
-/// `without_tree`/`busy`: statements whose needs could not be derived.
-pub async fn check(
-    c: &Client,
-    needs: &[(String, Vec<PermInfo>)],
-    without_tree: usize,
-    busy: usize,
-) -> Result<Vec<Check>> {
-    let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
+/// What the catalogue statements need, derived from their parse trees: per relation
+/// and privilege, and per sequence a column default draws from.
+#[derive(Default)]
+pub struct Derived {
+    /// `(relation oid, privilege bit)` → the columns and statements that need it.
+    pub tables: BTreeMap<(u32, u32), Need>,
+    /// Sequence (as a GRANT names it) → whether the connected role may use it, and the
+    /// statements whose inserts draw from it.
+    pub sequences: BTreeMap<String, (bool, BTreeSet<String>)>,
+}
+
+/// Turn `needs` (per statement, from the catalogue pass) into [`Derived`]: the
+/// relations and privileges of the parse trees, the tables the non-`SECURITY DEFINER`
+/// triggers they fire use, and the sequences their inserts draw from. `hk check` tests
+/// them ([`check`]); `hk grants` prints them ([`super::grants`]).
+pub async fn derive(c: &Client, needs: &[(String, Vec<PermInfo>)]) -> Result<Derived> {
     let mut table_needs: BTreeMap<(u32, u32), Need> = BTreeMap::new();
     let mut seq_needs: BTreeMap<String, (bool, BTreeSet<String>)> = BTreeMap::new();
     // (relation, trigger event) → the statements that fire it.
@@ -107,13 +120,67 @@ pub async fn check(
                 else {
                     continue;
                 };
+                let by: Vec<String> = stmts
+                    .iter()
+                    .map(|s| format!("{s} (trigger {trigger})"))
+                    .collect();
                 let n = table_needs.entry((oid, bit)).or_default();
                 n.any = true;
-                n.statements
-                    .extend(stmts.iter().map(|s| format!("{s} (trigger {trigger})")));
+                n.statements.extend(by.iter().cloned());
+                // Which columns a trigger's INSERT supplies is not read: every sequence
+                // a default of its table draws from.
+                if bit == INSERT {
+                    let none: Vec<i16> = Vec::new();
+                    for r in c.query(sql::SEQUENCES, &[&oid, &none]).await? {
+                        let e = seq_needs.entry(r.get(0)).or_default();
+                        e.0 = r.get(1);
+                        e.1.extend(by.iter().cloned());
+                    }
+                }
             }
         }
     }
+    // group-destroy's statements over the rows of the blocking foreign keys are built
+    // from the catalog when it runs (`shared::gitlab::blockers`), not listed in the
+    // catalogue: each reads its key's column, and deletes the rows GitLab deletes
+    // before the parent.
+    // (A role that may not use the tables' schema cannot name `namespaces`: the
+    // catalogue lines say so already, and there is nothing to derive.)
+    let keys = shared::gitlab::blockers::keys(c).await.unwrap_or_default();
+    for k in keys {
+        let Some(r) = c.query_opt(sql::COLUMN_OF, &[&k.table, &k.column]).await? else {
+            continue;
+        };
+        let (oid, attnum): (u32, i16) = (r.get(0), r.get(1));
+        let label = format!("gitlab::blockers over {}", k.name());
+        let n = table_needs.entry((oid, SELECT)).or_default();
+        n.columns.insert(attnum);
+        n.statements.insert(label.clone());
+        if k.handling == Handling::DeletedFirst {
+            let n = table_needs.entry((oid, DELETE)).or_default();
+            n.any = true;
+            n.statements.insert(label);
+        }
+    }
+    Ok(Derived {
+        tables: table_needs,
+        sequences: seq_needs,
+    })
+}
+
+/// The privileges lines for `needs` (per statement, from the catalogue pass).
+/// `without_tree`/`busy`: statements whose needs could not be derived.
+pub async fn check(
+    c: &Client,
+    needs: &[(String, Vec<PermInfo>)],
+    without_tree: usize,
+    busy: usize,
+) -> Result<Vec<Check>> {
+    let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
+    let Derived {
+        tables: table_needs,
+        sequences: seq_needs,
+    } = derive(c, needs).await?;
     // Table → (its name, missing privilege → statements).
     let mut missing: BTreeMap<u32, (String, Missing)> = BTreeMap::new();
     let mut granted = 0;
