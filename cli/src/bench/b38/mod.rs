@@ -11,6 +11,7 @@ use crate::bench::data::{self, B38Sizes};
 use crate::bench::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
 use shared::error::{Error, Result};
 
+mod floor_sql;
 pub mod scale;
 pub mod sides;
 
