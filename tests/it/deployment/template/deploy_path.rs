@@ -17,29 +17,27 @@ fn sam_build_runs_the_package_script_for_every_function() {
     );
     assert!(description.contains("sam build && sam deploy --guided"));
     let mut n = 0;
-    for f in Function::ALL.iter().copied() {
-        let logical = format!("{}Function", camel(f.name()));
+    let names = Function::ALL.iter().map(|f| f.name()).chain(["hk-check"]);
+    for name in names {
+        let logical = format!("{}Function", camel(name));
         let r = resource(&t, &logical);
         assert_eq!(r["Metadata"]["BuildMethod"], "makefile", "{logical}");
         // ContextPath is relative to the template: infra/Makefile.
         assert_eq!(r["Metadata"]["ContextPath"], ".", "{logical}");
         assert_eq!(
             r["Properties"]["CodeUri"].as_str(),
-            Some(format!("../functions/{}/", f.name()).as_str()),
+            Some(format!("../functions/{name}/").as_str()),
             "{logical}"
         );
         // The target SAM runs, and what it runs.
-        let target = format!(
-            "\nbuild-{logical}: ca-bundle\n\t$(call package,{})\n",
-            f.name()
-        );
+        let target = format!("\nbuild-{logical}: ca-bundle\n\t$(call package,{name})\n");
         assert!(
             makefile.contains(&target),
             "infra/Makefile lacks {target:?}"
         );
         n += 1;
     }
-    assert_eq!(n, 10);
+    assert_eq!(n, 11);
     assert!(makefile.contains(
         "scripts/package-lambdas.sh\" $(ARCH_FLAG) $(HK_PACKAGE_ARGS) --ca-bundle \"$(CA)\" \
          --function $(1) --out \"$(ARTIFACTS_DIR)\""

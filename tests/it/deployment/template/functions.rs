@@ -73,16 +73,23 @@ fn hk_check_is_invoked_directly_and_may_read_the_database_secret_only() {
     let f = resource(&t, "HkCheckFunction");
     assert_eq!(f["Type"], "AWS::Serverless::Function");
     let p = &f["Properties"];
-    assert_eq!(p["CodeUri"], "../target/lambda/hk-check/");
+    assert_eq!(p["CodeUri"], "../functions/hk-check/");
+    assert_eq!(f["Metadata"]["BuildMethod"], "makefile");
     assert!(
         p["Events"].is_null(),
         "no queue, no schedule: {:?}",
         p["Events"]
     );
+    // The database secret, and kms:Decrypt on its key when one is given: nothing else.
     let policies = p["Policies"].as_sequence().unwrap();
-    assert_eq!(policies.len(), 1, "{policies:?}");
+    assert_eq!(policies.len(), 2, "{policies:?}");
+    let kms = serde_yaml::to_string(&policies[0]).unwrap();
+    assert!(
+        kms.contains("HasSecretsKmsKey") && kms.contains("kms:Decrypt"),
+        "{kms}"
+    );
     assert_eq!(
-        tagged(&policies[0]["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"]),
+        tagged(&policies[1]["AWSSecretsManagerGetSecretValuePolicy"]["SecretArn"]),
         ("!Ref".into(), "DatabaseSecretArn".into())
     );
     let env = &p["Environment"]["Variables"];
