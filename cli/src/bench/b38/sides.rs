@@ -161,55 +161,64 @@ pub async fn floor(c: &mut Client, today: NaiveDate) -> Result<Side> {
 pub async fn chunked_floor(c: &mut Client, today: NaiveDate, group_size: usize) -> Result<Side> {
     let before = data::expired_count(c, today).await?;
     let start = Instant::now();
-    // Rows vanish at each commit (a DELETE would leave every chunk's dead rows for the
-    // next refresh to scan: the temporary table is never vacuumed).
-    c.batch_execute(
-        "CREATE TEMP TABLE floor_removed (u bigint, st text, sid bigint) ON COMMIT DELETE ROWS",
-    )
-    .await?;
     // Each chunk starts after the last key of the one before (a keyset, as ours pages),
     // so no chunk walks the index entries of the rows already deleted.
     let take = c
         .prepare(
             "WITH chunk AS (
-               SELECT id, expires_at FROM members
+               SELECT id FROM members
                WHERE expires_at IS NOT NULL AND expires_at <= $1::date
                  AND (expires_at, id) > ($3::date, $4::bigint)
                ORDER BY expires_at, id LIMIT $2::bigint
              ),
              del AS (
                DELETE FROM members m USING chunk WHERE m.id = chunk.id
-               RETURNING m.user_id::bigint AS user_id, m.source_type, m.source_id::bigint AS source_id
+               RETURNING m.id::bigint AS id, m.expires_at, m.user_id::bigint AS user_id,
+                         m.source_type, m.source_id::bigint AS source_id
              ),
              ns AS (
                DELETE FROM notification_settings n USING del
                WHERE n.user_id = del.user_id AND n.source_type = del.source_type
                  AND n.source_id = del.source_id
-             ),
-             ins AS (
-               INSERT INTO floor_removed SELECT user_id, source_type, source_id FROM del
-               WHERE user_id IS NOT NULL RETURNING 1
-             ),
-             last AS (SELECT expires_at, id FROM chunk ORDER BY expires_at DESC, id DESC LIMIT 1)
-             SELECT (SELECT count(*) FROM del), (SELECT expires_at FROM last), (SELECT id FROM last)",
+             )
+             SELECT id, expires_at, user_id, source_type, source_id FROM del",
         )
         .await?;
-    let refresh = c.prepare(&floor_refresh_sql()).await?;
+    // The refresh ours runs, with the chunk's removed memberships as bound arrays.
+    let refresh = c.prepare(authz::sql::REFRESH_REMOVED).await?;
     let (mut longest, mut chunks) = (Duration::ZERO, 0u64);
     let mut key = (NaiveDate::from_ymd_opt(1, 1, 1).expect("a date"), 0i64);
     loop {
         let began = Instant::now();
         let tx = c.transaction().await?;
-        let row = tx
-            .query_one(&take, &[&today, &(group_size as i64), &key.0, &key.1])
+        // Generic plans, as ours runs its group statements.
+        tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
             .await?;
-        let n: i64 = row.get(0);
-        if n > 0 {
-            key = (row.get(1), row.get(2));
-            tx.query_one(&refresh, &[]).await?;
+        let rows = tx
+            .query(&take, &[&today, &(group_size as i64), &key.0, &key.1])
+            .await?;
+        let (mut pu, mut pp, mut gu, mut gg, mut users) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in &rows {
+            key = key.max((r.get::<_, NaiveDate>(1), r.get::<_, i64>(0)));
+            let Some(u) = r.get::<_, Option<i64>>(2) else {
+                continue;
+            };
+            match r.get::<_, &str>(3) {
+                "Project" => (pu.push(u), pp.push(r.get::<_, i64>(4))),
+                "Namespace" => (gu.push(u), gg.push(r.get::<_, i64>(4))),
+                _ => ((), ()),
+            };
+            users.push(u);
+        }
+        users.sort_unstable();
+        users.dedup();
+        if !users.is_empty() {
+            tx.query_one(&refresh, &[&pu, &pp, &gu, &gg, &users])
+                .await?;
         }
         tx.commit().await?;
-        if n == 0 {
+        if rows.is_empty() {
             break;
         }
         chunks += 1;
@@ -321,23 +330,4 @@ pub async fn baseline(c: &mut Client, today: NaiveDate, max_pages: Option<u64>) 
         longest_tx: Some(longest),
         rows_locked: None,
     })
-}
-
-/// The functions' set-based refresh ([`authz::sql::REFRESH_REMOVED`], the keyed form the
-/// chunked floor runs) reading the
-/// removed memberships from the floor's temporary table instead of bound arrays.
-fn floor_refresh_sql() -> String {
-    authz::sql::REFRESH_REMOVED
-        .replace(
-            authz::sql::REMOVED_PROJECTS_PARAM,
-            "(SELECT u, sid AS p FROM floor_removed WHERE st = 'Project') x",
-        )
-        .replace(
-            authz::sql::REMOVED_GROUPS_PARAM,
-            "(SELECT u, sid AS g FROM floor_removed WHERE st = 'Namespace') x",
-        )
-        .replace(
-            authz::sql::REMOVED_USERS_PARAM,
-            "m.user_id IN (SELECT u FROM floor_removed)",
-        )
 }
