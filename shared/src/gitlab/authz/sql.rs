@@ -47,175 +47,42 @@ macro_rules! desired {
       CASE WHEN n.type = 'User' AND n.owner_id = $1::bigint THEN 50 ELSE 0 END,
       CASE WHEN n.share_with_group_lock IS TRUE THEN 0 ELSE
         COALESCE((SELECT max(LEAST(r.l, pl.group_access))
-                  FROM project_group_links pl JOIN namespaces ln ON ln.id = pl.group_id
-                    JOIN reach r ON r.gid = ANY(ln.traversal_ids::bigint[])
+                  FROM project_group_links pl
+                    CROSS JOIN LATERAL (SELECT ln.traversal_ids::bigint[] AS lt FROM namespaces ln
+                                        WHERE ln.id = pl.group_id OFFSET 0) k
+                    JOIN reach r ON r.gid = ANY(k.lt)
                   WHERE pl.project_id = p.id), 0)
       END
     )::int4 AS access_level
-    FROM projects p JOIN namespaces n ON n.id = p.namespace_id
+    FROM projects p
+      CROSS JOIN LATERAL (SELECT n.type, n.traversal_ids, n.owner_id, n.share_with_group_lock
+                          FROM namespaces n WHERE n.id = p.namespace_id OFFSET 0) n
     WHERE p.id = ANY($2::bigint[])"
         )
     };
 }
 pub(crate) use desired;
 
-/// The set-based refresh over removed memberships read from the relations `$projects`
-/// (`x(u, p)`), `$groups` (`x(u, g)`) and the user condition `$users` on `m.user_id`
-/// (see [`REFRESH_REMOVED`] for what each part does). Returns one row: rows
-/// deleted, rows written.
-///
-/// Every read of the instance's projects, namespaces and shares is a per-row lookup by
-/// key (`LATERAL … OFFSET 0`, which the planner may not flatten into a join): as plain
-/// joins, the generic plan hashed the whole `projects` table and merged the whole
-/// `namespaces` index on every call, so a group's refresh grew with the instance
-/// (26 of 68 ms per group of 250 at 60,000 projects; docs/benchmarks.md).
-macro_rules! refresh_removed {
-    ($projects:expr, $groups:expr, $users:expr) => {
-        concat!(
-            "WITH roots AS (
-               SELECT x.u, x.g FROM ",
-            $groups,
-            "
-               UNION
-               SELECT x.u, l.g FROM ",
-            $groups,
-            "
-                 CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS g FROM group_group_links gl
-                                     WHERE gl.shared_with_group_id = x.g OFFSET 0) l
-             ),
-             sub AS (
-               SELECT DISTINCT r.u, d.n
-               FROM roots r
-                 CROSS JOIN LATERAL (
-                   SELECT n.id::bigint AS n FROM namespaces g
-                     JOIN namespaces n ON n.type = 'Group'
-                       AND n.traversal_ids >= g.traversal_ids
+/// The groups of the subtree of group `r.g` (itself included), one row `d(n, t)` each,
+/// as a `CROSS JOIN LATERAL` ending a `FROM` for `concat!`: the groups whose
+/// `traversal_ids` lie in the range the root's own `traversal_ids` open (every array
+/// with that prefix sorts at or after it and before the prefix with its last id plus
+/// one), read on the `traversal_ids` index. The range alone decides; inside the lookup
+/// a `r.g = ANY(n.traversal_ids)` made generic plans walk every group once per root
+/// (docs/benchmarks.md), so that always-true check stands outside it, where it only
+/// brings the planner's estimate of the subtree's size down to the truth.
+macro_rules! subtree {
+    () => {
+        "CROSS JOIN LATERAL (
+                   SELECT n.id::bigint AS n, n.traversal_ids::bigint[] AS t FROM namespaces g
+                     JOIN namespaces n ON n.traversal_ids >= g.traversal_ids
                        AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
                                               || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-                       AND r.g = ANY(n.traversal_ids)
-                   WHERE g.id = r.g OFFSET 0
+                   WHERE g.id = r.g AND n.type = 'Group' OFFSET 0
                  ) d
-             ),
-             affected AS (
-               SELECT x.u, x.p FROM ",
-            $projects,
-            "
-               UNION
-               SELECT s.u, q.p FROM sub s
-                 CROSS JOIN LATERAL (SELECT p.id::bigint AS p FROM projects p
-                                     WHERE p.namespace_id = s.n OFFSET 0) q
-               UNION
-               SELECT s.u, l.p FROM sub s
-                 CROSS JOIN LATERAL (SELECT pl.project_id::bigint AS p FROM project_group_links pl
-                                     WHERE pl.group_id = s.n OFFSET 0) l
-             ),
-             pairs AS (
-               SELECT a.u, a.p, q.id IS NOT NULL AS project_exists, q.type,
-                      q.t, q.owner_id, COALESCE(q.locked, false) AS locked
-               FROM affected a
-                 LEFT JOIN LATERAL (
-                   SELECT p.id, n.type, n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id,
-                          n.share_with_group_lock IS TRUE AS locked
-                   FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
-                   WHERE p.id = a.p OFFSET 0
-                 ) q ON true
-             ),
-             grants AS (
-               SELECT m.user_id::bigint AS u, m.source_type, m.source_id::bigint AS sid,
-                      m.access_level AS l
-               FROM members m
-               WHERE ",
-            $users,
-            " AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10
-             ),
-             reach AS (
-               SELECT g.u, g.sid AS gid, g.l FROM grants g WHERE g.source_type = 'Namespace'
-               UNION ALL
-               SELECT g.u, l.gid, LEAST(g.l, l.access)
-               FROM grants g
-                 CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS gid, gl.group_access AS access
-                                     FROM group_group_links gl
-                                     WHERE gl.shared_with_group_id = g.sid AND gl.group_access > 5
-                                     OFFSET 0) l
-               WHERE g.source_type = 'Namespace'
-             ),
-             via_project AS (
-               SELECT t.u, t.p, max(g.l) AS l FROM pairs t
-                 JOIN grants g ON g.u = t.u AND g.source_type = 'Project' AND g.sid = t.p
-               GROUP BY t.u, t.p
-             ),
-             via_groups AS (
-               SELECT t.u, t.p, max(r.l) AS l FROM pairs t
-                 JOIN reach r ON r.u = t.u AND t.type = 'Group' AND r.gid = ANY(t.t)
-               GROUP BY t.u, t.p
-             ),
-             via_links AS (
-               SELECT t.u, t.p, max(LEAST(r.l, k.access)) AS l FROM pairs t
-                 CROSS JOIN LATERAL (SELECT pl.group_access AS access, ln.traversal_ids::bigint[] AS lt
-                                     FROM project_group_links pl JOIN namespaces ln ON ln.id = pl.group_id
-                                     WHERE pl.project_id = t.p OFFSET 0) k
-                 JOIN reach r ON r.u = t.u AND r.gid = ANY(k.lt)
-               WHERE NOT t.locked
-               GROUP BY t.u, t.p
-             ),
-             desired AS MATERIALIZED (
-               SELECT t.u, t.p, t.project_exists, GREATEST(
-                 COALESCE(vp.l, 0), COALESCE(vg.l, 0), COALESCE(vl.l, 0),
-                 CASE WHEN t.type = 'User' AND t.owner_id = t.u THEN 50 ELSE 0 END
-               )::int4 AS access_level
-               FROM pairs t
-                 LEFT JOIN via_project vp ON vp.u = t.u AND vp.p = t.p
-                 LEFT JOIN via_groups vg ON vg.u = t.u AND vg.p = t.p
-                 LEFT JOIN via_links vl ON vl.u = t.u AND vl.p = t.p
-             ),
-             del AS (
-               DELETE FROM project_authorizations pa USING desired d
-               WHERE pa.user_id = d.u AND pa.project_id = d.p
-                 AND (d.access_level = 0 OR pa.access_level <> d.access_level)
-               RETURNING 1
-             ),
-             ins AS (
-               INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
-               SELECT d.u, d.p, d.access_level, true FROM desired d
-               WHERE d.access_level > 0 AND d.project_exists
-                 AND NOT EXISTS (SELECT 1 FROM project_authorizations c
-                                 WHERE c.user_id = d.u AND c.project_id = d.p
-                                   AND c.access_level = d.access_level AND c.is_unique IS TRUE)
-               ON CONFLICT (user_id, project_id, access_level)
-                 DO UPDATE SET is_unique = true
-                 WHERE project_authorizations.is_unique IS DISTINCT FROM true
-               RETURNING 1
-             )
-         SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins)"
-        )
+               WHERE r.g = ANY(d.t)"
     };
 }
-
-/// The removed project memberships as bound parameters: `$1` users, `$2` projects.
-macro_rules! removed_projects_param {
-    () => {
-        "unnest($1::bigint[], $2::bigint[]) AS x(u, p)"
-    };
-}
-/// The removed group memberships as bound parameters: `$3` users, `$4` groups.
-macro_rules! removed_groups_param {
-    () => {
-        "unnest($3::bigint[], $4::bigint[]) AS x(u, g)"
-    };
-}
-/// Every user of the removed memberships as a bound parameter: `$5`.
-macro_rules! removed_users_param {
-    () => {
-        "m.user_id = ANY($5::bigint[])"
-    };
-}
-
-/// The parts of [`REFRESH_REMOVED`] as values (the bench builds other forms).
-pub const REMOVED_PROJECTS_PARAM: &str = removed_projects_param!();
-/// See [`REMOVED_PROJECTS_PARAM`].
-pub const REMOVED_GROUPS_PARAM: &str = removed_groups_param!();
-/// See [`REMOVED_PROJECTS_PARAM`].
-pub const REMOVED_USERS_PARAM: &str = removed_users_param!();
 
 crate::statements::statements! {
     /// The (user, project) pairs authorized on any project of `$1::bigint[]`.
@@ -226,7 +93,8 @@ crate::statements::statements! {
     /// each group and under every group shared with it (`group_group_links`), plus
     /// the projects shared (`project_group_links`) with any group of those subtrees.
     /// Ascending ids, each once; every relation read by key, as in `refresh_removed!`.
-    REACHED_FROM = "WITH roots AS (
+    REACHED_FROM = concat!(
+        "WITH roots AS (
                SELECT unnest($1::bigint[]) AS g
                UNION
                SELECT gl.shared_group_id::bigint FROM group_group_links gl
@@ -235,15 +103,9 @@ crate::statements::statements! {
              sub AS (
                SELECT DISTINCT d.n
                FROM roots r
-                 CROSS JOIN LATERAL (
-                   SELECT n.id::bigint AS n FROM namespaces g
-                     JOIN namespaces n ON n.type = 'Group'
-                       AND n.traversal_ids >= g.traversal_ids
-                       AND n.traversal_ids < (g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                              || (g.traversal_ids[cardinality(g.traversal_ids)] + 1))
-                       AND r.g = ANY(n.traversal_ids)
-                   WHERE g.id = r.g OFFSET 0
-                 ) d
+                 ",
+        subtree!(),
+        "
              )
              SELECT q.p FROM sub s
                CROSS JOIN LATERAL (SELECT p.id::bigint AS p FROM projects p
@@ -252,7 +114,8 @@ crate::statements::statements! {
              SELECT l.p FROM sub s
                CROSS JOIN LATERAL (SELECT pl.project_id::bigint AS p FROM project_group_links pl
                                    WHERE pl.group_id = s.n OFFSET 0) l
-             ORDER BY 1";
+             ORDER BY 1"
+    );
     /// `refresh(u, P)` for user `$1` and projects `$2::bigint[]` (after the user's
     /// authorization lock): delete what `desired` does not have, upsert what it has.
     /// Returns one row: rows deleted, rows written.
@@ -281,10 +144,121 @@ crate::statements::statements! {
     );
     /// `refresh(m.user_id, affected(m))` for every removed membership at once:
     /// `$1`/`$2` users and projects of the project memberships, `$3`/`$4` users and
-    /// groups of the group memberships, `$5` the users.
-    REFRESH_REMOVED = refresh_removed!(
-        removed_projects_param!(),
-        removed_groups_param!(),
-        removed_users_param!()
+    /// groups of the group memberships, `$5` the users. Returns one row: rows deleted,
+    /// rows written.
+    ///
+    /// Every read of the instance's projects, namespaces and shares is a lookup by key
+    /// (`LATERAL … OFFSET 0`, which the planner may not flatten into a join), and the
+    /// authorizations are read through `$5`: as joins, generic plans hashed the whole
+    /// `projects` table, merged whole indexes or scanned `project_authorizations`, so a
+    /// group's refresh grew with the instance (docs/benchmarks.md).
+    REFRESH_REMOVED = concat!(
+        "WITH roots AS (
+           SELECT x.u, x.g FROM unnest($3::bigint[], $4::bigint[]) AS x(u, g)
+           UNION
+           SELECT x.u, l.g FROM unnest($3::bigint[], $4::bigint[]) AS x(u, g)
+             CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS g FROM group_group_links gl
+                                 WHERE gl.shared_with_group_id = x.g OFFSET 0) l
+         ),
+         sub AS (
+           SELECT DISTINCT r.u, d.n
+           FROM roots r
+             ",
+        subtree!(),
+        "
+         ),
+         affected AS (
+           SELECT x.u, x.p FROM unnest($1::bigint[], $2::bigint[]) AS x(u, p)
+           UNION
+           SELECT s.u, q.p FROM sub s
+             CROSS JOIN LATERAL (SELECT p.id::bigint AS p FROM projects p
+                                 WHERE p.namespace_id = s.n OFFSET 0) q
+           UNION
+           SELECT s.u, l.p FROM sub s
+             CROSS JOIN LATERAL (SELECT pl.project_id::bigint AS p FROM project_group_links pl
+                                 WHERE pl.group_id = s.n OFFSET 0) l
+         ),
+         pairs AS (
+           SELECT a.u, a.p, q.id IS NOT NULL AS project_exists, q.type,
+                  q.t, q.owner_id, COALESCE(q.locked, false) AS locked
+           FROM affected a
+             LEFT JOIN LATERAL (
+               SELECT p.id, n.type, n.traversal_ids::bigint[] AS t, n.owner_id::bigint AS owner_id,
+                      n.share_with_group_lock IS TRUE AS locked
+               FROM projects p LEFT JOIN namespaces n ON n.id = p.namespace_id
+               WHERE p.id = a.p OFFSET 0
+             ) q ON true
+         ),
+         grants AS (
+           SELECT m.user_id::bigint AS u, m.source_type, m.source_id::bigint AS sid,
+                  m.access_level AS l
+           FROM members m
+           WHERE m.user_id = ANY($5::bigint[]) AND m.state = 0 AND m.requested_at IS NULL AND m.access_level >= 10
+         ),
+         reach AS (
+           SELECT g.u, g.sid AS gid, g.l FROM grants g WHERE g.source_type = 'Namespace'
+           UNION ALL
+           SELECT g.u, l.gid, LEAST(g.l, l.access)
+           FROM grants g
+             CROSS JOIN LATERAL (SELECT gl.shared_group_id::bigint AS gid, gl.group_access AS access
+                                 FROM group_group_links gl
+                                 WHERE gl.shared_with_group_id = g.sid AND gl.group_access > 5
+                                 OFFSET 0) l
+           WHERE g.source_type = 'Namespace'
+         ),
+         via_project AS (
+           SELECT t.u, t.p, max(g.l) AS l FROM pairs t
+             JOIN grants g ON g.u = t.u AND g.source_type = 'Project' AND g.sid = t.p
+           GROUP BY t.u, t.p
+         ),
+         via_groups AS (
+           SELECT t.u, t.p, max(r.l) AS l FROM pairs t
+             JOIN reach r ON r.u = t.u AND t.type = 'Group' AND r.gid = ANY(t.t)
+           GROUP BY t.u, t.p
+         ),
+         links AS MATERIALIZED (
+           SELECT t.u, t.p, k.access, k.lt FROM pairs t
+             CROSS JOIN LATERAL (
+               SELECT pl.group_access AS access, ln.lt FROM project_group_links pl
+                 CROSS JOIN LATERAL (SELECT n.traversal_ids::bigint[] AS lt FROM namespaces n
+                                     WHERE n.id = pl.group_id OFFSET 0) ln
+               WHERE pl.project_id = t.p OFFSET 0
+             ) k
+           WHERE NOT t.locked
+         ),
+         via_links AS (
+           SELECT k.u, k.p, max(LEAST(r.l, k.access)) AS l FROM links k
+             JOIN reach r ON r.u = k.u AND r.gid = ANY(k.lt)
+           GROUP BY k.u, k.p
+         ),
+         desired AS MATERIALIZED (
+           SELECT t.u, t.p, t.project_exists, GREATEST(
+             COALESCE(vp.l, 0), COALESCE(vg.l, 0), COALESCE(vl.l, 0),
+             CASE WHEN t.type = 'User' AND t.owner_id = t.u THEN 50 ELSE 0 END
+           )::int4 AS access_level
+           FROM pairs t
+             LEFT JOIN via_project vp ON vp.u = t.u AND vp.p = t.p
+             LEFT JOIN via_groups vg ON vg.u = t.u AND vg.p = t.p
+             LEFT JOIN via_links vl ON vl.u = t.u AND vl.p = t.p
+         ),
+         del AS (
+           DELETE FROM project_authorizations pa USING desired d
+           WHERE pa.user_id = ANY($5::bigint[]) AND pa.user_id = d.u AND pa.project_id = d.p
+             AND (d.access_level = 0 OR pa.access_level <> d.access_level)
+           RETURNING 1
+         ),
+         ins AS (
+           INSERT INTO project_authorizations (user_id, project_id, access_level, is_unique)
+           SELECT d.u, d.p, d.access_level, true FROM desired d
+           WHERE d.access_level > 0 AND d.project_exists
+             AND NOT EXISTS (SELECT 1 FROM project_authorizations c
+                             WHERE c.user_id = ANY($5::bigint[]) AND c.user_id = d.u AND c.project_id = d.p
+                               AND c.access_level = d.access_level AND c.is_unique IS TRUE)
+           ON CONFLICT (user_id, project_id, access_level)
+             DO UPDATE SET is_unique = true
+             WHERE project_authorizations.is_unique IS DISTINCT FROM true
+           RETURNING 1
+         )
+     SELECT (SELECT count(*) FROM del), (SELECT count(*) FROM ins)"
     );
 }
