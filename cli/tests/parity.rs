@@ -37,7 +37,7 @@ const CRONS: [(&str, &[&str]); 5] = [
             "placeholder-user-cleanup",
         ],
     ),
-    ("pat-expiring", &["pat-expiring"]),
+    ("pat-expiring", &["deliver-notification", "pat-expiring"]),
 ];
 
 fn hk(db: &TestDb, args: &[&str]) -> Output {

@@ -63,6 +63,11 @@ pub const TABLES: &[TableRule] = &[
         ],
     },
     TableRule {
+        table: "web_hooks",
+        identity: &["created_at"],
+        watched: &[],
+    },
+    TableRule {
         table: "import_placeholder_user_details",
         identity: &["placeholder_user_id"],
         watched: &["deletion_attempts"],
