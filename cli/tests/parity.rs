@@ -6,7 +6,7 @@
 //! (a row removed that the plan kept, a row kept that it removed, a row changed
 //! meanwhile, an id reused) is reported exactly, with its exit code.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use hk::parity::PlanFile;
@@ -98,7 +98,7 @@ fn run(db: &TestDb, function: &str, extra: &[&str]) -> Value {
 }
 
 /// `hk parity --json` on `db`: its exit code and report.
-fn parity(db: &TestDb, plan: &PathBuf) -> (i32, Value) {
+fn parity(db: &TestDb, plan: &Path) -> (i32, Value) {
     let o = hk(db, &["parity", plan.to_str().unwrap(), "--json"]);
     let text = String::from_utf8_lossy(&o.stdout);
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));

@@ -185,7 +185,7 @@ fn distinct<T>(items: Vec<T>, decision: impl Fn(&T) -> &Decision) -> Vec<T> {
         .collect()
 }
 
-/// [`distinct`] over the whole plan's decisions.
+/// The last decision of each function on each row, over the whole plan.
 pub fn last_of_each(planned: Vec<PlannedDecision>) -> Vec<PlannedDecision> {
     distinct(planned, |p| &p.decision)
 }
