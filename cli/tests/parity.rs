@@ -66,6 +66,12 @@ async fn pair() -> (TestDb, TestDb) {
 
 /// The plan of `function` on `copy`, written to a file as the documented form does.
 fn plan(copy: &TestDb, function: &str) -> (PathBuf, PlanFile) {
+    let (path, p, _) = plan_and_runs(copy, function);
+    (path, p)
+}
+
+/// [`plan`], with the plan's run lines.
+fn plan_and_runs(copy: &TestDb, function: &str) -> (PathBuf, PlanFile, Vec<Value>) {
     let o = hk(
         copy,
         &[
@@ -83,7 +89,12 @@ fn plan(copy: &TestDb, function: &str) -> (PathBuf, PlanFile) {
     std::fs::write(&path, &o.stdout).expect("the plan is written");
     let parsed = PlanFile::parse(&String::from_utf8_lossy(&o.stdout)).expect("the plan parses");
     assert!(!parsed.decisions.is_empty(), "{function} decided nothing");
-    (path, parsed)
+    let runs = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("every line is JSON"))
+        .filter(|v| v.get("plan").is_none())
+        .collect();
+    (path, parsed, runs)
 }
 
 /// The real run of `function` on `db`, with `extra` arguments (`--chaos …`): its
@@ -159,8 +170,27 @@ async fn the_plan_agrees_with_a_real_run_under_chaos() {
 #[tokio::test]
 async fn the_plan_names_the_rules_of_each_function() {
     let (copy, _) = pair().await;
-    let (path, p) = plan(&copy, "remove-expired-members");
+    let (path, p, runs) = plan_and_runs(&copy, "remove-expired-members");
     std::fs::remove_file(&path).ok();
+    // The decisions agree with the runs' counters: removed = updated_rows, kept =
+    // skipped_rows.
+    let total = |key: &str| -> u64 {
+        runs.iter()
+            .filter(|r| r["function"] == "remove-expired-members")
+            .map(|r| r["report"][key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let n = |d: &str| {
+        p.decisions
+            .iter()
+            .filter(|x| x.function == "remove-expired-members" && x.decision == d)
+            .count() as u64
+    };
+    assert_eq!(
+        (n("removed"), n("kept")),
+        (total("updated_rows"), total("skipped_rows"))
+    );
+    assert!(n("removed") > 0 && n("kept") > 0);
     let has = |f: &str, d: &str, r: &str| {
         p.decisions
             .iter()
