@@ -23,4 +23,5 @@ pub mod demo;
 pub mod local;
 pub mod local_queue;
 pub mod migrate;
+pub mod parity;
 pub mod pg;

@@ -43,6 +43,7 @@ use shared::runtime::{
 use tokio_postgres::GenericClient;
 
 mod budget;
+pub mod decisions;
 mod exit;
 mod gated;
 pub mod handoff;
@@ -330,6 +331,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
             notifier: self.notifier.as_deref(),
+            decisions: None,
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
@@ -466,6 +468,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
             notifier: dry_notifier.as_ref(),
+            decisions: None,
         };
         let meta = RecordMeta {
             sqs_message_id: Some("dry-run".into()),

@@ -316,6 +316,7 @@ pub async fn handle_event_with<H: Handler>(
                 deps.config.settings.deadline_margin,
             ),
             notifier: deps.notifier.as_ref(),
+            decisions: None,
         };
         let body = rec.body.as_deref().unwrap_or("");
         if inv.deadline.reached() {

@@ -89,9 +89,49 @@ pub struct Invocation<'a> {
     /// B28's instance facts and delivery means (`pat-expiring`,
     /// `deliver-notification`); `None` for the other functions.
     pub notifier: Option<&'a crate::notify::Notifier>,
+    /// Where `hk`'s plan records each decision ([`Invocation::decide`]); `None` in
+    /// Lambda, where deciding records nothing.
+    pub decisions: Option<&'a dyn Decisions>,
+}
+
+/// One candidate row a handler examined and what it decided, with the rule that
+/// decided it: the same names as its log line and `done` counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The function that decided.
+    pub function: Function,
+    /// The row's table and primary key.
+    pub table: &'static str,
+    /// The row's `id`.
+    pub id: i64,
+    /// `removed`, `kept`, `notified`, `destroyed`, …
+    pub decision: &'static str,
+    /// The rule that decided it (`last_owner`, `no_longer_expired`, `seven_days`, …).
+    pub rule: &'static str,
+}
+
+/// What records decisions (`hk run --dry-run --until-idle`, docs/parity.md).
+pub trait Decisions: Send + Sync {
+    /// Record one decision.
+    fn record(&self, decision: Decision);
 }
 
 impl Invocation<'_> {
+    /// Record that this invocation decided `decision` by `rule` for row `id` of `table`
+    /// (nothing when no plan records).
+    pub fn decide(&self, table: &'static str, id: i64, decision: &'static str, rule: &'static str) {
+        if let Some(d) = self.decisions {
+            let function = self.function;
+            d.record(Decision {
+                function,
+                table,
+                id,
+                decision,
+                rule,
+            });
+        }
+    }
+
     /// `today`: the UTC date of `now`.
     pub fn today(&self) -> chrono::NaiveDate {
         self.now.date_naive()

@@ -167,6 +167,7 @@ pub async fn ours(
             settings: &settings,
             deadline: Deadline::in_(F.timeout(), settings.deadline_margin),
             notifier: Some(&notifier),
+            decisions: None,
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("bench-{runs}")),

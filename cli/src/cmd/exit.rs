@@ -1,7 +1,8 @@
 //! `hk`'s exit codes (README, "Exit codes"): 0 success, 1 a retryable failure left
 //! (including a database or AWS that cannot be reached, or throttling), 2 a
 //! permanent failure or a usage error, 3 a run that ended with items failed inside
-//! it (`hk run`, `hk replay file`, `hk demo`: [`ITEMS_FAILED`]). A command that fails
+//! it (`hk run`, `hk replay file`, `hk demo`: [`ITEMS_FAILED`]), 4 `hk parity` found
+//! a disagreement ([`DISAGREED`]). A command that fails
 //! with an error is classified here by the causes it carries.
 
 use std::io::ErrorKind;
@@ -13,6 +14,10 @@ pub(crate) const PERMANENT: u8 = 2;
 /// A run ended, but items failed inside it (failed rows, groups, users…): nothing
 /// redelivers them; the next run retries them. 1 and 2 take precedence.
 pub(crate) const ITEMS_FAILED: u8 = hk::local::EXIT_ITEMS_FAILED as u8;
+
+/// `hk parity`: a planned decision disagrees with the database, or its row's id now
+/// belongs to another row (docs/parity.md).
+pub(crate) const DISAGREED: u8 = 4;
 
 /// What `hk run --help` and `hk replay file --help` say about exit codes.
 pub(crate) const EXIT_CODES_HELP: &str = "Exit codes: 0 success (stale and skipped \

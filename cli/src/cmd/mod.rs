@@ -9,6 +9,7 @@ mod demo;
 pub(crate) mod exit;
 mod grants;
 mod local;
+mod parity;
 mod replay;
 mod run;
 mod status;
@@ -20,6 +21,7 @@ pub(crate) use check::CheckArgs;
 pub(crate) use db::DbAction;
 pub(crate) use grants::GrantsArgs;
 pub(crate) use local::LocalAction;
+pub(crate) use parity::ParityArgs;
 pub(crate) use replay::ReplayAction;
 pub(crate) use run::RunArgs;
 
@@ -28,6 +30,7 @@ use check::cmd_check;
 use demo::cmd_demo;
 use grants::cmd_grants;
 use local::cmd_local;
+use parity::cmd_parity;
 use replay::cmd_replay;
 use run::cmd_run;
 use status::{cmd_status, StatusArgs};
@@ -102,6 +105,11 @@ pub(crate) enum Cmd {
     /// Run a function as its trigger would, with the in-process queue.
     #[command(after_help = exit::EXIT_CODES_HELP)]
     Run(RunArgs),
+    /// Compare a plan (`hk run <function> --dry-run --until-idle --json > plan.json`)
+    /// with the database after GitLab's own cron ran, read only: per function and
+    /// rule, the decisions that agree, disagree, changed meanwhile or whose id was
+    /// reused (exit 0 at full agreement, 4 otherwise).
+    Parity(ParityArgs),
     /// Local AWS emulation around `cargo lambda watch` (moto).
     Local {
         #[command(subcommand)]
@@ -341,6 +349,7 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Check(a) => cmd_check(a).await,
         Cmd::Grants(a) => cmd_grants(a).await,
         Cmd::Run(a) => cmd_run(a).await,
+        Cmd::Parity(a) => cmd_parity(a).await,
         Cmd::Local { action } => cmd_local(action).await,
         Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Status(a) => cmd_status(a).await,

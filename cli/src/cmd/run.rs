@@ -175,6 +175,15 @@ fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         plan.locks.describe()
     );
     print_sequences(&plan.sequences);
+    println!(
+        "\nDecisions ({}; clock {}; GitLab {}): function, decision, rule, rows",
+        plan.decisions.len(),
+        plan.now.map(shared::clock::rfc3339).unwrap_or_default(),
+        plan.gitlab
+    );
+    for ((f, d, r), n) in hk::local::decisions::counts(&plan.decisions) {
+        println!("  {f:<26} {d:<18} {r:<28} {n:>7}");
+    }
     if let Some(why) = &plan.stopped {
         println!("\nINCOMPLETE: {why}; the figures above cover only what was planned until then");
     }

@@ -25,13 +25,21 @@
 //! so and what it planned until then. Each delivery runs in a savepoint of its own,
 //! so a failed one is rolled back alone (as a failed invocation would be) instead of
 //! aborting the whole plan.
+//!
+//! The plan also records every decision the handlers made (`decisions`: each
+//! candidate row, what was decided and by which rule, with the row's identity and
+//! the state the plan left it in), its clock and the GitLab release it ran on: what
+//! `hk parity` compares with the database after GitLab's own cron ran
+//! (docs/parity.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use tokio_postgres::{GenericClient, Transaction};
 
 use super::budget::{self, LockBudget, SequenceAdvance};
+use super::decisions::{self, PlannedDecision, Recorder};
 use super::{exit_code_of, process_record, run_of, Runner, MAX_RECEIVES, VISIBILITY_S};
 use crate::local_queue::{LocalQueue, Pending};
 use shared::error::Result;
@@ -80,6 +88,14 @@ pub struct Plan {
     pub sequences: Vec<SequenceAdvance>,
     /// Why the plan stopped before the end of the run, if it did.
     pub stopped: Option<String>,
+    /// The function planned.
+    pub function: Option<Function>,
+    /// The plan's clock: the `now` of its first invocation.
+    pub now: Option<DateTime<Utc>>,
+    /// The GitLab release the database says it is, and its deletion-state model.
+    pub gitlab: Value,
+    /// Every decision the handlers made, in order (one per function, table and id).
+    pub decisions: Vec<PlannedDecision>,
 }
 
 impl Plan {
@@ -101,9 +117,35 @@ impl Plan {
                 "locks": {"most_held": self.most_locks, "server": self.locks.to_json()},
                 "sequences_advanced": self.sequences.iter().map(SequenceAdvance::to_json).collect::<Vec<_>>(),
                 "stopped": self.stopped,
+                "function": self.function.map(|f| f.name()),
+                "now": self.now.map(shared::clock::rfc3339),
+                "gitlab": self.gitlab,
+                "decisions": self.decisions.iter().map(PlannedDecision::to_json).collect::<Vec<_>>(),
             }
         })
     }
+}
+
+/// The GitLab release the database's newest migration names, and its deletion-state
+/// model (`null` where not known).
+async fn gitlab<C: GenericClient>(c: &C) -> Result<Value> {
+    use checks::{database::release_of, sql};
+    let table: bool = c.query_one(sql::HAS_SCHEMA_MIGRATIONS, &[]).await?.get(0);
+    let newest: Option<String> = match table {
+        true => c
+            .query_opt(sql::NEWEST_MIGRATION, &[])
+            .await
+            .ok()
+            .flatten()
+            .map(|r| r.get(0)),
+        false => None,
+    };
+    let model = shared::gitlab::deletion_model::probe(c).await?;
+    Ok(json!({
+        "schema_version": newest,
+        "release": newest.as_deref().and_then(release_of),
+        "deletion_model": model.as_str(),
+    }))
 }
 
 /// Ids of the removable kinds: users, groups, projects.
@@ -197,7 +239,11 @@ impl Runner {
             });
         };
         let recorder = LocalQueue::new(self.queue.now());
+        let start = recorder.now();
         let mut client = self.connector.connect(function.name()).await?;
+        let gitlab = gitlab(&client).await?;
+        let decider = Recorder::default();
+        let mut planned: Vec<PlannedDecision> = Vec::new();
         let locks = LockBudget::read(&client).await?;
         let sequences_before = budget::sequences(&client).await?;
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
@@ -216,7 +262,7 @@ impl Runner {
                     held.push(p);
                     continue;
                 }
-                self.plan_delivery(&mut tx, &recorder, p, dry_notifier.as_ref())
+                self.plan_delivery(&mut tx, &recorder, p, dry_notifier.as_ref(), &decider)
                     .await?;
                 let n = budget::held(&tx).await?;
                 most_locks = most_locks.max(n);
@@ -228,7 +274,10 @@ impl Runner {
             }
             let tables = table_changes(&tx).await?;
             totals.add(tables_before, tables, &before, &ids(&tx).await?);
+            let mut slice = decisions::after_slice(&tx, decider.take()).await?;
             tx.rollback().await?;
+            decisions::before(&client, &mut slice).await?;
+            planned.extend(slice);
             // Session locks taken inside the transaction outlive the rollback.
             client
                 .batch_execute("SELECT pg_advisory_unlock_all()")
@@ -270,6 +319,10 @@ impl Runner {
             most_locks,
             sequences,
             stopped,
+            function: Some(function),
+            now: Some(start),
+            gitlab,
+            decisions: decisions::last_of_each(planned),
         })
     }
 
@@ -281,6 +334,7 @@ impl Runner {
         recorder: &LocalQueue,
         p: Pending,
         notifier: Option<&Notifier>,
+        decisions: &Recorder,
     ) -> Result<()> {
         let body = p.message.envelope.to_body();
         let f = p.message.receiver;
@@ -292,6 +346,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(f.timeout(), self.settings.deadline_margin),
             notifier,
+            decisions: Some(decisions),
         };
         let meta = RecordMeta {
             sqs_message_id: Some(format!("dry-run-{}", self.runs.len() + 1)),

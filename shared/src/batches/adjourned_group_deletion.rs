@@ -192,7 +192,16 @@ where
                 return Ok(r);
             }
             r.due += 1;
-            match process_group(inv, env, client, s, index, due).await {
+            let outcome = process_group(inv, env, client, s, index, due).await;
+            let (decision, rule) = match &outcome {
+                Ok(GroupOutcome::Enqueued { .. }) => ("destroy_enqueued", "due"),
+                Ok(GroupOutcome::Restored { .. }) => ("restored", "permission_lost"),
+                Ok(GroupOutcome::UserMissing) => ("kept", "user_missing"),
+                Ok(GroupOutcome::NoLongerDue) => ("kept", "schedule_changed"),
+                Err(_) => ("failed", "error"),
+            };
+            inv.decide("namespaces", s.group_id, decision, rule);
+            match outcome {
                 Ok(GroupOutcome::Enqueued { delay_s }) => {
                     r.enqueued += 1;
                     tracing::info!(

@@ -251,7 +251,17 @@ where
             end = GroupEnd::Deadline;
             break;
         }
-        match claim(&mut tx, d.id, inv.now, retry_before).await? {
+        let claimed = claim(&mut tx, d.id, inv.now, retry_before).await?;
+        let (decision, rule) = match &claimed {
+            Claim::Claimed(c) if c.attempts >= i64::from(MAX_ATTEMPTS) => {
+                ("claimed", "max_attempts_reached")
+            }
+            Claim::Claimed(_) => ("claimed", "attempt"),
+            Claim::Stale => ("kept", "no_longer_eligible"),
+            Claim::RolledBack(_) => ("failed", "error"),
+        };
+        inv.decide("import_placeholder_user_details", d.id, decision, rule);
+        match claimed {
             Claim::Claimed(c) => {
                 // Step 3.
                 if c.attempts >= i64::from(MAX_ATTEMPTS) {

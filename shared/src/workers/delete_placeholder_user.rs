@@ -47,6 +47,19 @@ pub enum Outcome {
     Refused,
 }
 
+impl Outcome {
+    /// The `outcome` field's value.
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::NotFound => "not_found",
+            Outcome::NotPlaceholder => "not_placeholder",
+            Outcome::Referenced => "referenced",
+            Outcome::Scheduled => "scheduled",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
 /// The `done` result: the outcome and the placeholder.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct DeletePlaceholderUserDone {
@@ -127,6 +140,12 @@ impl Job for DeletePlaceholderUser {
         // Steps 1–4 of behaviour §B70.4, with their log lines.
         let u = p.placeholder_user_id;
         let outcome = retry_transient!(process(inv, &env.run_id, client, u).await)?;
+        let decision = match outcome {
+            Outcome::Scheduled => "removal_scheduled",
+            Outcome::Refused => "refused",
+            _ => "kept",
+        };
+        inv.decide("users", u, decision, outcome.name());
         match outcome {
             Outcome::NotFound => {
                 tracing::debug!(

@@ -49,6 +49,19 @@ pub enum Outcome {
     Deleted,
 }
 
+impl Outcome {
+    /// The `outcome` field's value.
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::NotFound => "not_found",
+            Outcome::NoMigration => "no_migration",
+            Outcome::Ghost => "ghost",
+            Outcome::Refused => "refused",
+            Outcome::Deleted => "deleted",
+        }
+    }
+}
+
 /// Rows reassigned to the ghost user by this invocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Reassigned {
@@ -220,92 +233,118 @@ impl Job for DeleteUser {
     where
         C: GenericClient + Send + Sync,
     {
-        // Steps 1–7 of behaviour §5.2.
-        let u = p.user_id;
-        let budget = Budget::start(inv.settings.delete_user_budget);
-        match retry_transient!(precheck(client, u).await)? {
-            Pre::Missing => {
-                tracing::info!(user_id = u, "delete-user skipped: user not found");
-                return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)));
-            }
-            Pre::NoMigration => {
-                tracing::info!(
-                    user_id = u,
-                    "delete-user skipped: no pending ghost user migration"
-                );
-                return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)));
-            }
-            Pre::Present { user_type } if user_type == user_type::GHOST => {
-                tracing::error!(
-                    user_id = u,
-                    "delete-user refused: ghost user cannot be deleted"
-                );
-                return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)));
-            }
-            Pre::Present { .. } => {}
+        let step = work(inv, client, p).await?;
+        if let Step::Done(DeleteUserDone {
+            user_id,
+            outcome: Some(o),
+            ..
+        }) = &step
+        {
+            let decision = match o {
+                Outcome::Deleted => "deleted",
+                Outcome::Ghost | Outcome::Refused => "refused",
+                Outcome::NotFound | Outcome::NoMigration => "kept",
+            };
+            inv.decide("users", *user_id, decision, o.name());
         }
-        if let Some(r) = user_removal::refusal(&*client, u, false).await? {
+        Ok(step)
+    }
+}
+
+/// Steps 1–7 of behaviour §5.2 for message `p`.
+async fn work<C>(
+    inv: &Invocation<'_>,
+    client: &mut C,
+    p: DeleteUserRun,
+) -> Result<Step<DeleteUserDone, DeleteUserRun>>
+where
+    C: GenericClient + Send + Sync,
+{
+    // Steps 1–7 of behaviour §5.2.
+    let u = p.user_id;
+    let budget = Budget::start(inv.settings.delete_user_budget);
+    match retry_transient!(precheck(client, u).await)? {
+        Pre::Missing => {
+            tracing::info!(user_id = u, "delete-user skipped: user not found");
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)));
+        }
+        Pre::NoMigration => {
+            tracing::info!(
+                user_id = u,
+                "delete-user skipped: no pending ghost user migration"
+            );
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)));
+        }
+        Pre::Present { user_type } if user_type == user_type::GHOST => {
+            tracing::error!(
+                user_id = u,
+                "delete-user refused: ghost user cannot be deleted"
+            );
+            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)));
+        }
+        Pre::Present { .. } => {}
+    }
+    if let Some(r) = user_removal::refusal(&*client, u, false).await? {
+        log_refusal(u, &r);
+        return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)));
+    }
+    let ghost = retry_transient!(
+        user_removal::ensure_ghost_user(client.transaction().await?, inv.now).await
+    )?;
+    let mut counts = [0u64; 3];
+    for (i, statement) in REASSIGN.iter().enumerate() {
+        loop {
+            let n = client
+                .execute(*statement, &[&u, &ghost, &REASSIGN_BATCH])
+                .await?;
+            if n == 0 {
+                break; // this table is finished: not a unit, no reason to stop
+            }
+            counts[i] += n;
+            if budget.exhausted() || inv.deadline.reached() {
+                return Ok(Step::Continue {
+                    outcome: DeleteUserDone::reassigning(u, counts),
+                    next: Next::Resend,
+                    delay_s: 0,
+                });
+            }
+        }
+    }
+    match retry_transient!(final_transaction(client, u).await)? {
+        Final::Deleted => {
+            tracing::info!(
+                user_id = u,
+                ghost_user_id = ghost,
+                issues_reassigned = counts[0],
+                merge_requests_reassigned = counts[1],
+                notes_reassigned = counts[2],
+                initiator_user_id = p.initiator_user_id,
+                reason = p.reason.as_deref(),
+                "User deleted"
+            );
+            Ok(Step::Done(DeleteUserDone::completed(u, counts)))
+        }
+        Final::Missing => {
+            tracing::info!(user_id = u, "delete-user skipped: user not found");
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)))
+        }
+        Final::NoMigration => {
+            tracing::info!(
+                user_id = u,
+                "delete-user skipped: no pending ghost user migration"
+            );
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)))
+        }
+        Final::Ghost => {
+            tracing::error!(
+                user_id = u,
+                "delete-user refused: ghost user cannot be deleted"
+            );
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)))
+        }
+        Final::Refused(r) => {
             log_refusal(u, &r);
-            return Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)));
-        }
-        let ghost = retry_transient!(
-            user_removal::ensure_ghost_user(client.transaction().await?, inv.now).await
-        )?;
-        let mut counts = [0u64; 3];
-        for (i, statement) in REASSIGN.iter().enumerate() {
-            loop {
-                let n = client
-                    .execute(*statement, &[&u, &ghost, &REASSIGN_BATCH])
-                    .await?;
-                if n == 0 {
-                    break; // this table is finished: not a unit, no reason to stop
-                }
-                counts[i] += n;
-                if budget.exhausted() || inv.deadline.reached() {
-                    return Ok(Step::Continue {
-                        outcome: DeleteUserDone::reassigning(u, counts),
-                        next: Next::Resend,
-                        delay_s: 0,
-                    });
-                }
-            }
-        }
-        match retry_transient!(final_transaction(client, u).await)? {
-            Final::Deleted => {
-                tracing::info!(
-                    user_id = u,
-                    ghost_user_id = ghost,
-                    issues_reassigned = counts[0],
-                    merge_requests_reassigned = counts[1],
-                    notes_reassigned = counts[2],
-                    initiator_user_id = p.initiator_user_id,
-                    reason = p.reason.as_deref(),
-                    "User deleted"
-                );
-                Ok(Step::Done(DeleteUserDone::completed(u, counts)))
-            }
-            Final::Missing => {
-                tracing::info!(user_id = u, "delete-user skipped: user not found");
-                Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NotFound)))
-            }
-            Final::NoMigration => {
-                tracing::info!(
-                    user_id = u,
-                    "delete-user skipped: no pending ghost user migration"
-                );
-                Ok(Step::Done(DeleteUserDone::ended(u, Outcome::NoMigration)))
-            }
-            Final::Ghost => {
-                tracing::error!(
-                    user_id = u,
-                    "delete-user refused: ghost user cannot be deleted"
-                );
-                Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Ghost)))
-            }
-            Final::Refused(r) => {
-                log_refusal(u, &r);
-                Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)))
-            }
+            Ok(Step::Done(DeleteUserDone::ended(u, Outcome::Refused)))
         }
     }
 }

@@ -404,10 +404,19 @@ impl Job for DeliverNotification {
     where
         C: GenericClient + Send + Sync,
     {
-        match payload {
+        let step = match payload {
             Notification::Email(n) => email(inv, &*client, env, n).await,
             Notification::Webhook(p) => webhook(inv, client, env, p).await,
+        }?;
+        if let Step::Done(d) | Step::Retry { outcome: d, .. } = &step {
+            let (table, id) = match d {
+                Delivered::Email { user_id, .. } => ("users", *user_id),
+                Delivered::Webhook { hook_id, .. } => ("web_hooks", *hook_id),
+            };
+            let o = d.outcome();
+            inv.decide(table, id, o.decision(), o.name());
         }
+        Ok(step)
     }
 }
 

@@ -40,6 +40,8 @@ pub const SCHEDULE_BATCH_SIZE: i64 = 10;
 pub const MEMBER_BATCH_SIZE: i64 = 100;
 
 const FUNCTION: Function = Function::PruneDeletions;
+/// The table of the schedules it decides on.
+const SCHEDULES: &str = "members_deletion_schedules";
 
 /// A `members_deletion_schedules` row.
 #[derive(Debug, Clone, Copy)]
@@ -173,11 +175,13 @@ where
         let m = Member::from_row(&locked);
         // (3)–(4) Authorized as scheduled_by; the first denial ends the batch.
         if let Some(d) = permissions::can_remove_member(&tx, &actor, &m).await? {
+            inv.decide("members", m.id, "kept", d.code());
             denial = Some((m.id, d));
             break;
         }
         // (5) Remove, refresh deferred to step d.
         membership::remove_membership(&tx, &m, Refresh::Deferred).await?;
+        inv.decide("members", m.id, "removed", "scheduled");
         destroyed += 1;
     }
     // d. One refresh per batch, unless the budget stopped it before its first member.
@@ -252,6 +256,9 @@ where
                 );
             }
             Ok(Step::Committed(b)) => {
+                let kept = b.outcome == Outcome::Partial;
+                let decision = if kept { "kept" } else { "removed" };
+                inv.decide(SCHEDULES, s.id, decision, b.outcome.code());
                 t.processed += 1;
                 t.destroyed += b.destroyed;
                 if let Some((member_id, reason)) = b.denial {
@@ -279,6 +286,7 @@ where
             Err(e) if e.is_connection_lost() => return Err(e),
             Err(e) => {
                 // Rolled back; left out for the rest of this invocation.
+                inv.decide(SCHEDULES, s.id, "failed", "error");
                 t.failed += 1;
                 tracing::error!(
                     schedule_id = s.id,

@@ -142,6 +142,7 @@ async fn a_panicking_handler_emits_its_metric_line() {
         settings: &settings,
         deadline: Deadline::in_(f.timeout(), settings.deadline_margin),
         notifier: None,
+        decisions: None,
     };
     let mut client = db.session().await;
     let (log, _g) = capture();

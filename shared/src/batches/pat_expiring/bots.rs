@@ -19,7 +19,7 @@ use super::interval::Interval;
 use super::lookup::{
     bot_contexts, find_resource, load_resource, recipients, subscribed_hooks, BotContext,
 };
-use super::Run;
+use super::{Run, TOKENS};
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::messages::{
@@ -37,6 +37,7 @@ fn bot_messages(
     ctx: &BotContext,
 ) -> Option<BotClaim> {
     let marked = rows.len() as u64;
+    let tokens = (iv, rows.iter().map(|t| t.id).collect());
     let reported = rows.into_iter().min_by_key(|t| t.id)?;
     let (env, inv) = (run.env, run.inv);
     let out = bot_notices(iv, bot, &reported, ctx, run.instance, &env.run_id, inv.now);
@@ -45,6 +46,7 @@ fn bot_messages(
         marked,
         out,
         recipients: ctx.2.clone(),
+        tokens,
     })
 }
 
@@ -180,6 +182,8 @@ pub(super) struct BotClaim {
     marked: u64,
     out: Vec<OutMessage>,
     recipients: Vec<i64>,
+    /// The claimed tokens and their interval (the plan's decisions).
+    tokens: (Interval, Vec<i64>),
 }
 
 impl Claim for BotClaim {
@@ -201,6 +205,10 @@ impl Claim for BotClaim {
     fn count(&self, run: &mut Run<'_, '_>) {
         run.progress = true;
         run.totals.bot_tokens_marked += self.marked;
+        let (iv, tokens) = &self.tokens;
+        for &id in tokens {
+            run.inv.decide(TOKENS, id, "notified", iv.name());
+        }
         run.totals.bots_notified += 1;
     }
 }
@@ -289,6 +297,7 @@ impl Claims for Bots {
         match outcome {
             Ok(Outcome::NoResource) => {
                 // No log, as in GitLab; the tokens stay unmarked.
+                run.inv.decide("users", bot, "kept", "bot_without_resource");
                 excluded.push(bot);
                 run.totals.bots_without_membership += 1;
             }

@@ -14,7 +14,7 @@ use tokio_postgres::GenericClient;
 
 use super::claims::{Claim, Claims, Outcome};
 use super::interval::Interval;
-use super::{sql, Run, MAX_TOKENS};
+use super::{sql, Run, MAX_TOKENS, TOKENS};
 use crate::error::Result;
 use crate::messages::{user_email_key, EmailNotification};
 use crate::queue::OutMessage;
@@ -24,6 +24,8 @@ pub(super) struct UserClaim {
     user_id: i64,
     marked: u64,
     email: Option<OutMessage>,
+    /// The claimed tokens and their interval (the plan's decisions).
+    tokens: (Interval, Vec<i64>),
 }
 
 impl Claim for UserClaim {
@@ -52,6 +54,14 @@ impl Claim for UserClaim {
     fn count(&self, run: &mut Run<'_, '_>) {
         run.progress = true;
         run.totals.user_tokens_marked += self.marked;
+        let decision = match self.email {
+            Some(_) => "notified",
+            None => "suppressed",
+        };
+        let (iv, tokens) = &self.tokens;
+        for &id in tokens {
+            run.inv.decide(TOKENS, id, decision, iv.name());
+        }
         if self.email.is_some() {
             run.totals.user_emails_enqueued += 1;
         } else {
@@ -71,6 +81,7 @@ fn user_email(
 ) -> UserClaim {
     claimed.sort();
     let marked = claimed.len() as u64;
+    let tokens = (iv, claimed.iter().map(|c| c.1).collect());
     let email = can_receive.then(|| {
         let n = EmailNotification::AccessTokenAboutToExpire {
             recipient_user_id: user_id,
@@ -87,6 +98,7 @@ fn user_email(
         user_id,
         marked,
         email,
+        tokens,
     }
 }
 

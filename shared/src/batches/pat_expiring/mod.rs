@@ -46,6 +46,8 @@ pub const MAX_TOKENS: usize = crate::messages::TOKEN_NAMES_MAX;
 pub const REQUEUE_DELAY_S: u32 = 120;
 
 const FUNCTION: Function = Function::PatExpiring;
+/// The table of the tokens it decides on.
+const TOKENS: &str = "personal_access_tokens";
 
 /// The `done` result of one `pat-expiring.run`: `completed`, or `limit_reached` when
 /// the budget or the deadline stopped it (a continuation was then sent), with the

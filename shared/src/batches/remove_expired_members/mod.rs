@@ -170,8 +170,15 @@ impl PageResult {
         }
     }
 
-    /// Count and log one member's outcome (behaviour §B38.5 step E, §B38.8).
-    fn record(&mut self, id: i64, outcome: Result<MemberOutcome>) {
+    /// Count, log and decide one member's outcome (behaviour §B38.5 step E, §B38.8).
+    fn record(&mut self, inv: &Invocation<'_>, id: i64, outcome: Result<MemberOutcome>) {
+        let (decision, rule) = match &outcome {
+            Ok(MemberOutcome::Deleted) => ("removed", "expired"),
+            Ok(MemberOutcome::NoLongerExpired) => ("kept", "no_longer_expired"),
+            Ok(MemberOutcome::LastOwner { .. }) => ("kept", "last_owner"),
+            Err(_) => ("failed", "error"),
+        };
+        inv.decide("members", id, decision, rule);
         match outcome {
             Ok(MemberOutcome::Deleted) => self.updated += 1,
             Ok(MemberOutcome::NoLongerExpired) => {
@@ -255,7 +262,7 @@ where
                 let (longest, most) = r.longest_group;
                 r.longest_group = (longest.max(took), most.max(rows_locked as u64));
                 for (id, outcome) in outcomes {
-                    r.record(id, outcome);
+                    r.record(inv, id, outcome);
                 }
                 if let Some(k) = stopped_at {
                     // The guard fired inside the group: continue before its first
@@ -276,7 +283,7 @@ where
                         return Ok(r);
                     }
                     match one_member(inv, &env.run_id, client, id).await {
-                        MemberRun::Ended(outcome) => r.record(id, outcome),
+                        MemberRun::Ended(outcome) => r.record(inv, id, outcome),
                         MemberRun::ConnectionLost(e) => return Err(e),
                     }
                     last = Some(MemberCursor { expires_at, id });
@@ -317,7 +324,7 @@ where
             "Expired Member ID={id} expires at -infinity"
         );
         match one_member(inv, &env.run_id, client, id).await {
-            MemberRun::Ended(outcome) => r.record(id, outcome),
+            MemberRun::Ended(outcome) => r.record(inv, id, outcome),
             MemberRun::ConnectionLost(e) => return Err(e),
         }
     }

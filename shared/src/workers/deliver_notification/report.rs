@@ -36,6 +36,35 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The `outcome` field's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::RecipientCannotReceive => "recipient_cannot_receive",
+            Outcome::NotSubscribed => "not_subscribed",
+            Outcome::Disabled => "disabled",
+            Outcome::DryRun => "dry_run",
+            Outcome::Delivered => "delivered",
+            Outcome::Rejected => "rejected",
+            Outcome::Refused => "refused",
+            Outcome::InvalidUrl => "invalid_url",
+            Outcome::Failed => "failed",
+            Outcome::Deferred => "deferred",
+        }
+    }
+
+    /// The decision it stands for (`hk`'s plan): delivered, would deliver (dry
+    /// run), skipped or failed.
+    pub fn decision(self) -> &'static str {
+        match self {
+            Outcome::Delivered => "delivered",
+            Outcome::DryRun => "would_deliver",
+            Outcome::RecipientCannotReceive | Outcome::NotSubscribed | Outcome::Disabled => {
+                "skipped"
+            }
+            _ => "failed",
+        }
+    }
+
     /// The `status` of `done` for this outcome.
     pub fn status(self) -> Status {
         match self {
@@ -168,6 +197,11 @@ mod tests {
         assert_eq!(hook(Outcome::Disabled).status(), Status::Skipped);
         assert_eq!(hook(Outcome::NotSubscribed).status(), Status::Stale);
         assert_eq!(hook(Outcome::DryRun).to_json()["outcome"], "dry_run");
+        for o in [Outcome::RecipientCannotReceive, Outcome::NotSubscribed, Outcome::Disabled,
+                  Outcome::DryRun, Outcome::Delivered, Outcome::Rejected, Outcome::Refused,
+                  Outcome::InvalidUrl, Outcome::Failed, Outcome::Deferred] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.name());
+        }
         assert!(hook(Outcome::Failed).counts().is_empty());
         let counted = |r: Report| {
             r.metrics()

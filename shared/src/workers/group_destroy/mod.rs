@@ -456,6 +456,9 @@ impl Job for GroupDestroy {
                 return Err(e);
             }
         };
+        if let Some((decision, rule)) = outcome.decision() {
+            inv.decide("namespaces", p.group_id, decision, rule);
+        }
         let done = GroupDestroyDone::new(&p, outcome, n);
         Ok(match outcome {
             Outcome::Continuing => Step::Continue {

@@ -62,6 +62,23 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The decision on the group and its rule (the `outcome` names), once the message
+    /// ended; `None` while it goes on.
+    pub(super) fn decision(self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Outcome::Continuing => return None,
+            Outcome::Destroyed => ("destroyed", "destroyed"),
+            Outcome::Restored => ("restored", "permission_lost"),
+            Outcome::Blocked => ("blocked", "blocked"),
+            Outcome::UserNotActive => ("failed", "user_not_active"),
+            Outcome::GroupNotFound => ("kept", "group_not_found"),
+            Outcome::NotScheduled | Outcome::Unscheduled => ("kept", "not_scheduled"),
+            Outcome::UserChanged => ("kept", "user_changed"),
+            Outcome::NotDue => ("kept", "not_due"),
+            Outcome::UserNotFound => ("kept", "user_not_found"),
+        })
+    }
+
     /// Whether the destruction had started (the deletion metrics are then emitted).
     fn destroying(self) -> bool {
         matches!(

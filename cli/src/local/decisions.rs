@@ -1,0 +1,260 @@
+//! The decisions of a plan (`hk run --dry-run --until-idle`, docs/parity.md).
+//!
+//! Owns: [`Recorder`], the [`shared::runtime::Decisions`] the plan hands to every
+//! invocation (the handlers call `Invocation::decide`: function, table, id, decision,
+//! rule), and [`PlannedDecision`], a decision with what `hk parity` compares: the
+//! row's identity values and `updated_at` before the plan (read after the slice's
+//! rollback, so from the database as it was) and its state at the end of the slice
+//! (`expect`: `absent` or `present`, with the watched columns of its table); and
+//! [`TABLES`], per table the columns that identify a row (an id reused by another row
+//! differs there) and the columns whose value a decision changes. The row reads here
+//! (`to_jsonb` of the row by id) are `hk`'s own, not the functions'.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use serde_json::{json, Map, Value};
+use tokio_postgres::GenericClient;
+
+use shared::error::{Error, Result};
+use shared::runtime::{Decision, Decisions};
+
+/// What identifies a row of a table besides its id, and which columns a decision
+/// changes.
+pub struct TableRule {
+    /// The table (schema `public`).
+    pub table: &'static str,
+    /// Columns that identify the row: an id reused by another row differs here.
+    pub identity: &'static [&'static str],
+    /// Columns a decision sets (`…_at`: compared as set or not; others by value).
+    pub watched: &'static [&'static str],
+}
+
+/// Every table a function decides on.
+pub const TABLES: &[TableRule] = &[
+    TableRule {
+        table: "members",
+        identity: &["user_id", "source_id", "source_type"],
+        watched: &[],
+    },
+    TableRule {
+        table: "members_deletion_schedules",
+        identity: &["namespace_id", "user_id"],
+        watched: &[],
+    },
+    TableRule {
+        table: "namespaces",
+        identity: &["type", "created_at"],
+        watched: &[],
+    },
+    TableRule {
+        table: "users",
+        identity: &["created_at"],
+        watched: &[],
+    },
+    TableRule {
+        table: "personal_access_tokens",
+        identity: &["user_id", "created_at"],
+        watched: &[
+            "seven_days_notification_sent_at",
+            "thirty_days_notification_sent_at",
+            "sixty_days_notification_sent_at",
+            "expire_notification_delivered",
+        ],
+    },
+    TableRule {
+        table: "web_hooks",
+        identity: &["created_at"],
+        watched: &[],
+    },
+    TableRule {
+        table: "import_placeholder_user_details",
+        identity: &["placeholder_user_id"],
+        watched: &["deletion_attempts"],
+    },
+];
+
+/// The rule of `table`, if a function decides on it.
+pub fn table_rule(table: &str) -> Option<&'static TableRule> {
+    TABLES.iter().find(|t| t.table == table)
+}
+
+/// Collects the decisions of a plan, in order.
+#[derive(Default)]
+pub struct Recorder(Mutex<Vec<Decision>>);
+
+impl Decisions for Recorder {
+    fn record(&self, decision: Decision) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(decision);
+    }
+}
+
+impl Recorder {
+    /// The decisions recorded since the last call.
+    pub fn take(&self) -> Vec<Decision> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// A decision as the plan writes it (`decisions` of `--json`).
+#[derive(Debug, Clone)]
+pub struct PlannedDecision {
+    /// What was decided.
+    pub decision: Decision,
+    /// The identity values before the plan (`None`: the row did not exist).
+    pub identity: Option<Map<String, Value>>,
+    /// `updated_at` before the plan, when the table has one.
+    pub updated_at: Option<Value>,
+    /// The row at the end of the plan's slice: `None` when absent, else the watched
+    /// columns.
+    pub expect: Option<Map<String, Value>>,
+}
+
+impl PlannedDecision {
+    /// The decision's JSON object (docs/parity.md).
+    pub fn to_json(&self) -> Value {
+        let d = &self.decision;
+        json!({
+            "function": d.function.name(),
+            "table": d.table,
+            "id": d.id,
+            "decision": d.decision,
+            "rule": d.rule,
+            "identity": self.identity,
+            "updated_at": self.updated_at,
+            "expect": if self.expect.is_some() { "present" } else { "absent" },
+            "watched": self.expect,
+        })
+    }
+}
+
+/// The rows of `table` with these ids, as `to_jsonb` objects by id.
+pub async fn rows<C: GenericClient>(
+    c: &C,
+    table: &str,
+    ids: &[i64],
+) -> Result<BTreeMap<i64, Map<String, Value>>> {
+    let rule = table_rule(table)
+        .ok_or_else(|| Error::Invariant(format!("no row identity is known for table {table}")))?;
+    let sql = format!(
+        "SELECT id::bigint, to_jsonb(t) FROM public.{} t WHERE id = ANY($1::bigint[])",
+        rule.table
+    );
+    let mut out = BTreeMap::new();
+    for r in c.query(&sql, &[&ids]).await? {
+        if let Value::Object(m) = r.get::<_, Value>(1) {
+            out.insert(r.get(0), m);
+        }
+    }
+    Ok(out)
+}
+
+/// `columns` of `row`, `…_at` columns as whether they are set.
+pub fn pick(row: &Map<String, Value>, columns: &[&str], as_set: bool) -> Map<String, Value> {
+    columns
+        .iter()
+        .map(|c| {
+            let v = row.get(*c).cloned().unwrap_or(Value::Null);
+            let v = if as_set && c.ends_with("_at") {
+                Value::Bool(!v.is_null())
+            } else {
+                v
+            };
+            (c.to_string(), v)
+        })
+        .collect()
+}
+
+/// The last of the decisions on each row by each function, in order (a retried
+/// transaction, or a later slice, decides again).
+fn distinct<T>(items: Vec<T>, decision: impl Fn(&T) -> &Decision) -> Vec<T> {
+    let mut last: BTreeMap<(&'static str, &'static str, i64), usize> = BTreeMap::new();
+    for (i, x) in items.iter().enumerate() {
+        let d = decision(x);
+        last.insert((d.function.name(), d.table, d.id), i);
+    }
+    let keep: std::collections::BTreeSet<usize> = last.into_values().collect();
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, x)| x)
+        .collect()
+}
+
+/// The last decision of each function on each row, over the whole plan.
+pub fn last_of_each(planned: Vec<PlannedDecision>) -> Vec<PlannedDecision> {
+    distinct(planned, |p| &p.decision)
+}
+
+/// Ids by table.
+fn by_table(decisions: &[Decision]) -> BTreeMap<&'static str, Vec<i64>> {
+    let mut t: BTreeMap<&'static str, Vec<i64>> = BTreeMap::new();
+    for d in decisions {
+        t.entry(d.table).or_default().push(d.id);
+    }
+    t
+}
+
+/// The end of a slice, inside its transaction: each decision with the state it left
+/// its row in. [`before`] adds the identity once the slice is rolled back.
+pub async fn after_slice<C: GenericClient>(
+    c: &C,
+    decisions: Vec<Decision>,
+) -> Result<Vec<PlannedDecision>> {
+    let decisions = distinct(decisions, |d| d);
+    let mut after = BTreeMap::new();
+    for (table, ids) in by_table(&decisions) {
+        after.insert(table, rows(c, table, &ids).await?);
+    }
+    Ok(decisions
+        .into_iter()
+        .map(|d| {
+            let watched = table_rule(d.table).map_or(&[][..], |r| r.watched);
+            let expect = after[d.table].get(&d.id).map(|r| pick(r, watched, true));
+            PlannedDecision {
+                decision: d,
+                identity: None,
+                updated_at: None,
+                expect,
+            }
+        })
+        .collect())
+}
+
+/// After the slice's rollback: the identity values and `updated_at` of each row as
+/// the database holds it without the plan.
+pub async fn before<C: GenericClient>(c: &C, planned: &mut [PlannedDecision]) -> Result<()> {
+    let decisions: Vec<Decision> = planned.iter().map(|p| p.decision.clone()).collect();
+    let mut now = BTreeMap::new();
+    for (table, ids) in by_table(&decisions) {
+        now.insert(table, rows(c, table, &ids).await?);
+    }
+    for p in planned {
+        let d = &p.decision;
+        if let Some(row) = now[d.table].get(&d.id) {
+            let identity = table_rule(d.table).map_or(&[][..], |r| r.identity);
+            p.identity = Some(pick(row, identity, false));
+            p.updated_at = row.get("updated_at").cloned();
+        }
+    }
+    Ok(())
+}
+
+/// Decisions per function, decision and rule (the plan's text output).
+pub fn counts(planned: &[PlannedDecision]) -> BTreeMap<(String, String, String), u64> {
+    let mut t = BTreeMap::new();
+    for p in planned {
+        let d = &p.decision;
+        *t.entry((
+            d.function.name().to_string(),
+            d.decision.to_string(),
+            d.rule.to_string(),
+        ))
+        .or_default() += 1;
+    }
+    t
+}
