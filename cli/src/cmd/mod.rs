@@ -9,6 +9,7 @@ mod demo;
 pub(crate) mod exit;
 mod grants;
 mod local;
+mod read_only;
 mod replay;
 mod run;
 mod status;
