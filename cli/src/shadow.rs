@@ -331,7 +331,10 @@ impl<'a> ReadOnlySnapshot<'a> {
                 .await?;
             let (value, called): (i64, bool) = (row.get(0), row.get(1));
             local
-                .execute("SELECT setval($1::text::regclass, $2, $3)", &[&seq, &value, &called])
+                .execute(
+                    "SELECT setval($1::text::regclass, $2, $3)",
+                    &[&seq, &value, &called],
+                )
                 .await?;
             out.push((seq, value));
         }

@@ -10,7 +10,7 @@ use hk::local::Runner;
 use hk::shadow::{self, Copied, ReadOnlySnapshot};
 
 /// The throwaway cluster of the copy: stopped and removed when dropped.
-struct CopyCluster(hk::pg::Cluster);
+pub(crate) struct CopyCluster(hk::pg::Cluster);
 
 impl Drop for CopyCluster {
     fn drop(&mut self) {
@@ -27,10 +27,15 @@ impl Drop for CopyCluster {
 /// its database; its URL.
 async fn start_copy() -> Result<(CopyCluster, String)> {
     let c = hk::pg::Cluster {
-        base: std::env::temp_dir().join(format!("hk-read-only-{}", uuid::Uuid::new_v4().simple())),
+        base: std::env::temp_dir().join({
+            // Short: the server's socket path (under it) must fit in 107 bytes.
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            format!("hk-ro-{}", &id[..12])
+        }),
         port: hk::pg::free_port()?,
     };
-    c.up().context("starting the throwaway cluster of the copy (HK_PG_BIN)")?;
+    c.up()
+        .context("starting the throwaway cluster of the copy (HK_PG_BIN)")?;
     let c = CopyCluster(c);
     let admin = Connector::from_url(&c.0.url())?.connect("hk").await?;
     admin.batch_execute("CREATE DATABASE hk_copy").await?;
@@ -38,17 +43,20 @@ async fn start_copy() -> Result<(CopyCluster, String)> {
     Ok((c, url))
 }
 
-/// Copy the live database into a migrated database at `url`, in one read-only
-/// snapshot on a session of `live`.
-pub(crate) async fn copy_live(live: &Connector, url: &str) -> Result<Copied> {
+/// Recognise the live database (refused when its model is not recognised), start the
+/// copy's cluster, and copy the live database into it in one read-only snapshot on a
+/// session of `live`; the cluster (removed when dropped), the copy's URL and what was
+/// copied.
+pub(crate) async fn copy_live(live: &Connector) -> Result<(CopyCluster, String, Copied)> {
     let mut session = live.connect("hk-read-only-plan").await?;
     // The model first, in a snapshot of its own: the copy's snapshot stays open only
     // while rows are copied (an open snapshot holds back VACUUM on the live server).
     let probe = ReadOnlySnapshot::begin(&mut session).await?;
     let model = probe.source.model;
     probe.end().await?;
-    migrate_for(url, model).await?;
-    mark_throwaway(url, "hk run --read-only").await?;
+    let (cluster, url) = start_copy().await?;
+    migrate_for(&url, model).await?;
+    mark_throwaway(&url, "hk run --read-only").await?;
     let snapshot = ReadOnlySnapshot::begin(&mut session).await?;
     if snapshot.source.model != model {
         bail!(
@@ -57,10 +65,10 @@ pub(crate) async fn copy_live(live: &Connector, url: &str) -> Result<Copied> {
             snapshot.source.model
         );
     }
-    let local = Connector::from_url(url)?.connect("hk").await?;
+    let local = Connector::from_url(&url)?.connect("hk").await?;
     let copied = snapshot.copy_into(&local).await?;
     snapshot.end().await?;
-    Ok(copied)
+    Ok((cluster, url, copied))
 }
 
 /// The read-only plan of `function` from `body` (a cron message when `None`).
@@ -72,8 +80,7 @@ pub(crate) async fn plan_read_only(
 ) -> Result<ExitCode> {
     let function = a.function;
     let live = connector(config).await?;
-    let (_cluster, url) = start_copy().await?;
-    let copied = copy_live(&live, &url).await?;
+    let (_cluster, url, copied) = copy_live(&live).await?;
     if !a.json {
         println!(
             "read-only copy: GitLab {} ({} deletion model, newest migration {}) copied into \

@@ -318,7 +318,10 @@ fn message_body(a: &RunArgs) -> Result<Option<String>> {
         }
         (None, None) => {
             if a.function.cron().is_none() {
-                bail!("{} is not a cron function: give --message or --message-file", a.function);
+                bail!(
+                    "{} is not a cron function: give --message or --message-file",
+                    a.function
+                );
             }
             None
         }
