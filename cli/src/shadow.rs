@@ -159,9 +159,9 @@ impl Copied {
         self.tables.iter().map(|t| t.table.clone()).collect()
     }
 
-    /// The `{"read_only": …}` object of a `--json` plan.
+    /// The `read_only` object of a `--json` plan (in its `plan` object).
     pub fn to_json(&self, blockers: &[String]) -> Value {
-        json!({"read_only": {
+        json!({
             "gitlab": self.source.release,
             "newest_migration": self.source.newest_migration,
             "deletion_model": self.source.deletion.as_str(),
@@ -177,7 +177,7 @@ impl Copied {
             "sequences": self.sequences.len(),
             "live_blockers": blockers,
             "approximations": APPROXIMATIONS,
-        }})
+        })
     }
 }
 

@@ -285,7 +285,7 @@ async fn hk_run_read_only_plans_on_a_throwaway_copy() {
         before,
         "the live database is unchanged"
     );
-    let copy = &ro[0]["read_only"];
+    let copy = &ro.last().unwrap()["plan"]["read_only"];
     assert_eq!(
         copy["model"],
         integration_tests::db::gitlab_version().as_str()
@@ -301,15 +301,12 @@ async fn hk_run_read_only_plans_on_a_throwaway_copy() {
         let mut p = v.last().unwrap()["plan"].clone();
         p["locks"] = Value::Null;
         p["sequences_advanced"] = Value::Null;
+        p.as_object_mut().unwrap().remove("read_only");
         p
     };
     assert!(plan(&plain)["removed_users"].as_array().unwrap().len() == 1);
     assert_eq!(plan(&ro), plan(&plain));
-    assert_eq!(
-        ro.len(),
-        plain.len() + 1,
-        "the same runs, and the copy's line"
-    );
+    assert_eq!(ro.len(), plain.len(), "the same runs");
 }
 
 #[tokio::test]

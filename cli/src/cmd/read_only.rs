@@ -80,13 +80,20 @@ pub(crate) async fn plan_read_only(
 ) -> Result<ExitCode> {
     let function = a.function;
     let live = connector(config).await?;
+    let release = |r: &str| {
+        if r == "18.9" {
+            "18.9 or later".to_string()
+        } else {
+            r.to_string()
+        }
+    };
     let (_cluster, url, copied) = copy_live(&live).await?;
     if !a.json {
         println!(
             "read-only copy: GitLab {} ({} deletion model, newest migration {}) copied into \
              the {} model: {} tables, {} rows in {:.1} s ({:.0} rows/s); nothing was written \
              on DATABASE_URL",
-            copied.source.release,
+            release(&copied.source.release),
             copied.source.deletion,
             copied.source.newest_migration,
             copied.source.model,
@@ -109,10 +116,16 @@ pub(crate) async fn plan_read_only(
     let blockers =
         shadow::live_blockers(&mut session, &plan.removed_groups, &copied.table_names()).await?;
     if a.json {
-        println!("{}", copied.to_json(&blockers));
-    }
-    print_plan(&runner.runs, &plan, a.json);
-    if !a.json {
+        // The plain plan's lines, with the copy's figures inside the plan object, so a
+        // reader of plans (`hk parity`) reads both alike.
+        for r in &runner.runs {
+            println!("{}", r.to_json());
+        }
+        let mut v = plan.to_json();
+        v["plan"]["read_only"] = copied.to_json(&blockers);
+        println!("{v}");
+    } else {
+        print_plan(&runner.runs, &plan, false);
         println!("\nread-only plan: what the copy cannot decide as the real run would");
         for line in shadow::APPROXIMATIONS {
             println!("  * {line}");
