@@ -72,7 +72,22 @@ pub(crate) async fn copy_live(live: &Connector) -> Result<(CopyCluster, String, 
 }
 
 /// The read-only plan of `function` from `body` (a cron message when `None`).
+/// Interrupted (Ctrl-C), it stops and the copy's cluster is removed all the same.
 pub(crate) async fn plan_read_only(
+    a: &super::run::RunArgs,
+    now: DateTime<Utc>,
+    config: &Config,
+    body: Option<String>,
+) -> Result<ExitCode> {
+    tokio::select! {
+        r = plan_on_copy(a, now, config, body) => r,
+        _ = tokio::signal::ctrl_c() => bail!(
+            "interrupted (Ctrl-C): nothing was written on DATABASE_URL; the copy is removed"
+        ),
+    }
+}
+
+async fn plan_on_copy(
     a: &super::run::RunArgs,
     now: DateTime<Utc>,
     config: &Config,
