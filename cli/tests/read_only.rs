@@ -307,6 +307,7 @@ async fn hk_run_read_only_plans_on_a_throwaway_copy() {
     assert!(plan(&plain)["removed_users"].as_array().unwrap().len() == 1);
     assert_eq!(plan(&ro), plan(&plain));
     assert_eq!(ro.len(), plain.len(), "the same runs");
+    std::fs::remove_dir(&tmp).unwrap();
 }
 
 #[tokio::test]
