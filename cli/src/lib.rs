@@ -5,7 +5,7 @@
 //! ([`local_queue`]), fault injection ([`chaos`]), the demo data ([`demo`]), the schema
 //! subset migrations for local and test databases ([`migrate`]), the benchmarks
 //! ([`mod@bench`]), `hk check`'s preflight ([`check`]), the throwaway PostgreSQL cluster
-//! ([`pg`]), the local AWS stand-ins around `cargo lambda watch` ([`aws_local`]); the
+//! ([`pg`]), the read-only copy a `--read-only` plan runs on ([`shadow`]), the local AWS stand-ins around `cargo lambda watch` ([`aws_local`]); the
 //! binary's `cmd` module has one module per command.
 //! The Lambda functions never link this crate (an architecture test checks it); the
 //! integration tests use it for the runner, chaos and the migrations.
@@ -25,3 +25,4 @@ pub mod local_queue;
 pub mod migrate;
 pub mod parity;
 pub mod pg;
+pub mod shadow;

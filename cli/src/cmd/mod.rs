@@ -10,6 +10,7 @@ pub(crate) mod exit;
 mod grants;
 mod local;
 mod parity;
+mod read_only;
 mod replay;
 mod run;
 mod status;

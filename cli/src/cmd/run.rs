@@ -40,6 +40,13 @@ pub(crate) struct RunArgs {
     /// server's lock table.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// With --dry-run --until-idle: plan on a copy, never on DATABASE_URL itself. One
+    /// `REPEATABLE READ READ ONLY` transaction copies the model's tables (reads only:
+    /// AccessShareLock, nothing written) into a throwaway local PostgreSQL (HK_PG_BIN)
+    /// built with the live database's GitLab model; the plan runs there
+    /// (docs/shadow.md).
+    #[arg(long, requires_all = ["dry_run", "until_idle"])]
+    pub(crate) read_only: bool,
     /// One JSON object per function run on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -118,7 +125,7 @@ pub(crate) async fn notifier_for(function: Function, demo_defaults: bool) -> Res
 
 /// The plan of `--dry-run --until-idle`: every run, then per table what would
 /// change and the removed users, groups and projects.
-fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
+pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
     if json {
         for r in runs {
             println!("{}", r.to_json());
@@ -308,6 +315,28 @@ pub(crate) fn unwrap_outbox_record(text: &str, function: Function) -> Result<Str
     Ok(text.to_string())
 }
 
+/// The message body given (`--message`, `--message-file`), or `None` for the cron
+/// message of a cron function.
+fn message_body(a: &RunArgs) -> Result<Option<String>> {
+    Ok(match (&a.message, &a.message_file) {
+        (Some(m), _) => Some(m.clone()),
+        (None, Some(p)) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            Some(unwrap_outbox_record(&text, a.function)?)
+        }
+        (None, None) => {
+            if a.function.cron().is_none() {
+                bail!(
+                    "{} is not a cron function: give --message or --message-file",
+                    a.function
+                );
+            }
+            None
+        }
+    })
+}
+
 pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if a.dry_run && a.outbox.is_some() {
         bail!(
@@ -318,6 +347,10 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let function = a.function;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
+    if a.read_only {
+        let body = message_body(&a)?;
+        return super::read_only::plan_read_only(&a, now, &config, body).await;
+    }
     let connector = connector(&config).await?;
     let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
     let mut runner = Runner::new(connector, config.settings.clone(), now);
@@ -333,19 +366,9 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     if let Some(spec) = a.chaos.clone() {
         runner = runner.with_chaos(spec);
     }
-    let body = match (&a.message, &a.message_file) {
-        (Some(m), _) => m.clone(),
-        (None, Some(p)) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("cannot read {}", p.display()))?;
-            unwrap_outbox_record(&text, function)?
-        }
-        (None, None) => {
-            if function.cron().is_none() {
-                bail!("{function} is not a cron function: give --message or --message-file");
-            }
-            runner.cron_message(function).to_body()
-        }
+    let body = match message_body(&a)? {
+        Some(b) => b,
+        None => runner.cron_message(function).to_body(),
     };
     if a.dry_run && a.until_idle {
         let plan = runner.plan_until_idle(function, &body).await;
