@@ -202,7 +202,10 @@ async fn the_plan_on_the_copy_is_the_plan_on_the_database() {
     // The comparison covers real work: the demo data gives most functions some, and
     // their decisions (docs/parity.md) are compared with the rest of the plan.
     let busy = checked.iter().filter(|(_, n, d)| *n > 0 && *d > 0).count();
-    assert!(busy >= 3, "functions with changes and decisions: {checked:?}");
+    assert!(
+        busy >= 3,
+        "functions with changes and decisions: {checked:?}"
+    );
     // No blocking key outside the copied tables: nothing for the live check to find.
     let mut live = db.connector().connect("t").await.unwrap();
     let groups: Vec<i64> = db.ids("namespaces WHERE type = 'Group'").await;
