@@ -305,7 +305,6 @@ impl Job for AdjournedGroupDeletion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
@@ -334,45 +333,6 @@ mod tests {
         assert_eq!(
             m.envelope.payload,
             json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
-        );
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields() {
-        let mut done = AdjournedGroupDeletionDone {
-            groups_due: 3,
-            destroy_enqueued: 1,
-            restored: 1,
-            skipped_groups: 1,
-            failed_groups: 0,
-            cutoff: "2025-03-03".parse().unwrap(),
-            next_cursor: None,
-        };
-        assert_eq!(
-            Report::new(done.clone()).to_json(),
-            json!({"status": "completed", "groups_due": 3, "destroy_enqueued": 1,
-                   "restored": 1, "skipped_groups": 1, "failed_groups": 0,
-                   "cutoff": "2025-03-03", "next_cursor": null})
-        );
-        done.next_cursor = Some(GroupCursor {
-            group_id: 7,
-            index: 2,
-        });
-        let r = Report::with_status(done, Status::LimitReached);
-        assert_eq!(
-            r.to_json()["next_cursor"],
-            json!({"group_id": 7, "index": 2})
-        );
-        assert_eq!(
-            crate::metrics::named(&r.metrics()),
-            vec![
-                ("groups_due", 3.0),
-                ("destroy_enqueued", 1.0),
-                ("restored", 1.0),
-                ("skipped_groups", 1.0),
-                ("failed", 0.0),
-                ("items", 3.0)
-            ]
         );
     }
 }

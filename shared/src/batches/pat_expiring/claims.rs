@@ -2,19 +2,12 @@
 //! §7.2).
 //!
 //! Owns: [`Claims`] (what a subject kind claims, set-based and one by one), [`page`]
-//! and the savepoint and send-then-commit steps. **Claim-then-enqueue**: `UPDATE …
-//! RETURNING` claims every matching token of the subject, the messages are sent, then
-//! COMMIT: a crash never loses a notice and a second run cannot claim a token twice.
-//! One transaction per page: one set-based claim of the page's subjects, their
-//! messages in `send` calls of ten, then COMMIT; info lines and totals once it has
-//! committed. Per-subject isolation is kept: when the set-based claim fails, or the
-//! deadline guard is near, each subject runs in a SAVEPOINT of its own and a failing
-//! one rolls back alone. Deadline guard per item (behaviour §7.2 (c)): the set-based
-//! claim is one item bounded by the page size, checked before it; on the SAVEPOINT
-//! path, before each subject. Send-failure rule (behaviour §7.2 (b)): the page rolls
-//! back and its subjects run again one transaction each, so only the subject whose
-//! message cannot be sent fails (scenario 11 as written), never a retryable end of the
-//! record (docs/gitlab-differences.md).
+//! and the savepoint and send-then-commit steps. Key rule, **claim-then-enqueue**:
+//! `UPDATE … RETURNING` claims the tokens, the messages are sent, then COMMIT, so a
+//! crash never loses a notice and no token is claimed twice. When the set-based claim
+//! fails or the deadline is near, each subject runs in a SAVEPOINT of its own; when a
+//! send fails, the page's subjects run again one transaction each. Either way only the
+//! failing subject fails, never the record (docs/gitlab-differences.md).
 
 use std::future::Future;
 

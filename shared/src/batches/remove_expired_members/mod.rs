@@ -1,21 +1,13 @@
 //! B38 `remove-expired-members` (behaviour §B38).
 //!
-//! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, one page
-//! of 1000 per invocation, read in one statement without locks), the page loop that
-//! runs it in groups of up to `Settings::member_group_size` members (behaviour §7.2;
-//! the transaction is in `group`) or one member per transaction (`member`: re-check
-//! under `FOR UPDATE` behaviour §D5, last-owner rule, removal, phase 1 for project
-//! bots), the typed `done` result ([`ExpiredMembersDone`]) and the job, which continues
-//! with the cursor of the last row read.
-//!
-//! A group that fails in any way (its set-based part, a send, COMMIT) is rolled back and
-//! its members run again one transaction each, exactly as behaviour §B38.5 describes,
-//! so a member's failure never affects another and the record never ends retryable
-//! because of a group. A user trigger on `DELETE` of `members` rules grouping out. The
-//! deadline guard is checked before each group and each per-member step; when it
-//! fires inside a group, what the group did is committed and the continuation resumes
-//! at the first member left undone. `updated_rows` counts only rows actually removed
-//! (docs/gitlab-differences.md).
+//! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, 1000 per
+//! invocation, read without locks), the page loop that runs it in groups of up to
+//! `Settings::member_group_size` members (`group`) or one member per transaction
+//! (`member`), the typed `done` result ([`ExpiredMembersDone`]) and the job, which
+//! continues with the cursor of the last row read. Key rule: a group that fails in any
+//! way is rolled back and its members run again one transaction each (behaviour
+//! §B38.5), so a member's failure never affects another. `updated_rows` counts only
+//! rows actually removed (docs/gitlab-differences.md).
 
 use std::time::Duration;
 
@@ -355,60 +347,5 @@ impl Job for RemoveExpiredMembers {
             None => (None, 0),
         };
         Ok(Step::then(page.done(), next, delay_s))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Report;
-    use serde_json::json;
-
-    #[test]
-    fn the_done_line_carries_the_counters_and_the_cursor() {
-        let done = ExpiredMembersDone {
-            updated_rows: 2,
-            skipped_rows: 1,
-            failed_rows: 0,
-            next_cursor: None,
-            longest_group: (Duration::ZERO, 0),
-        };
-        assert_eq!(
-            Report::new(done.clone()).to_json(),
-            json!({"status": "completed", "updated_rows": 2, "skipped_rows": 1,
-                   "failed_rows": 0, "next_cursor": null})
-        );
-        let cursor = MemberCursor {
-            expires_at: NaiveDate::from_ymd_opt(2025, 3, 1).unwrap(),
-            id: 9,
-        };
-        let r = Report::with_status(
-            ExpiredMembersDone {
-                next_cursor: Some(cursor),
-                ..done
-            },
-            Status::LimitReached,
-        );
-        assert_eq!(
-            r.done_fields("RemoveExpiredMembersWorker")
-                ["extra.remove_expired_members_worker.result"]["status"],
-            "limit_reached"
-        );
-        assert_eq!(
-            r.to_json()["next_cursor"],
-            json!({"expires_at": "2025-03-01", "id": 9})
-        );
-        assert_eq!(
-            crate::metrics::named(&r.metrics()),
-            vec![
-                ("processed", 2.0),
-                ("skipped", 1.0),
-                ("failed", 0.0),
-                ("items", 3.0),
-                ("updated_rows", 2.0),
-                ("skipped_rows", 1.0),
-                ("failed_rows", 0.0)
-            ]
-        );
     }
 }

@@ -1,35 +1,15 @@
 //! B51 `group-destroy` (behaviour §B51.4, §D14–§D16).
 //!
 //! Owns: the per-group try-lock, the re-verification of every precondition at
-//! execution time (group, schedule, same user, still due under the current period,
-//! user exists and is active, still allowed `remove_group`; permission lost means
-//! restore), and the depth-first destruction in chunks, each chunk one transaction:
-//! a project's issues, merge requests and notes in statements of 1000 rows, then the
-//! project with its memberships, bots (phase 1 of user removal), notification
-//! settings, authorizations, hooks, routes and project namespace; then each group,
-//! deepest first. Under its budget it re-sends the same message (same key, `hop + 1`).
-//! Idempotent: rows already gone are simply not found again. It touches no storage
-//! (behaviour §D15).
-//!
-//! It never deletes what has left the group: every chunk, contributions included, runs
-//! in its own transaction that first takes the root's schedule row `FOR SHARE` (a
-//! restore deletes it: the invocation stops as soon as it is gone or no longer the
-//! message's) and then the row a transfer must also take — the project row and its
-//! namespace row, or the subgroup's row — and re-checks that it still lies under the
-//! group; a project or subgroup that moved away is skipped with a warning. Orphan
-//! project namespaces (type 'Project' without a `projects` row) directly below a group
-//! are deleted with it, with their routes. Anything else still below a group after a
-//! pass (moved in after the listing) gets another pass; a pass that deletes nothing
-//! ends the message as `blocked` with an error line naming the rows, never a retry
-//! loop (docs/gitlab-differences.md). Before its first chunk, every invocation scans
-//! the tree for rows only GitLab's services can delete (`gitlab::blockers`: container
-//! images, Debian uploads, registry cache files): any such row ends the message as
-//! `blocked` with nothing deleted, and so does a chunk that violates one of those keys
-//! because such a row appeared since the scan (its transaction rolled back).
-//!
-//! Layout: this module holds the job, the re-verification and the walk over the
-//! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
-//! typed `done` results.
+//! execution time (permission lost means restore), and the depth-first destruction in
+//! chunks of one transaction each, re-sent under its budget (same key, `hop + 1`).
+//! Key rule: it never deletes what has left the group. Every chunk first takes the
+//! root's schedule row `FOR SHARE` (a restore deletes it), then the row a transfer must
+//! also take, and re-checks that it still lies under the group. Rows only GitLab's
+//! services can delete (`gitlab::blockers`) end the message as `blocked` with nothing
+//! deleted, and so does a pass that deletes nothing (docs/gitlab-differences.md). It
+//! touches no storage (behaviour §D15). `chunks` holds the chunk steps, `sql` their
+//! statements, `report` the typed `done` results.
 
 use tokio_postgres::GenericClient;
 
