@@ -182,30 +182,3 @@ impl Job for DeletePlaceholderUser {
         }))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Report;
-    use serde_json::json;
-
-    #[test]
-    fn the_done_line_keeps_its_fields() {
-        for (outcome, status, name) in [
-            (Outcome::NotFound, "stale", "not_found"),
-            (Outcome::NotPlaceholder, "stale", "not_placeholder"),
-            (Outcome::Referenced, "completed", "referenced"),
-            (Outcome::Scheduled, "completed", "scheduled"),
-            (Outcome::Refused, "refused", "refused"),
-        ] {
-            let r = Report::new(DeletePlaceholderUserDone {
-                outcome,
-                placeholder_user_id: 53,
-            });
-            assert_eq!(
-                r.to_json(),
-                json!({"status": status, "outcome": name, "placeholder_user_id": 53})
-            );
-        }
-    }
-}

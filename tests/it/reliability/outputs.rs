@@ -1,20 +1,28 @@
 //! What each function writes, checked without a database: every `done` line's fields,
-//! status and metrics (through `runtime::Report`), and B28's web-hook body.
+//! status and metrics (through `runtime::Report`), and B28's web-hook body and bot
+//! notices.
 
 use std::time::Duration;
 
 use chrono::NaiveDate;
 use serde_json::json;
 use shared::batches::adjourned_group_deletion::AdjournedGroupDeletionDone;
-use shared::batches::pat_expiring::{hook_body, ClaimedToken, Resource};
+use shared::batches::pat_expiring::{
+    bot_notices, hook_body, ClaimedToken, Interval, PatExpiringDone, Resource,
+};
 use shared::batches::placeholder_user_cleanup::PlaceholderUserCleanupDone;
 use shared::batches::remove_expired_members::ExpiredMembersDone;
-use shared::messages::{GroupCursor, GroupDestroyRun, MemberCursor};
+use shared::messages::{
+    Envelope, GroupCursor, GroupDestroyRun, MemberCursor, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
+};
 use shared::metrics;
 use shared::notify::Instance;
+use shared::queue::OutMessage;
 use shared::runtime::{Report, Status};
+use shared::workers::delete_placeholder_user::DeletePlaceholderUserDone;
 use shared::workers::deliver_notification::Delivered;
 use shared::workers::group_destroy::{Deleted, GroupDestroyDone, GroupDestroyLocked};
+use shared::Function;
 
 #[test]
 fn remove_expired_members_done_line_carries_the_counters_and_the_cursor() {
@@ -321,4 +329,120 @@ fn group_destroy_done_line_keeps_its_fields_and_status() {
         Report::new(GroupDestroyLocked::new(100)).to_json(),
         json!({"status": "skipped", "group_id": 100, "outcome": "locked"})
     );
+}
+
+#[test]
+fn pat_expiring_done_line_keeps_its_fields_and_declares_its_metrics() {
+    let done = PatExpiringDone {
+        bot_tokens_marked: 1,
+        bots_without_membership: 2,
+        bot_failures: 3,
+        user_tokens_marked: 4,
+        user_emails_enqueued: 5,
+        user_emails_suppressed: 6,
+        user_failures: 7,
+        bots_notified: 8,
+    };
+    let report = Report::with_status(done.clone(), Status::LimitReached);
+    assert_eq!(
+        report.to_json(),
+        json!({
+            "status": "limit_reached",
+            "total_notification_delivered_for_resource_access_tokens": 1,
+            "total_resource_bot_without_membership": 2,
+            "total_failed_notifications_for_resource_bots": 3,
+            "total_user_tokens_marked": 4,
+            "total_user_emails_enqueued": 5,
+            "total_user_emails_suppressed": 6,
+            "total_user_failures": 7,
+        })
+    );
+    assert_eq!(
+        metrics::named(&report.metrics()),
+        vec![
+            ("user_tokens_marked", 4.0),
+            ("bot_tokens_marked", 1.0),
+            ("failed", 10.0),
+            ("items", 31.0)
+        ]
+    );
+    assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);
+    assert_eq!(
+        report.done_fields("PersonalAccessTokens::ExpiringWorker")
+            ["extra.personal_access_tokens_expiring_worker.total_user_failures"],
+        7
+    );
+}
+
+/// The notices of bot U20's token T20 (7 days) for project P200 "site" at `full_path`,
+/// with one hook and two owners.
+fn notices_for_path(full_path: String) -> Vec<OutMessage> {
+    let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
+    let token = ClaimedToken {
+        id: 20,
+        name: "T20".into(),
+        created_at: "2025-01-02T09:00:00".parse().unwrap(),
+        expires_at: "2025-03-16".parse().unwrap(),
+        last_used_at: None,
+        user_id: 20,
+    };
+    let project = Resource::Project {
+        id: 200,
+        name: "site".into(),
+        description: None,
+        visibility_level: 0,
+        ci_config_path: None,
+        namespace_name: "web".into(),
+        full_path,
+    };
+    let now = "2025-03-10T01:00:00Z".parse().unwrap();
+    let ctx = (project, vec![1], vec![11, 12]);
+    bot_notices(Interval::SevenDays, 20, &token, &ctx, &instance, "r", now)
+}
+
+/// The receiver's limit is the sender's: every notice built for GitLab's longest
+/// full path (20 ancestors and the project, 255 characters each) decodes at
+/// `deliver-notification`, and one character more is refused there.
+#[test]
+fn pat_expiring_every_notice_for_gitlabs_longest_path_decodes_at_the_receiver() {
+    let segment = "p".repeat(NAME_MAX_CHARS);
+    let longest = vec![segment.as_str(); 21].join("/");
+    assert_eq!(longest.chars().count(), FULL_PATH_MAX_CHARS);
+    let notices = notices_for_path(longest.clone());
+    assert_eq!(notices.len(), 3, "one web hook and two owner mails");
+    for m in &notices {
+        let body = m.envelope.to_body();
+        if let Err(e) = Envelope::decode(&body, Function::DeliverNotification) {
+            panic!("{}: {}", m.envelope.kind, e.error);
+        }
+    }
+    let too_long = notices_for_path(format!("{longest}x"));
+    let mail = too_long
+        .iter()
+        .find(|m| m.envelope.kind == "deliver-notification.email")
+        .unwrap();
+    let err =
+        Envelope::decode(&mail.envelope.to_body(), Function::DeliverNotification).unwrap_err();
+    assert!(err.error.contains("resource_full_path"), "{}", err.error);
+}
+
+#[test]
+fn delete_placeholder_user_done_line_keeps_its_fields() {
+    use shared::workers::delete_placeholder_user::Outcome;
+    for (outcome, status, name) in [
+        (Outcome::NotFound, "stale", "not_found"),
+        (Outcome::NotPlaceholder, "stale", "not_placeholder"),
+        (Outcome::Referenced, "completed", "referenced"),
+        (Outcome::Scheduled, "completed", "scheduled"),
+        (Outcome::Refused, "refused", "refused"),
+    ] {
+        let r = Report::new(DeletePlaceholderUserDone {
+            outcome,
+            placeholder_user_id: 53,
+        });
+        assert_eq!(
+            r.to_json(),
+            json!({"status": status, "outcome": name, "placeholder_user_id": 53})
+        );
+    }
 }

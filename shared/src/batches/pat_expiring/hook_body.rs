@@ -169,34 +169,3 @@ pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance)
         }),
     }
 }
-
-/// The bot token T20 and project P200 "site" the unit tests of B28 share.
-#[cfg(test)]
-pub(super) mod fixtures {
-    use super::{ClaimedToken, Resource};
-
-    /// Bot U20's token T20, expiring 2025-03-16, never used.
-    pub fn t20() -> ClaimedToken {
-        ClaimedToken {
-            id: 20,
-            name: "T20".into(),
-            created_at: "2025-01-02T09:00:00".parse().unwrap(),
-            expires_at: "2025-03-16".parse().unwrap(),
-            last_used_at: None,
-            user_id: 20,
-        }
-    }
-
-    /// Project P200 "site" in namespace "web", at `full_path`.
-    pub fn site(full_path: &str) -> Resource {
-        Resource::Project {
-            id: 200,
-            name: "site".into(),
-            description: None,
-            visibility_level: 0,
-            ci_config_path: None,
-            namespace_name: "web".into(),
-            full_path: full_path.into(),
-        }
-    }
-}

@@ -320,56 +320,12 @@ impl Job for PatExpiring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Report;
 
     #[test]
     fn users_are_taken_in_order_of_first_appearance() {
         assert_eq!(
             distinct_in_order([3, 1, 3, 2, 1].into_iter()),
             vec![3, 1, 2]
-        );
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields_and_declares_its_metrics() {
-        let done = PatExpiringDone {
-            bot_tokens_marked: 1,
-            bots_without_membership: 2,
-            bot_failures: 3,
-            user_tokens_marked: 4,
-            user_emails_enqueued: 5,
-            user_emails_suppressed: 6,
-            user_failures: 7,
-            bots_notified: 8,
-        };
-        let report = Report::with_status(done.clone(), Status::LimitReached);
-        assert_eq!(
-            report.to_json(),
-            serde_json::json!({
-                "status": "limit_reached",
-                "total_notification_delivered_for_resource_access_tokens": 1,
-                "total_resource_bot_without_membership": 2,
-                "total_failed_notifications_for_resource_bots": 3,
-                "total_user_tokens_marked": 4,
-                "total_user_emails_enqueued": 5,
-                "total_user_emails_suppressed": 6,
-                "total_user_failures": 7,
-            })
-        );
-        assert_eq!(
-            crate::metrics::named(&report.metrics()),
-            vec![
-                ("user_tokens_marked", 4.0),
-                ("bot_tokens_marked", 1.0),
-                ("failed", 10.0),
-                ("items", 31.0)
-            ]
-        );
-        assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);
-        assert_eq!(
-            report.done_fields("PersonalAccessTokens::ExpiringWorker")
-                ["extra.personal_access_tokens_expiring_worker.total_user_failures"],
-            7
         );
     }
 }
