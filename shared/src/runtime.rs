@@ -205,7 +205,9 @@ impl std::fmt::Display for Status {
 /// JSON.
 pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
     /// The `status` of `done` when the work of the message ended here.
-    fn status(&self) -> Status;
+    fn status(&self) -> Status {
+        Status::Completed
+    }
     /// The `status` when the run goes on in a continuation or re-send.
     fn continued_status(&self) -> Status {
         Status::LimitReached

@@ -154,9 +154,6 @@ pub struct AdjournedGroupDeletionDone {
 }
 
 impl Done for AdjournedGroupDeletionDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::GROUPS_DUE, self.groups_due as f64),

@@ -194,9 +194,6 @@ pub struct PlaceholderUserCleanupDone {
 }
 
 impl Done for PlaceholderUserCleanupDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::PROCESSED, self.enqueued_count as f64),

@@ -94,10 +94,6 @@ impl PatExpiringDone {
 }
 
 impl Done for PatExpiringDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
-
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::USER_TOKENS_MARKED, self.user_tokens_marked as f64),

@@ -109,9 +109,6 @@ pub struct ExpiredMembersDone {
 }
 
 impl Done for ExpiredMembersDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::PROCESSED, self.updated_rows as f64),
