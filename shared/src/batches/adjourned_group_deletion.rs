@@ -1,15 +1,11 @@
 //! B51 `adjourned-group-deletion` (behaviour §B51.3).
 //!
 //! Owns: the daily selection of groups whose adjourned-deletion period is over
-//! (inclusive cutoff from the current `deletion_adjourned_period`, keyset pages of 100
-//! by id, behaviour §D13), the per-group choice between a `group-destroy.run` message delayed
-//! by `index × 20` s (the run-wide index travels in `cursor.index`; delays over 900 s
-//! become one-time schedules in the transport) and a restore when the scheduling user
-//! may no longer remove the group (behaviour §D14), and the deadline continuation. It deletes
-//! nothing itself: `workers::group_destroy` re-verifies everything before it does. Its
-//! `done` result is [`AdjournedGroupDeletionDone`]. Each invocation probes the
-//! database's deletion-state model first (one catalog query) and reads the schedules as
-//! that GitLab writes them.
+//! (inclusive cutoff, keyset pages of 100 by id, behaviour §D13), the per-group choice
+//! between a `group-destroy.run` message delayed by `index × 20` s and a restore when
+//! the scheduling user may no longer remove the group (behaviour §D14), and the
+//! deadline continuation. It deletes nothing itself: `workers::group_destroy`
+//! re-verifies everything before it does.
 
 use chrono::NaiveDate;
 use serde::Serialize;
@@ -27,7 +23,7 @@ use crate::messages::{
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Done, Invocation, Status};
+use crate::runtime::{Done, Invocation};
 
 /// Groups per keyset page.
 pub const BATCH_SIZE: i64 = 100;
@@ -133,8 +129,7 @@ struct RunResult {
     next: Option<GroupCursor>,
 }
 
-/// The `done` result of one invocation: `completed`, or `limit_reached` when the
-/// deadline guard stopped it and `next_cursor` continues the run.
+/// The `done` result of one invocation (`limit_reached`: `next_cursor` continues).
 #[derive(Debug, Clone, Serialize)]
 pub struct AdjournedGroupDeletionDone {
     /// Due groups visited.

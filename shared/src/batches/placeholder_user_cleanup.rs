@@ -20,7 +20,7 @@ use crate::messages::{
 };
 use crate::metrics::{self, Metric};
 use crate::queue::{self, OutMessage};
-use crate::runtime::{Done, Invocation, Status};
+use crate::runtime::{Done, Invocation};
 
 pub(crate) mod sql;
 
@@ -51,8 +51,7 @@ struct Detail {
     placeholder_user_id: i64,
 }
 
-/// One keyset page of eligible details after `after` (ids are positive, so 0 reads
-/// from the start), ordered by id.
+/// One keyset page of eligible details after id `after` (0: from the start).
 async fn read_page<C: GenericClient>(
     c: &C,
     retry_before: DateTime<Utc>,
@@ -179,8 +178,7 @@ struct Progress {
     visited: u64,
 }
 
-/// The `done` result of one invocation: `completed`, or `limit_reached` when the
-/// deadline guard stopped it (a continuation was then sent).
+/// The `done` result of one invocation.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlaceholderUserCleanupDone {
     /// Children sent (attempts counted).
@@ -304,8 +302,7 @@ where
     Ok(end)
 }
 
-/// Pages until one is empty, or until the deadline guard fires: then the cursor to
-/// continue from.
+/// Pages until one is empty, or the cursor to continue from when the guard fires.
 async fn run<C>(
     inv: &Invocation<'_>,
     env: &Envelope,

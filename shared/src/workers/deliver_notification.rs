@@ -375,8 +375,7 @@ where
     }))
 }
 
-/// The `deliver-notification` job: one mail or one web hook per message, no overlap
-/// lock, never continued.
+/// The `deliver-notification` job: one delivery per message, never continued.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeliverNotification;
 

@@ -199,7 +199,6 @@ where
     if outcome != Outcome::Partial {
         tx.execute(sql::DELETE_SCHEDULE, &[&s.id]).await?;
     }
-    // g.
     tx.commit().await?;
     Ok(Step::Committed(Batch {
         destroyed,

@@ -1,11 +1,8 @@
 //! B28's bot tokens (behaviour §B28.6).
 //!
-//! Owns: [`Bots`], the bot side of a page's claim ([`super::claims`]): one statement
-//! finds the page's bots' resources and claims their tokens and one more reads the
-//! claimed bots' resources, hooks and recipients, or one bot at a time; the notices of
-//! a bot's claim ([`bot_notices`]: in the 7-day interval a web hook per subscribed
-//! hook with the body of [`super::hook_body`], then an email per recipient), bots
-//! without a resource, and their log lines and counters.
+//! Owns: [`Bots`], the bot side of a page's claim ([`super::claims`]), set-based or one
+//! bot at a time; the notices of a bot's claim ([`bot_notices`]), bots without a
+//! resource, and their log lines and counters.
 
 use std::collections::{HashMap, HashSet};
 
@@ -52,7 +49,6 @@ fn bot_messages(
 
 /// The notices of one bot's claim, `reported` being its claimed token of the lowest id:
 /// in the 7-day interval a web hook per subscribed hook, then an email per recipient.
-/// Pure: also what the `b28` bench's floor sends for the same claim.
 pub fn bot_notices(
     iv: Interval,
     bot: i64,
@@ -104,9 +100,8 @@ pub fn bot_notices(
     out
 }
 
-/// behaviour §B28.6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
-/// resource and claims the tokens of the bots that have one; one more reads the
-/// claimed bots' resources, hooks and recipients. Outcomes in the order of `bots`.
+/// behaviour §B28.6 steps 1–5 for a whole page of bots in two statements (claim, then
+/// the claimed bots' contexts). Outcomes in the order of `bots`.
 async fn claim_bots_set<C: GenericClient>(
     run: &Run<'_, '_>,
     c: &C,
@@ -175,8 +170,7 @@ async fn claim_bots_set<C: GenericClient>(
     Ok(out)
 }
 
-/// A bot's claim: how many tokens, its messages, and its email recipients (for the
-/// log lines).
+/// A bot's claim: how many tokens, its messages, and its email recipients.
 pub(super) struct BotClaim {
     bot: i64,
     marked: u64,

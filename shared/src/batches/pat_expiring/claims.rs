@@ -60,8 +60,7 @@ pub(super) trait Claims {
         subjects: &[i64],
     ) -> impl Future<Output = Result<Vec<(i64, Outcome<Self::Claim>)>>> + Send;
 
-    /// One subject inside the caller's transaction or savepoint; the messages are
-    /// returned, not sent.
+    /// One subject inside the caller's transaction or savepoint; messages returned.
     fn claim_rows<C: GenericClient + Send + Sync>(
         run: &Run<'_, '_>,
         c: &C,
@@ -84,8 +83,7 @@ pub(super) trait Claims {
     fn unsent(iv: Interval, subjects: usize);
 }
 
-/// One page of subjects (see the module header); `excluded` collects the subjects
-/// that the following pages leave out.
+/// One page of subjects; `excluded` collects those the following pages leave out.
 pub(super) async fn page<S: Claims, C>(
     run: &mut Run<'_, '_>,
     client: &mut C,
@@ -122,8 +120,7 @@ where
     })
 }
 
-/// One subject in its own transaction: claim, then enqueue, then COMMIT (the
-/// fall-back when a page's group could not be sent).
+/// One subject in its own transaction: the fall-back when a page could not be sent.
 async fn alone<S: Claims, C>(
     run: &Run<'_, '_>,
     client: &mut C,
@@ -244,9 +241,8 @@ impl<T> Savepoint<T> {
     }
 }
 
-/// `work` in its own savepoint of the page's transaction: released when it succeeds,
-/// rolled back when it fails. `Err(e)`: the savepoint could not be opened, released
-/// or rolled back, so the page's transaction is unusable.
+/// `work` in its own savepoint of the page's transaction. `Err(e)`: the savepoint
+/// failed, so the page's transaction is unusable.
 async fn in_savepoint<T>(
     tx: &mut Transaction<'_>,
     work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
@@ -272,9 +268,8 @@ enum Sent {
     RolledBack,
 }
 
-/// Send-then-commit (behaviour §7.2 (b)): the page's messages in calls of ten, then
-/// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
-/// COMMIT or the ROLLBACK failed (the connection is lost).
+/// Send-then-commit (behaviour §7.2 (b)): a failed send rolls the page back instead.
+/// `Err(e)`: the COMMIT or the ROLLBACK failed (the connection is lost).
 async fn send_then_commit(
     run: &Run<'_, '_>,
     tx: Transaction<'_>,

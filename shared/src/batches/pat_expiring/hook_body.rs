@@ -30,9 +30,8 @@ pub struct ClaimedToken {
 }
 
 impl ClaimedToken {
-    /// This token, with a warning when a time of it was outside the calendar
-    /// (`±infinity`): the claim reads it as the first or last day of the calendar
-    /// (behaviour §D29).
+    /// This token, with a warning when a time of it was `±infinity`, read by the claim
+    /// as the first or last day of the calendar (behaviour §D29).
     pub(super) fn checked(self) -> ClaimedToken {
         use chrono::Datelike;
         let clamped = |y: i32| y == 1 || y == 9999;

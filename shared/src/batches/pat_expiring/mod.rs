@@ -5,10 +5,6 @@
 //! pages humans and bots alike (pages of 100 by `(expires_at, id)` with the inclusive
 //! advance of `:min`, the excluded subjects, the budget and deadline stops), and the
 //! continuation. It sends messages only; delivery is `deliver-notification`.
-//! Submodules: `claims` (one page's grouped claim, claim-then-enqueue), `interval`
-//! (the three intervals and their dates), `humans` (behaviour §B28.5), `bots`
-//! (behaviour §B28.6), `lookup` (a bot's resource, hooks and recipients), `hook_body`
-//! (the web-hook body built at claim time) and `sql` (every statement).
 
 mod bots;
 mod claims;
@@ -39,8 +35,7 @@ use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
 pub const BATCH_SIZE: i64 = 100;
-/// The most token names in one human email: the receiver's limit, one constant for
-/// both ends.
+/// The most token names in one human email: the receiver's limit.
 pub const MAX_TOKENS: usize = crate::messages::TOKEN_NAMES_MAX;
 /// Delay of the continuation when the budget or the deadline stops a run.
 pub const REQUEUE_DELAY_S: u32 = 120;
@@ -49,9 +44,7 @@ const FUNCTION: Function = Function::PatExpiring;
 /// The table of the tokens it decides on.
 const TOKENS: &str = "personal_access_tokens";
 
-/// The `done` result of one `pat-expiring.run`: `completed`, or `limit_reached` when
-/// the budget or the deadline stopped it (a continuation was then sent), with the
-/// run's totals.
+/// The `done` result of one `pat-expiring.run`: the run's totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PatExpiringDone {
     /// Bot tokens claimed.
@@ -106,8 +99,7 @@ impl Done for PatExpiringDone {
         ]
     }
 
-    /// `PersonalAccessTokens::ExpiringWorker` logs its `total_*` counters with
-    /// `log_extra_metadata_on_done`: the same names as this `done` line's.
+    /// GitLab's worker logs the same `total_*` counters as this `done` line.
     fn gitlab_extras(&self, _: Status) -> Vec<(String, serde_json::Value)> {
         match serde_json::to_value(self) {
             Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
@@ -207,9 +199,8 @@ impl Subjects {
     }
 }
 
-/// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page. `excluded` is the
-/// subjects a page could not notify (failed users; bots without a resource or that
-/// failed): they are only ever excluded from the following pages.
+/// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page,
+/// leaving out the subjects an earlier page could not notify.
 async fn keyset_pages<C>(
     run: &mut Run<'_, '_>,
     client: &mut C,

@@ -41,24 +41,15 @@ pub const REMOVAL_REASON: &str = "Membership expired";
 /// Members per grouped transaction by default: `Settings::member_group_size`.
 pub use crate::config::MEMBER_GROUP_SIZE as GROUP_SIZE;
 /// Ids below the cursor that [`read_page`] looks through by the primary key for the
-/// rest of the cursor's date: a whole page is found there when at least one id in
-/// four below the cursor expires on that date (one date shared by most expired rows).
-/// Reading 4,000 consecutive ids by the primary key costs about as much as the keyset
-/// read of one page, so a run over spread dates pays little for it.
+/// rest of the cursor's date: about the cost of one keyset page read.
 pub const SAME_DATE_WINDOW: usize = 4 * BATCH_SIZE;
 
 const FUNCTION: Function = Function::RemoveExpiredMembers;
 
-/// One page read (behaviour §B38.4): `(expires_at, id)` in page order, and whether more rows follow.
-///
-/// After a cursor, the page is first looked for within the cursor's date by the primary
-/// key ([`sql::PAGE_SAME_DATE`], a window of [`SAME_DATE_WINDOW`] ids below the cursor):
-/// when many memberships share one date, a page ends inside that date and the window
-/// holds the whole next page, so the date is never read and sorted as a whole (which
-/// made a run over one date quadratic). When the window does not hold a whole page (the
-/// date ends, or its rows are sparse among the ids), the keyset read on
-/// `index_members_on_expires_at` ([`sql::PAGE_AFTER`]) runs as before. Both return the
-/// same rows in the same order (`expires_at DESC, id DESC`).
+/// One page read (behaviour §B38.4): `(expires_at, id)` in page order, and whether more
+/// rows follow. After a cursor, the window of [`sql::PAGE_SAME_DATE`] is tried first, so
+/// a date shared by many memberships is never read and sorted as a whole; when it does
+/// not hold a whole page, the keyset read [`sql::PAGE_AFTER`] returns the same rows.
 pub async fn read_page<C: GenericClient>(
     c: &C,
     today: NaiveDate,
@@ -89,8 +80,7 @@ pub async fn read_page<C: GenericClient>(
     Ok((page, has_next))
 }
 
-/// The `done` result of one page: `completed`, or `limit_reached` with the cursor
-/// the continuation starts after.
+/// The `done` result of one page (`limit_reached`: with the continuation's cursor).
 #[derive(Debug, Clone, Serialize)]
 pub struct ExpiredMembersDone {
     /// Rows removed.
@@ -101,9 +91,8 @@ pub struct ExpiredMembersDone {
     pub failed_rows: u64,
     /// The last row read before the continuation (`null` when the run is complete).
     pub next_cursor: Option<MemberCursor>,
-    /// The longest grouped transaction of this invocation (BEGIN sent → COMMIT
-    /// acknowledged), and the most member rows one of them locked: what `hk bench`
-    /// reports against behaviour §7.2's bound (not on the `done` line).
+    /// The longest grouped transaction of this invocation and the most member rows one
+    /// of them locked: what `hk bench` reports against behaviour §7.2's bound.
     #[serde(skip)]
     pub longest_group: (Duration, u64),
 }
@@ -289,9 +278,8 @@ where
     Ok(r)
 }
 
-/// After the last page: the memberships expiring at `-infinity`, which the keyset (by
-/// date) cannot carry in a cursor, one transaction each, up to a page per run; a kept
-/// one (last owner) is read again the next day.
+/// After the last page: the memberships expiring at `-infinity`, which no cursor can
+/// carry, one transaction each, up to a page per run.
 async fn infinitely_expired<C>(
     inv: &Invocation<'_>,
     env: &Envelope,

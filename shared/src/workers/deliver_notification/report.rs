@@ -6,13 +6,11 @@ use serde::Serialize;
 use crate::metrics::{self, Metric};
 use crate::runtime::{Done, Status};
 
-/// How one delivery ended: the `outcome` field of `done`, which also decides its
-/// `status`.
+/// How one delivery ended: `done`'s `outcome`, which decides its `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
-    /// The recipient is missing, cannot receive notifications or has no address
-    /// (`stale`).
+    /// The recipient is missing or cannot receive notifications (`stale`).
     RecipientCannotReceive,
     /// The hook is missing or no longer subscribed (`stale`).
     NotSubscribed,
@@ -30,8 +28,7 @@ pub enum Outcome {
     InvalidUrl,
     /// The hook answered with an error status or could not be reached.
     Failed,
-    /// The mail server could not take the message now (4xx, connection): the record
-    /// is retried.
+    /// The mail server could not take the message now: the record is retried.
     Deferred,
 }
 
@@ -81,9 +78,7 @@ impl Outcome {
     }
 }
 
-/// The `done` result of one delivery: `{"kind": "email", "user_id", "template",
-/// "outcome"}` or `{"kind": "webhook", "hook_id", "outcome"}`. Ids only, never an
-/// address, URL or body; no item counters (one delivery per record).
+/// The `done` result of one delivery: ids only, never an address, URL or body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Delivered {

@@ -160,13 +160,9 @@ where
     ))
 }
 
-/// behaviour §B51.4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
-/// listed at the start of a pass; every chunk then re-checks under its locks that the
-/// group is still scheduled as the message says (otherwise the invocation stops) and
-/// that its project or subgroup still lies under the group (otherwise it is skipped with
-/// a log line). A pass that leaves the root in place (something was moved in after the
-/// listing) is followed by another; a pass that changed nothing ends the message as
-/// blocked, with a line naming what blocks the deletion.
+/// behaviour §B51.4.2: the subtree, deepest first, chunk by chunk, under the budget,
+/// listed at the start of each pass. A pass that leaves the root in place is followed
+/// by another; a pass that changed nothing ends the message as blocked.
 async fn destroy<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -292,9 +288,8 @@ where
     }
 }
 
-/// When `found` holds rows that need an outside service: the one error line naming
-/// each key, its rows and the operator action, and how many rows block. `violated`
-/// is the key a chunk violated, if that is how they were found.
+/// When `found` holds rows that need an outside service: the error line naming them
+/// and the operator action, and how many rows block.
 fn blocked_by_service(
     p: &GroupDestroyRun,
     found: &[blockers::Found],
@@ -325,9 +320,7 @@ fn blocked_by_service(
     Some(u64::try_from(rows).unwrap_or(0))
 }
 
-/// A chunk failed with `e`: a foreign-key violation of a blocking key (rows created
-/// since the scan) ends the message as blocked, never a retry; anything else is the
-/// error.
+/// A chunk failed with `e`: a violated blocking key ends the message as blocked.
 async fn raced<C>(
     client: &mut C,
     p: &GroupDestroyRun,
@@ -385,8 +378,7 @@ where
     }
 }
 
-/// The `group-destroy` job: one invocation per group at a time, re-sent while the
-/// destruction goes on.
+/// The `group-destroy` job, re-sent while the destruction goes on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GroupDestroy;
 

@@ -53,9 +53,8 @@ pub enum Outcome {
     /// The schedule went away or changed during the destroy: stopped.
     #[serde(rename = "not_scheduled")]
     Unscheduled,
-    /// Rows only GitLab's services can delete refer to the group (found before the
-    /// first chunk, or by a chunk that violated their key), or a pass deleted nothing
-    /// and the group is still there.
+    /// Rows only GitLab's services can delete refer to the group, or a pass deleted
+    /// nothing and the group is still there.
     Blocked,
     /// The group itself is gone.
     Destroyed,
