@@ -321,23 +321,6 @@ mod tests {
     }
 
     #[test]
-    fn gitlab_extra_keys_are_prefixed_like_application_worker() {
-        assert_eq!(
-            gitlab_extra_prefix("Members::PruneDeletionsWorker"),
-            "extra.members_prune_deletions_worker."
-        );
-        assert_eq!(
-            gitlab_extra_prefix("RemoveExpiredMembersWorker"),
-            "extra.remove_expired_members_worker."
-        );
-        assert_eq!(
-            gitlab_extra_prefix("PersonalAccessTokens::ExpiringWorker"),
-            "extra.personal_access_tokens_expiring_worker."
-        );
-        assert_eq!(gitlab_extra_prefix("HTTPWorker"), "extra.http_worker.");
-    }
-
-    #[test]
     fn span_fields_are_flattened_onto_every_line() {
         let (c, _g) = capture();
         let span = tracing::info_span!(

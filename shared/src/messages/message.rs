@@ -78,26 +78,3 @@ impl FromMessage for Notification {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::messages::{DeleteUserRun, PruneDeletionsRun};
-    use serde_json::json;
-
-    #[test]
-    fn a_payload_decodes_through_its_own_rules_and_round_trips() {
-        let p = DeleteUserRun::decode("delete-user.run", &json!({"user_id": 3})).unwrap();
-        assert_eq!(p.user_id, 3);
-        assert_eq!(
-            DeleteUserRun::decode("delete-user.run", &p.payload_value()).unwrap(),
-            p
-        );
-        let err = DeleteUserRun::decode("delete-user.run", &json!({})).unwrap_err();
-        assert_eq!(err.field, "user_id");
-        let run = PruneDeletionsRun::decode("prune-deletions.run", &json!({})).unwrap();
-        assert!(FromMessage::cursor(&run).is_none());
-        let err = Notification::decode("nope.run", &json!({})).unwrap_err();
-        assert_eq!(err.field, "type");
-    }
-}

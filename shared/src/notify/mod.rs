@@ -194,22 +194,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_instance_defaults_its_ssh_prefix_to_the_base_host() {
-        let i = Instance::new("https://gitlab.example.com/", None, "18.0.0").unwrap();
-        assert_eq!(i.base_url, "https://gitlab.example.com");
-        assert_eq!(i.host, "gitlab.example.com");
-        assert_eq!(i.ssh_url_prefix, "git@gitlab.example.com:");
-        let i = Instance::new(
-            "http://gl.local:8080",
-            Some("ssh://git@gl.local:2222/"),
-            "17.9",
-        )
-        .unwrap();
-        assert_eq!(i.ssh_url_prefix, "ssh://git@gl.local:2222/");
-        assert_eq!(i.host, "gl.local");
-    }
-
-    #[test]
     fn smtp_secrets_are_plain_or_json() {
         let (u, p) = smtp_secret("hunter2\n");
         assert_eq!((u, p.expose()), (None, "hunter2"));

@@ -7,6 +7,7 @@
 //! * `email`: the email as sent over SMTP, its outcomes, the file and log transports.
 //! * `webhook`: the web hook as posted, back-off, target safety, redirects, timeouts,
 //!   certificates, stale hooks.
+//! * `rules`: rendering, `Message-ID`s, target and back-off rules, hook URL keys.
 //! * `ssrf`: every spelling of a refused target on the real client and resolver.
 //! * `whole_run`: pat-expiring and every delivery twice; the sample events through the
 //!   Lambda glue.
@@ -37,6 +38,7 @@ use crate::pat_expiring::{
 };
 
 mod email;
+mod rules;
 mod ssrf;
 mod webhook;
 mod whole_run;
