@@ -104,17 +104,3 @@ pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
         (true, true) => DeletionModel::ScheduledAt,
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sets_hold_the_models_they_name() {
-        for m in DeletionModel::ALL {
-            assert!(Models::ANY.contains(m));
-            assert_eq!(Models::STATE.contains(m), m.has_state());
-            assert_eq!(Models::SCHEDULED_AT.contains(m), m.has_scheduled_at());
-        }
-    }
-}

@@ -78,22 +78,3 @@ pub fn schedule_token(message_key: &str) -> String {
     let digest = Sha256::digest(message_key.as_bytes());
     hex::encode(digest)[..40].to_string()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedule_names_are_stable_hashes_of_the_key() {
-        let n = schedule_name("group-destroy:100:2025-03-03:11");
-        assert_eq!(n.len(), 43);
-        assert!(n.starts_with("hk-"));
-        assert_eq!(n, schedule_name("group-destroy:100:2025-03-03:11"));
-        assert_ne!(n, schedule_name("group-destroy:101:2025-03-03:11"));
-        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
-        assert_eq!(
-            schedule_token("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a3"
-        );
-    }
-}

@@ -1,6 +1,6 @@
 //! The message formats on their own: the envelope's rules (behaviour §9.1, §9.4),
-//! continuations and re-sends, every payload's decoding and wire shape, the keys, and
-//! the clock's renderings of a key time.
+//! continuations and re-sends, every payload's decoding and wire shape, the keys, the
+//! function names, and the clock's renderings of a key time.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::{json, Value};
@@ -270,4 +270,15 @@ fn key_time_has_no_fraction_and_a_z() {
 fn system_clock_is_truncated_to_microseconds() {
     let n = SystemClock.now();
     assert_eq!(n.timestamp_subsec_nanos() % 1000, 0);
+}
+
+#[test]
+fn names_round_trip_and_types_route_to_one_receiver() {
+    for f in Function::ALL {
+        assert_eq!(Function::from_name(f.name()), Some(*f));
+        for t in f.accepts() {
+            assert_eq!(Function::receiver_of(t), Some(*f));
+        }
+    }
+    assert_eq!(Function::DeleteUser.env_suffix(), "DELETE_USER");
 }

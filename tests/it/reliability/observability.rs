@@ -277,3 +277,17 @@ fn gitlab_extra_keys_are_prefixed_like_application_worker() {
     );
     assert_eq!(gitlab_extra_prefix("HTTPWorker"), "extra.http_worker.");
 }
+
+#[test]
+fn names_are_unique_and_units_follow_the_suffix() {
+    let mut seen = std::collections::BTreeSet::new();
+    for m in CATALOGUE {
+        assert!(seen.insert(m.name), "{} is listed twice", m.name);
+        assert_eq!(
+            m.unit == metrics::Unit::Seconds,
+            m.name.ends_with("_s"),
+            "{}: a Seconds metric ends in _s and only those",
+            m.name
+        );
+    }
+}
