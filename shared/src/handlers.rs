@@ -1,15 +1,11 @@
 //! Which handler serves which function, as types (issue 8, footprint).
 //!
-//! Owns: every function's [`crate::job::Job`] type (from the function table),
-//! re-exported under the name of its [`Function`] variant (what a function binary
-//! hands to [`crate::lambda::run`]); [`Message`], the sum of every job's payload type
-//! (built here, above the functions' modules, so a payload type may live in its
-//! function's module), with `Envelope::parse` and `Envelope::decode` for it; and
-//! [`Dispatch`], the match over [`Function`] that `hk`, the local runner, the benches
-//! and the tests use. Because the choice is a type, a function binary instantiates
-//! (and links) its own job and nothing else, and builds B28's delivery means only when
-//! it is `deliver-notification`; the choice cannot be a Cargo feature, since one
-//! `cargo lambda build` of every function unifies the features of `shared`.
+//! Owns: every function's [`crate::job::Job`], re-exported under its [`Function`]
+//! variant's name (what a binary hands to [`crate::lambda::run`]); [`Message`], the sum
+//! of every job's payload type, with `Envelope::parse` and `Envelope::decode`; and
+//! [`Dispatch`] for `hk`, the local runner, the benches and the tests. Because the choice
+//! is a type, a binary links its own job only (not a Cargo feature: one `cargo lambda
+//! build` unifies the features of `shared`).
 
 use std::future::Future;
 

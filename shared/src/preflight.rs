@@ -1,17 +1,11 @@
-//! The schema compatibility check every function runs at cold start and `hk check`
-//! runs first: every statement declared for the database's deletion-state model
-//! ([`crate::catalogue::for_model`], the model from
-//! [`crate::gitlab::deletion_model::probe`]) must PREPARE on the target database
-//! (issue 15; behaviour §S4 lists the schema facts behind them).
+//! The schema compatibility check every function runs at cold start and `hk check` runs
+//! first (issue 15; behaviour §S4): every statement declared for the database's
+//! deletion-state model ([`crate::catalogue::for_model`]) must PREPARE.
 //!
-//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only: PREPARE plans nothing
-//! and writes nothing, but parse analysis takes the statement's table locks, so a lock
-//! held by another session makes it wait up to `lock_timeout`), [`Incompatible`], one
-//! failed statement with the database object its error names (`column m.expires_at`,
-//! `relation "members"`, a type mismatch), and its [`Problem`]: an incompatible
-//! schema, a missing grant (`permission denied`, SQLSTATE 42501) or a busy database
-//! (lock or statement timeout, 55P03 / 57014: retry, the schema is not in question).
-//! It has no SQL of its own.
+//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only, but parse analysis takes
+//! the statement's table locks, so it may wait up to `lock_timeout`), [`Incompatible`]
+//! (a failed statement and the object its error names) and its [`Problem`]. No SQL of
+//! its own.
 
 use tokio_postgres::Client;
 

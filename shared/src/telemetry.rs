@@ -1,17 +1,10 @@
 //! Structured JSON logs (behaviour §8).
 //!
-//! Owns: the one log format of the bundle: one JSON object per line with `timestamp`,
-//! `level`, `message`, every field of the enclosing spans flattened to the top level
-//! (so `function`, `run_id`, `message_key`, `hop` and `aws_request_id` appear on every
-//! line of a record), and the event's own fields. A field named `_flatten` holding a
-//! JSON object is merged into the line (used for the batch-specific `done` fields).
-//! Also owns [`capture`], which tests use to assert on exact log lines. It must never
-//! be given secrets: callers log ids, never addresses, URLs, tokens or bodies.
-//!
-//! Every line a function writes is JSON: [`init`] also replaces the default panic
-//! hook (which prints plain text to stderr) with one that logs the panic as an error
-//! line `panic` (`error`, `error_class` = `panic`, `location`) through the same
-//! layer, with the fields of the record's span.
+//! Owns: the one log format: a JSON object per line with `timestamp`, `level`,
+//! `message`, the fields of the enclosing spans flattened to the top level, and the
+//! event's own fields (a `_flatten` field holding an object is merged in); the JSON
+//! panic hook [`init`] installs; and [`capture`] for tests. Callers log ids, never
+//! addresses, URLs, tokens or bodies.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,19 +1,11 @@
 //! Adjourned group deletion on each of GitLab's deletion-state models (behaviour
 //! §B51.3.1, §B51.5, §D13, §D14; [`DeletionModel`]).
 //!
-//! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
-//! highest id; without one, the column's default in the installed GitLab) and the inclusive cutoff computed from it in the
-//! application, the schedules as the database's model records them (due pages, one
-//! group's schedule: the `group_deletion_schedules` row, and from 18.10 the
-//! `namespace_details.deletion_scheduled_at` with its user in `state_metadata`, which
-//! wins when both are set), the rename-suffix rules, and `restore_group`: strip the
-//! suffix, rename the group and re-prefix the routes of everything below it, delete the
-//! schedule, and on 18.4+ put the state back as GitLab's `cancel_deletion` does. The new paths are
-//! derived from committed state: after the group's row, the routes of its ancestors and
-//! its own are locked root first and read again, so a restore racing an ancestor's
-//! restore waits for it and builds on the ancestor's new path. It decides
-//! nothing about permissions and never commits: callers choose the transaction. Its
-//! statements are in `sql`.
+//! Owns: the deletion period and its inclusive cutoff, the schedules as the model
+//! records them (18.10's `deletion_scheduled_at` wins over the schedule row), the
+//! rename-suffix rules, and [`restore_group`], which derives the new paths from
+//! committed state (the ancestors' routes locked root first and read again). It decides
+//! nothing about permissions and never commits. Its statements are in `sql`.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::GenericClient;

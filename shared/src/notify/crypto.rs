@@ -1,29 +1,9 @@
-//! GitLab's encrypted web-hook attributes (behaviour §S3).
+//! GitLab's encrypted web-hook attributes (behaviour §S3: `attr_encrypted`, AES-256-GCM,
+//! the key cut from `db_key_base`, Base64 `pack('m')`).
 //!
-//! Owns: the key derivation from `db_key_base`, decryption of `encrypted_url` /
-//! `encrypted_token` with their IVs, and the matching encryption used for fixtures and
-//! demo data (the bundle never writes encrypted columns to a real GitLab database).
-//! It never logs: callers log the hook id only.
-//!
-//! What was checked against GitLab's source (gitlabhq, read through the search
-//! tools; no instance-encrypted fixture was available, so the round trip below is
-//! against this module's own encryption):
-//! * `app/models/concerns/web_hooks/hook.rb`: `attr_encrypted :token` and `:url` with
-//!   `mode: :per_attribute_iv, algorithm: 'aes-256-gcm',
-//!   key: Settings.attr_encrypted_db_key_base_32` and no `encode` override (the
-//!   `url_variables`/`custom_headers` attributes set `encode: false`; url/token do not).
-//! * attr_encrypted's ActiveRecord adapter sets `attr_encrypted_options[:encode] =
-//!   true`, and the default encoding is `'m'` (`Array#pack('m')`: Base64 with a
-//!   newline after every 60 characters and at the end); `encode_iv` defaults to true.
-//!   GitLab itself reads the IV back with `Base64.decode64(encrypted_url_iv)`.
-//! * `config/settings.rb`: `attr_encrypted_db_key_base_32 =
-//!   Gitlab::Utils.ensure_utf8_size(db_key_base, bytes: 32)`, which keeps whole UTF-8
-//!   characters up to 32 bytes and right-pads with ASCII `'0'` (`lib/gitlab/utils.rb`).
-//! * The Encryptor gem (3.x) appends the 16-byte GCM tag to the ciphertext on
-//!   encryption and splits it off (`value[-16..-1]`) on decryption; `auth_data` is
-//!   empty by default.
-//! * Not confirmed: whether the target version accepts several `db_key_base` values;
-//!   decryption tries every configured key in order (behaviour §S3, marked CONFIRM there).
+//! Owns: the key derivation, decryption of `encrypted_url` / `encrypted_token` with their
+//! IVs (every configured key in order), and the matching encryption for fixtures and demo
+//! data (the bundle never writes encrypted columns). It never logs.
 
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};

@@ -1,19 +1,11 @@
-//! Expiry emails: rendering and the three transports (behaviour §B28.10.2).
+//! Expiry emails: rendering and the three transports (behaviour §B28.10.2, §D21).
 //!
-//! Owns: the plain-text subject and body of both templates (behaviour §D21, this bundle's own
-//! wording), the `Message-ID` derived from the message key, and [`Mailer`]: SMTP with
-//! mandatory TLS (lettre over native-tls, STARTTLS or implicit, extra roots from
-//! `SMTP_CA_BUNDLE`), a `file` transport writing `<dir>/<message-id>.eml`, and a `log`
-//! transport. It reads no database and never logs an address or a body; the SMTP
-//! outcome is reduced to a code and a kind, because server replies may echo addresses.
-//!
-//! User-controlled text (the display name, token names, resource paths) is made one
-//! line by [`one_line`] before it reaches a header or a body line: every control
-//! character (CR, LF, NUL, tab, DEL, C1) and the Unicode line and paragraph
-//! separators become a space, runs of white space one space. Non-ASCII stays (lettre
-//! encodes it per RFC 2047), long headers are folded by lettre, and a display name is
-//! cut to 255 characters (a single long word cannot be folded), so no header line
-//! exceeds RFC 5322's 998 characters and any name delivers.
+//! Owns: the plain-text subject and body of both templates, the `Message-ID` derived
+//! from the message key, and [`Mailer`]: SMTP (lettre over native-tls, STARTTLS,
+//! implicit TLS or none as configured), a `file` transport writing
+//! `<dir>/<message-id>.eml`, and a `log` transport. It reads no database and never logs
+//! an address or a body (SMTP replies are reduced to a code and a kind). User text is
+//! made one line by [`one_line`] before it reaches a header or a body line.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

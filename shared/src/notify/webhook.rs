@@ -1,19 +1,11 @@
 //! Web-hook requests (behaviour §B28.10.3–§B28.10.5, §D23).
 //!
-//! Owns: the target-safety check (schemes, loopback/private/link-local/metadata
-//! ranges; every IPv6 form that embeds or translates to IPv4 — IPv4-compatible,
-//! IPv4-mapped, IPv4-translated, NAT64 `64:ff9b::/96`, 6to4, Teredo — is checked as the
-//! IPv4 address it carries, and the local-use NAT64 prefix `64:ff9b:1::/48` is
-//! refused whole, since its embedding is network-specific), the [`Network`] port (name resolution
-//! and TCP connects, so tests can resolve names to public addresses and route them to
-//! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that allows local
-//! targets only when GitLab's setting (given per request) allows them and the
-//! environment ([`LocalNetwork`]) does not narrow it, and that connects to
-//! the address it checked (pinned: DNS cannot change between check and connect),
-//! speaks TLS through native-tls with SNI and certificate checks for the URL's host,
-//! sends exactly the headers it is given, never follows redirects, and applies one
-//! timeout to the whole request. It knows nothing of hooks rows or logs: the worker
-//! does. The auto-disabling rules of behaviour §B28.10.4 are the pure [`HookState`] functions.
+//! Owns: the target-safety check ([`is_local_network`]: every IPv6 form that carries an
+//! IPv4 address is checked as that address), the [`Network`] port (resolution and
+//! connects, so tests can route public names to a local receiver), [`WebhookClient`]
+//! (HTTP/1.1 to the pinned, checked address; local targets only as GitLab's setting and
+//! [`LocalNetwork`] allow; no redirects; one timeout per request), and the
+//! auto-disabling rules ([`HookState`]). It knows nothing of hooks rows or logs.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
