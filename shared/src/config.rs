@@ -78,14 +78,20 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            deadline_margin: Duration::from_secs(60),
-            delete_user_budget: Duration::from_secs(600),
-            prune_deletions_budget: Duration::from_secs(60),
-            pat_expiring_budget: Duration::from_secs(180),
-            group_destroy_budget: Duration::from_secs(600),
+        Settings::from_lookup(&|_: &str| None).expect("the defaults are valid")
+    }
+}
+
+impl Settings {
+    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Settings> {
+        Ok(Settings {
+            deadline_margin: secs(get, "DEADLINE_MARGIN_S", 60)?,
+            delete_user_budget: secs(get, "DELETE_USER_BUDGET_S", 600)?,
+            prune_deletions_budget: secs(get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
+            pat_expiring_budget: secs(get, "PAT_EXPIRING_BUDGET_S", 180)?,
+            group_destroy_budget: secs(get, "GROUP_DESTROY_BUDGET_S", 600)?,
             member_group_size: MEMBER_GROUP_SIZE,
-        }
+        })
     }
 }
 
@@ -197,14 +203,7 @@ impl Config {
                 ))
             }
         };
-        let settings = Settings {
-            deadline_margin: secs(&get, "DEADLINE_MARGIN_S", 60)?,
-            delete_user_budget: secs(&get, "DELETE_USER_BUDGET_S", 600)?,
-            prune_deletions_budget: secs(&get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
-            pat_expiring_budget: secs(&get, "PAT_EXPIRING_BUDGET_S", 180)?,
-            group_destroy_budget: secs(&get, "GROUP_DESTROY_BUDGET_S", 600)?,
-            member_group_size: MEMBER_GROUP_SIZE,
-        };
+        let settings = Settings::from_lookup(&get)?;
         Ok(Config {
             database,
             transport,
@@ -286,17 +285,12 @@ pub fn pg_config_from_secret(text: &str) -> Result<tokio_postgres::Config> {
             crate::error::json_error_kind(&e)
         ))
     })?;
+    let bad_port = || Error::Config("the database secret's port is not a number".into());
     let port = match s.port {
         None => 5432,
         Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(5432) as u16,
-        Some(serde_json::Value::String(p)) => p
-            .parse()
-            .map_err(|_| Error::Config("the database secret's port is not a number".into()))?,
-        Some(_) => {
-            return Err(Error::Config(
-                "the database secret's port is not a number".into(),
-            ))
-        }
+        Some(serde_json::Value::String(p)) => p.parse().map_err(|_| bad_port())?,
+        Some(_) => return Err(bad_port()),
     };
     let mut cfg = tokio_postgres::Config::new();
     cfg.user(&s.username)
