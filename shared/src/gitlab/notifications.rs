@@ -18,17 +18,3 @@ pub(crate) use can_receive_notifications;
 
 /// The same predicate as a constant, for tests and documentation.
 pub const CAN_RECEIVE_NOTIFICATIONS: &str = can_receive_notifications!();
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gitlab::user_type;
-
-    #[test]
-    fn only_active_humans_and_service_accounts_receive_notifications() {
-        // Human (0) and service account (4); never bots, ghosts or placeholders.
-        assert!(CAN_RECEIVE_NOTIFICATIONS.contains("u.user_type IN (0, 4)"));
-        assert_eq!(user_type::HUMAN, 0);
-        assert!(CAN_RECEIVE_NOTIFICATIONS.contains("'active'"));
-    }
-}

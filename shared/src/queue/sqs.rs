@@ -240,16 +240,3 @@ impl Queue for SqsQueue {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn at_expression_rounds_up_to_the_second() {
-        let t: DateTime<Utc> = "2025-03-10T02:00:00Z".parse().unwrap();
-        assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:20)");
-        let t: DateTime<Utc> = "2025-03-10T02:00:00.000001Z".parse().unwrap();
-        assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:21)");
-    }
-}

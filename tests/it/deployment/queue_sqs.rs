@@ -13,7 +13,7 @@ use integration_tests::{t, wait};
 use shared::clock::FixedClock;
 use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::{DeleteUserRun, Envelope};
-use shared::queue::sqs::SqsQueue;
+use shared::queue::sqs::{at_expression, SqsQueue};
 use shared::queue::{schedule_name, schedule_token, OutMessage, Queue};
 use shared::Function;
 
@@ -302,4 +302,12 @@ fn schedule_names_are_stable_hashes_of_the_key() {
         schedule_token("abc"),
         "ba7816bf8f01cfea414140de5dae2223b00361a3"
     );
+}
+
+#[test]
+fn at_expression_rounds_up_to_the_second() {
+    let t: chrono::DateTime<chrono::Utc> = "2025-03-10T02:00:00Z".parse().unwrap();
+    assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:20)");
+    let t: chrono::DateTime<chrono::Utc> = "2025-03-10T02:00:00.000001Z".parse().unwrap();
+    assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:21)");
 }

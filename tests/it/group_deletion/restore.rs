@@ -7,6 +7,7 @@
 use super::*;
 use crate::assert::assert_fields;
 use shared::gitlab::group_deletion::{random_suffix, strip_deletion_suffix};
+use shared::random::below;
 
 #[tokio::test]
 async fn a_group_whose_scheduler_lost_owner_rights_is_restored_with_its_routes() {
@@ -318,4 +319,15 @@ fn random_suffixes_have_five_lowercase_alphanumerics() {
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
     }
+}
+
+#[test]
+fn below_stays_in_range_and_reaches_every_value() {
+    let mut seen = [false; 5];
+    for _ in 0..2_000 {
+        let v = below(5);
+        assert!(v < 5);
+        seen[v as usize] = true;
+    }
+    assert!(seen.iter().all(|s| *s));
 }
