@@ -1,12 +1,11 @@
 //! CloudWatch embedded-metric-format (EMF) lines (behaviour §8) and the catalogue of
 //! every metric the functions emit.
 //!
-//! Owns: the metric names, units and the functions that emit each ([`CATALOGUE`]), the
-//! namespace and the dimension set (`Service`, `function`), and the EMF line itself
-//! ([`emit`]), and the per-record line every record produces whatever happens
-//! ([`emit_record_metrics`], [`OutcomeKind`]). The line goes through the log pipeline, so it lands on stdout in Lambda
-//! and is visible to `telemetry::capture` in tests. The SAM template's alarms and
-//! dashboard read these metrics; a test checks they name only what the code emits.
+//! Owns: the metric names, units and emitters ([`CATALOGUE`]), the namespace and the
+//! dimension set (`Service`, `function`), the EMF line ([`emit`], written through the
+//! log pipeline) and the one line every record produces whatever happens
+//! ([`emit_record_metrics`], [`OutcomeKind`]). The template's alarms and dashboard read
+//! these metrics; a test checks they name only what the code emits.
 
 use serde_json::{json, Map, Value};
 

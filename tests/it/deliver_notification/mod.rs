@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use hk::local::Runner;
 use hk::local_queue::SentRecord;
+use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::http::HttpReceiver;
 use integration_tests::sinks::net::TestNetwork;
@@ -30,7 +31,6 @@ use shared::messages::Envelope;
 use shared::notify::webhook::WebhookClient;
 use shared::notify::Notifier;
 use shared::runtime::RecordOutcome;
-use shared::telemetry::{capture, Captured};
 
 use crate::pat_expiring::{
     cron_once, emails, fixture, hook, notify_config, scenario7, t20_body, tok, webhooks, On, D, F,

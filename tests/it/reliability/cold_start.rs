@@ -13,6 +13,7 @@ use shared::preflight::{object_of, Problem};
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use shared::clock::FixedClock;
@@ -20,7 +21,6 @@ use shared::config::Config;
 use shared::db::Session;
 use shared::handlers::Dispatch;
 use shared::lambda::{handle_event_checked, Deps, InvokeError, SchemaGate};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

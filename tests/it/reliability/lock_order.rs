@@ -4,11 +4,11 @@
 
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, wait, Fx, TestDb};
 use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
