@@ -497,16 +497,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bundle_with_several_certificates_loads_them_all() {
-        // Two throwaway self-signed certificates generated for this test.
-        let pem = include_bytes!("../testdata/two-certs.pem");
-        let certs = Certificate::stack_from_pem(pem).unwrap();
-        assert_eq!(certs.len(), 2);
-        assert!(tls_connector(Some(pem)).is_ok());
-        assert!(tls_connector(Some(b"not a pem")).is_err());
-    }
-
-    #[test]
     fn tls_is_forced_for_remote_hosts_and_refused_when_disabled() {
         let cfg = |require| DatabaseConfig {
             source: crate::config::DatabaseSource::Url(String::new()),

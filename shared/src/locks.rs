@@ -66,17 +66,3 @@ pub async fn group_owner_locks<C: GenericClient>(c: &C, group_ids: &[i64]) -> Re
 pub async fn authorization_lock<C: GenericClient>(c: &C, user_id: i64) -> Result<()> {
     xact_locks(c, &[format!("project-authorizations:{user_id}")]).await
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_key_is_the_big_endian_prefix_of_the_hash() {
-        // sha256("gitlab-housekeeping:function:remove-expired-members"), first 8 bytes.
-        let d = Sha256::digest(b"gitlab-housekeeping:function:remove-expired-members");
-        let expect = i64::from_be_bytes(d[..8].try_into().unwrap());
-        assert_eq!(lock_key("function:remove-expired-members"), expect);
-        assert_ne!(lock_key("a"), lock_key("b"));
-    }
-}

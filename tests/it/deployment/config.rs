@@ -1,5 +1,6 @@
 //! Configuration read from the environment: the functions' [`Config`], B28's
-//! [`NotifyConfig`], the database secret's shape, and the AWS SDK's endpoints.
+//! [`NotifyConfig`], the database secret's shape and CA bundle, and the AWS SDK's
+//! endpoints.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use shared::aws::{from_env, service_endpoint};
 use shared::config::notify::{EmailTransportKind, SmtpTls};
 use shared::config::{pg_config_from_secret, Config, Settings, TransportKind};
+use shared::db::tls_connector;
 use shared::notify::{LocalNetwork, NotifyConfig};
 use shared::{Function, Result};
 
@@ -278,4 +280,14 @@ fn the_sdk_configuration_comes_from_lambdas_environment() {
         ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
     ]);
     assert_eq!(service_endpoint(e, ""), None);
+}
+
+#[test]
+fn a_bundle_with_several_certificates_loads_them_all() {
+    // Two throwaway self-signed certificates generated for this test.
+    let pem = include_bytes!("../../../shared/testdata/two-certs.pem");
+    let certs = native_tls::Certificate::stack_from_pem(pem).unwrap();
+    assert_eq!(certs.len(), 2);
+    assert!(tls_connector(Some(pem)).is_ok());
+    assert!(tls_connector(Some(b"not a pem")).is_err());
 }
