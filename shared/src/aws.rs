@@ -1,22 +1,15 @@
-//! The AWS side of a function: SDK configuration, endpoints and secret reads.
-//!
-//! Owns: the SDK configuration built from Lambda's environment alone ([`from_env`]),
-//! the one HTTPS client of every SDK client ([`https_client`]: rustls with ring,
-//! trusting the Amazon roots), the endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS
-//! and Scheduler clients, and every Secrets Manager read (the database secret, the
-//! SMTP and key-base secrets). Configuration parsing stays in [`crate::config`]; this
-//! module does the I/O it describes.
+//! The AWS side of a function: the SDK configuration from Lambda's environment alone
+//! ([`from_env`]), the one HTTPS client of every SDK client ([`https_client`]), the
+//! endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS and Scheduler clients, and every
+//! Secrets Manager read. Parsing the configuration is [`crate::config`]'s.
 
 use crate::config::{pg_config_from_secret, DatabaseSource};
 use crate::error::{Error, Result};
 
-/// The AWS SDK configuration of a function, from Lambda's environment alone: the
-/// region (`AWS_REGION`, else `AWS_DEFAULT_REGION`), the execution role's credentials
-/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, read when the
-/// SDK asks for them) and the global endpoint override (`AWS_ENDPOINT_URL`, unless
-/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`). A function never needs the rest of the
-/// default provider chain (profile files, SSO, IMDS, web identity), whose code and
-/// start-up work it therefore does not carry (issue 8, footprint).
+/// The AWS SDK configuration of a function from Lambda's environment alone: region,
+/// the execution role's credentials from the environment, and `AWS_ENDPOINT_URL`. A
+/// function never needs the rest of the default provider chain (profiles, SSO, IMDS),
+/// so it does not carry it (issue 8, footprint).
 pub fn from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));

@@ -1,9 +1,7 @@
 //! Typed configuration, read once at cold start (behaviour §10).
 //!
-//! Owns: parsing every environment variable the functions use into [`Config`], with
-//! a clear error naming the variable when one is missing or invalid. It performs no
-//! I/O except reading the database's [`DatabaseSource`], which may read a Secrets Manager secret.
-//! Tests build a `Config` with [`Config::from_lookup`] instead of mutating process env.
+//! Owns: every environment variable the functions use, parsed into [`Config`] with an
+//! error naming the variable. Tests build one with [`Config::from_lookup`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -95,13 +93,9 @@ impl Settings {
     }
 }
 
-/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000).
-///
-/// Measured with `hk bench b38-groups` at full scale (docs/benchmarks.md, "B38 after
-/// issue 19"): 100, 250, 500 and 1,000 members per transaction cost 81.1, 76.9, 75.2
-/// and 76.0 µs per member, with a longest transaction of 16.5, 36.1, 56.3 and 106.1 ms.
-/// Past 250 the time per member no longer falls, while a group holds its members' row
-/// locks on the production database until COMMIT twice or four times as long.
+/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000): past
+/// 250 the time per member no longer falls while a group holds its members' row locks
+/// longer (`hk bench b38-groups`, docs/benchmarks.md, "B38 after issue 19").
 pub const MEMBER_GROUP_SIZE: usize = 250;
 
 /// Everything a function needs from its environment.

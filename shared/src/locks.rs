@@ -1,10 +1,8 @@
 //! The advisory-lock catalogue (behaviour §7.3, §9.10).
 //!
 //! Owns: `lock_key`, the session-level overlap and group-destroy try-locks, and the
-//! transaction-level group-owner, authorization and ghost-user locks. Callers decide
-//! the order; the functions here take locks in the ascending order they are given.
-//! Its statements are in [`sql`] (`sql::XACT_LOCKS` is the one callers prepare when
-//! they take transaction-level locks many times).
+//! transaction-level group-owner, authorization and ghost-user locks, taken in the
+//! ascending order given (callers decide the order). Its statements are in [`sql`].
 
 use sha2::{Digest, Sha256};
 use tokio_postgres::GenericClient;

@@ -1,11 +1,8 @@
 //! Notification settings from the environment (behaviour §10, §B28.10).
 //!
-//! Owns: [`NotifyConfig`], parsed once at cold start from `GITLAB_*`, `EMAIL_*`,
-//! `SMTP_*`, `MAIL_FROM` and `WEBHOOK_*`, with errors naming the variable, and
-//! [`Secret`], a string whose `Debug` never shows it. Parsing does no I/O besides
-//! checking that `SMTP_CA_BUNDLE` is a file; secrets behind ARNs are read when the
-//! [`crate::notify::Notifier`] is built. Which variables are required depends on the function
-//! ([`NotifyConfig::require_for`]), so the other functions never need them.
+//! Owns: [`NotifyConfig`] (`GITLAB_*`, `EMAIL_*`, `SMTP_*`, `MAIL_FROM`, `WEBHOOK_*`,
+//! errors naming the variable; required only by the functions that need them:
+//! [`NotifyConfig::require_for`]) and [`Secret`], whose `Debug` never shows it.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,9 +1,7 @@
 //! Which deletion-state model the connected GitLab has (docs/gitlab-source-notes.md §B).
 //!
-//! Owns: [`DeletionModel`], the three ways GitLab 18 records a group scheduled for
-//! deletion, told apart by the columns the database has ([`probe`]: one catalog query);
-//! and [`Models`], the set of models a catalogue statement is declared for, so that
-//! preflight prepares exactly the statements of the database's model (ARCHITECTURE.md,
+//! Owns: [`DeletionModel`], told apart by the columns the database has ([`probe`]), and
+//! [`Models`], the models a catalogue statement is declared for (ARCHITECTURE.md,
 //! "Statements per deletion model"). Its statement is in `sql`.
 
 use tokio_postgres::GenericClient;

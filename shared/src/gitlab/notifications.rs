@@ -1,11 +1,8 @@
 //! Who may receive a notification (behaviour §2.1, §D26).
 //!
-//! Owns: `can_receive_notifications(u)`, the one eligibility rule that both B28's
-//! `pat-expiring` (when it selects recipients and decides whether a human's email is
-//! enqueued) and `deliver-notification` (when it re-reads the recipient at delivery
-//! time) apply. It is a SQL predicate over an alias `u` of `users`, given as a macro
-//! so that the statements of those modules can embed it with `concat!` and stay
-//! fixed, PREPARE-able texts.
+//! Owns: `can_receive_notifications(u)`, the one eligibility rule `pat-expiring` and
+//! `deliver-notification` apply: a SQL predicate over an alias `u` of `users`, a macro
+//! so their statements embed it with `concat!` and stay fixed texts.
 
 /// `can_receive_notifications(u)` over an alias `u` of `users`: an active human or
 /// service account. Expands to a string literal, for `concat!`.

@@ -1,11 +1,9 @@
 //! How a handler's payload is decoded once, on receipt (behaviour §9.2).
 //!
-//! Owns: [`FromMessage`], the decoder from a message type and its payload JSON to a
-//! handler's payload type (a payload type of one message type through its validating
-//! decoder, or a sum of several), the JSON a continuation carries back, and the cursor
-//! the `start` line shows; and [`Notification`], `deliver-notification`'s sum. The sum
-//! of every function's payload is `handlers::Message`, built from the function table
-//! above the functions' modules, so a payload type may live in its function's module.
+//! Owns: [`FromMessage`] (message type and payload JSON to a handler's payload type,
+//! the JSON a continuation carries back, the cursor the `start` line shows) and
+//! [`Notification`], `deliver-notification`'s sum. Every function's sum is
+//! `handlers::Message`, so a payload type may live in its function's module.
 
 use serde::Serialize;
 use serde_json::Value;

@@ -1,12 +1,9 @@
-//! Notification delivery for B28: the GitLab instance facts and the transports
-//! (behaviour §B28.10, §9.11, §10).
+//! Notification delivery for B28 (behaviour §B28.10, §9.11, §10).
 //!
-//! Owns: [`Instance`] (base URL, its host, the SSH prefix, the version), and
-//! [`Notifier`], built once at cold start (`lambda::Deps`) or by `hk`: the instance
-//! for `pat-expiring`, plus for `deliver-notification` the [`Delivery`] means (mailer,
-//! web-hook client, `db_key_base` keys). Secrets behind ARNs are read here, once (the
-//! SMTP secret again, bounded, when the server refuses its credentials). The
-//! handlers receive it through `Invocation::notifier`; nothing here reads the database.
+//! Owns: [`Instance`] (the GitLab instance's URL facts and version) and [`Notifier`],
+//! built once at cold start or by `hk`: the instance for `pat-expiring`, plus the
+//! [`Delivery`] means for `deliver-notification`, whose secrets behind ARNs are read
+//! here. Nothing here reads the database.
 
 pub mod crypto;
 pub mod mail;

@@ -1,10 +1,8 @@
 //! The queue port (behaviour §9.5).
 //!
-//! Owns: [`Queue`], the one interface through which handlers send messages, the
-//! [`OutMessage`] they send, and the naming rule for long-delay schedules. Two
-//! adapters implement it: [`sqs::SqsQueue`] (SQS + EventBridge Scheduler, Lambda
-//! mode) and `hk::local_queue::LocalQueue` (in-process, virtual time, `hk` and tests).
-//! Handlers never know which one they talk to.
+//! Owns: [`Queue`], the one interface handlers send through (adapters:
+//! [`sqs::SqsQueue`], and `hk::local_queue::LocalQueue` for `hk` and tests), the
+//! [`OutMessage`] they send, and the naming rule for long-delay schedules.
 
 pub mod sqs;
 

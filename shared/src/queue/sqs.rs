@@ -1,10 +1,8 @@
-//! The AWS adapter of the queue port: SQS for delays ≤ 900 s, one-time EventBridge
-//! Scheduler schedules for longer ones (behaviour §9.5).
+//! The AWS adapter of the queue port (behaviour §9.5): SQS for delays ≤ 900 s, one-time
+//! EventBridge Scheduler schedules for longer ones.
 //!
-//! Owns: batching into `SendMessageBatch` calls of ten, the per-entry failure check
-//! and retry, the schedule's exact shape (name, `at()`, target, DLQ, retry policy,
-//! `ActionAfterCompletion = DELETE`, client token), and the API-call counter used by
-//! the `queue-calls` benchmark. It must not decide anything about message content.
+//! Owns: `SendMessageBatch` calls of ten with the per-entry check and retry, the
+//! schedule's exact shape, and the API-call counter of the `queue-calls` benchmark.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
