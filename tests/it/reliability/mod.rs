@@ -9,6 +9,7 @@
 //! * `glue`: the Lambda glue on real SQS event JSON.
 //! * `cold_start`: the schema check when a function starts.
 //! * `lock_order`: no deadlock between functions over the same users.
+//! * `messages`: the envelope's and the payloads' rules, keys and wire shapes.
 //! * `rotation`: secrets rotated under a warm function.
 //! * `observability`: the metric and log lines every function writes (what a run
 //!   emits is collected by `crate::emitted`).
@@ -22,6 +23,7 @@ mod fuzz;
 mod glue;
 mod hostile;
 mod lock_order;
+mod messages;
 mod observability;
 mod rotation;
 mod secrets;
