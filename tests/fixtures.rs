@@ -142,6 +142,36 @@ fn opt(s: &Option<String>) -> String {
 }
 
 impl Fx<'_> {
+    /// GitLab's `int4` ids, as older installations have them: `members`' ids,
+    /// `project_authorizations.project_id` and `namespaces.traversal_ids` (`integer[]`)
+    /// narrowed, and with `schedules` the ids of `members_deletion_schedules` too.
+    pub async fn int4_ids(&self, schedules: bool) {
+        self.0
+            .exec(
+                "ALTER TABLE members ALTER COLUMN id TYPE integer,
+                   ALTER COLUMN source_id TYPE integer, ALTER COLUMN user_id TYPE integer;
+                 -- GitLab's sync trigger reads traversal_ids in its WHEN clause: recreated around the change.
+                 DROP TRIGGER trigger_namespaces_traversal_ids_on_update ON namespaces;
+                 ALTER TABLE namespaces ALTER COLUMN traversal_ids DROP DEFAULT;
+                 ALTER TABLE namespaces ALTER COLUMN traversal_ids TYPE integer[];
+                 ALTER TABLE namespaces ALTER COLUMN traversal_ids SET DEFAULT '{}';
+                 CREATE TRIGGER trigger_namespaces_traversal_ids_on_update AFTER UPDATE ON namespaces
+                   FOR EACH ROW WHEN (old.traversal_ids IS DISTINCT FROM new.traversal_ids)
+                   EXECUTE FUNCTION insert_namespaces_sync_event();
+                 ALTER TABLE project_authorizations ALTER COLUMN project_id TYPE integer;",
+            )
+            .await;
+        if schedules {
+            self.0
+                .exec(
+                    "ALTER TABLE members_deletion_schedules ALTER COLUMN id TYPE integer,
+                       ALTER COLUMN namespace_id TYPE integer, ALTER COLUMN user_id TYPE integer,
+                       ALTER COLUMN scheduled_by_id TYPE integer;",
+                )
+                .await;
+        }
+    }
+
     /// Insert users.
     pub async fn users(&self, us: &[U]) {
         for u in us {

@@ -1,5 +1,5 @@
 //! Support for the integration tests: a fresh database per test, fixture builders in
-//! the spec's notation, a driver for handlers, and moto clients.
+//! the spec's notation, a driver for handlers, log capture, and moto clients.
 //!
 //! The test script (`scripts/test.sh`) exports `DATABASE_URL` (a throwaway cluster)
 //! and `MOTO_ENDPOINT` (a moto server on 127.0.0.1). Without them the tests fail with
@@ -8,6 +8,7 @@
 pub mod aws;
 pub mod db;
 pub mod fixtures;
+pub mod logs;
 pub mod notice;
 pub mod sinks;
 pub mod state;

@@ -6,6 +6,9 @@
 
 use std::process::{Command, Output};
 
+mod common;
+use common::text;
+
 /// `hk` in an environment with no AWS configuration at all, plus `env`.
 fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
     let home = std::env::temp_dir().join(format!("hk-empty-home-{}", std::process::id()));
@@ -26,11 +29,7 @@ fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
 }
 

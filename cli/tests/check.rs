@@ -17,29 +17,18 @@ use serde_json::Value;
 use shared::db::Connector;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+mod common;
+use common::{hk_on, text as out};
+
 const NOW: &str = "2026-03-01T00:00:00Z";
 
 fn hk_check(url: &str, json: bool) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
+    let mut c = hk_on(url);
     c.args(["check", "--now", NOW]);
     if json {
         c.arg("--json");
     }
-    c.env("DATABASE_URL", url)
-        .env("RUST_LOG", "warn")
-        .env_remove("TRANSPORT")
-        .env_remove("DATABASE_SECRET_ARN")
-        .env_remove("DATABASE_CA_BUNDLE")
-        .output()
-        .expect("hk runs")
-}
-
-fn out(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    c.output().expect("hk runs")
 }
 
 /// The failed lines of a text run.

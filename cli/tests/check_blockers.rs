@@ -3,32 +3,24 @@
 //! the operator action (advisory); rows under a group not yet due are not counted; a
 //! database without the blocking tables gets a clean line.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use integration_tests::fixtures::U;
 use integration_tests::{Fx, TestDb};
 use serde_json::Value;
 
+mod common;
+use common::{hk_on, text};
+
 const NOW: &str = "2026-03-01T00:00:00Z";
 const LINE: &str = "blockers under groups due for deletion";
 
 fn hk_check_json(url: &str) -> (Output, Value) {
-    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+    let o = hk_on(url)
         .args(["check", "--now", NOW, "--json"])
-        .env("DATABASE_URL", url)
-        .env("RUST_LOG", "warn")
-        .env_remove("TRANSPORT")
-        .env_remove("DATABASE_SECRET_ARN")
-        .env_remove("DATABASE_CA_BUNDLE")
         .output()
         .expect("hk runs");
-    let j = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
-        panic!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
+    let j = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
     (o, j)
 }
 

@@ -6,9 +6,12 @@
 //! `schema_migrations`; a lock held by another session is a busy result (exit 1,
 //! retry), not an incompatible schema (exit 2).
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use integration_tests::TestDb;
+
+mod common;
+use common::{hk_on, text};
 
 const NOW: &str = "2026-03-01T00:00:00Z";
 /// GitLab 18.8's marker version (docs/gitlab-source-notes.md §A.1).
@@ -17,24 +20,11 @@ const GITLAB_18_8: &str = "20251231013427";
 const GITLAB_18_1: &str = "20250610152957";
 
 fn hk_check(url: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hk"))
+    hk_on(url)
         .args(["check", "--now", NOW])
-        .env("DATABASE_URL", url)
         .env("DB_LOCK_TIMEOUT_MS", "300")
-        .env("RUST_LOG", "warn")
-        .env_remove("TRANSPORT")
-        .env_remove("DATABASE_SECRET_ARN")
-        .env_remove("DATABASE_CA_BUNDLE")
         .output()
         .expect("hk runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The failed required lines.

@@ -5,35 +5,25 @@
 //! checks each privilege as it runs); without one printed grant it fails `hk check`,
 //! named. The same holds for the column-level script (`--columns`).
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use integration_tests::TestDb;
 use shared::db::Connector;
 use shared::Function;
+
+mod common;
+use common::{hk_on, text};
 
 const NOW: &str = "2026-03-01T00:00:00Z";
 /// GitLab 18.8's marker version (docs/gitlab-source-notes.md §A.1).
 const GITLAB_18_8: &str = "20251231013427";
 
 fn hk(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hk"))
+    hk_on(url)
         .args(args)
-        .env("DATABASE_URL", url)
         .env("DB_LOCK_TIMEOUT_MS", "300")
-        .env("RUST_LOG", "warn")
-        .env_remove("TRANSPORT")
-        .env_remove("DATABASE_SECRET_ARN")
-        .env_remove("DATABASE_CA_BUNDLE")
         .output()
         .expect("hk runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A test database whose GitLab schema version is in range, and a login role on it

@@ -17,6 +17,9 @@ use integration_tests::{t, TestDb};
 use serde_json::Value;
 use shared::notify::Instance;
 
+mod common;
+use common::text;
+
 const NOW: &str = "2026-03-01T00:10:00Z";
 
 /// Each cron function and the child function it sends work to.
@@ -51,12 +54,7 @@ fn hk_cmd(db: &TestDb, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Com
 
 fn hk(db: &TestDb, state: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let o = hk_cmd(db, state, args, env).output().expect("hk runs");
-    eprintln!(
-        "hk {args:?} -> {:?}\n{}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?} -> {:?}\n{}", o.status.code(), text(&o));
     o
 }
 

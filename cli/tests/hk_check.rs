@@ -81,7 +81,7 @@ async fn the_functions_report_is_hk_checks_and_is_logged() {
     // One check made to fail, so the comparison covers a failure and its fix too.
     db.exec("DROP TRIGGER users_loose_fk_trigger ON users")
         .await;
-    let (logs, guard) = shared::telemetry::capture();
+    let (logs, guard) = integration_tests::logs::capture();
     let report = invoke(&function_env(&db.url), json!({ "now": NOW })).await;
     drop(guard);
     assert_eq!(report["status"], "fail", "{report:#}");
@@ -133,7 +133,7 @@ async fn a_failure_is_a_report_with_the_exit_status() {
         .unwrap()
         .port();
     let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-    let (logs, guard) = shared::telemetry::capture();
+    let (logs, guard) = integration_tests::logs::capture();
     let report = invoke(&function_env(&url), json!({})).await;
     drop(guard);
     assert_eq!(report["status"], "fail");

@@ -12,6 +12,9 @@ use integration_tests::fixtures::{M, U};
 use integration_tests::{wait, Fx, TestDb};
 use serde_json::Value;
 
+mod common;
+use common::text;
+
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -23,11 +26,7 @@ fn hk(db: &TestDb, args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
 }
 

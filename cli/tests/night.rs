@@ -9,6 +9,9 @@ use std::process::{Command, Output};
 use integration_tests::TestDb;
 use serde_json::Value;
 
+mod common;
+use common::text;
+
 fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
     c.args(args).env_remove("RUST_LOG");
@@ -16,11 +19,7 @@ fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
 }
 

@@ -10,6 +10,9 @@ use integration_tests::fixtures::{M, U};
 use integration_tests::{Fx, TestDb};
 use serde_json::Value;
 
+mod common;
+use common::text;
+
 fn hk_env<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
     c.args(args).env("RUST_LOG", "warn");
@@ -17,12 +20,7 @@ fn hk_env<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], env: &[(&str,
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?} -> {:?}\n{}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?} -> {:?}\n{}", o.status.code(), text(&o));
     o
 }
 

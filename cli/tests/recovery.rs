@@ -13,6 +13,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use integration_tests::aws::{moto_config, moto_endpoint};
 use serde_json::Value;
 
+mod common;
+use common::{depth, queue_arn, schedule_group, text};
+
 fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
     c.args(args).env("RUST_LOG", "warn").env_remove("HK_STACK");
@@ -20,12 +23,7 @@ fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?} -> {:?}:\n{}{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?} -> {:?}:\n{}", o.status.code(), text(&o));
     o
 }
 
@@ -65,24 +63,6 @@ async fn url(sqs: &aws_sdk_sqs::Client, name: &str) -> String {
         .unwrap()
         .queue_url
         .unwrap()
-}
-
-/// (visible, in flight) of a queue.
-async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (i64, i64) {
-    let a = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
-    let n = |k| a.get(&k).unwrap().parse::<i64>().unwrap();
-    (
-        n(QueueAttributeName::ApproximateNumberOfMessages),
-        n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
 }
 
 /// The message types on a queue (received, then made visible again).
@@ -301,24 +281,9 @@ async fn status_shows_every_schedule_that_targets_a_functions_queue() {
     let (stack, sqs) = stack().await;
     let endpoint = moto_endpoint();
     let scheduler = aws_sdk_scheduler::Client::new(&moto_config().await);
-    let group = format!("{stack}-hk");
-    scheduler
-        .create_schedule_group()
-        .name(&group)
-        .send()
-        .await
-        .unwrap();
+    let group = schedule_group(&scheduler, &stack).await;
     let q = url(&sqs, &format!("{stack}-remove-expired-members")).await;
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&q)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
+    let arn = queue_arn(&sqs, &q).await;
     // The template's cron, enabled, and a paused one made by hand on the same queue
     // (listed after it).
     let cron = format!("{stack}-RemoveExpiredMembersSchedule-1AB2C3D4E5F6");

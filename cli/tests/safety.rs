@@ -10,6 +10,9 @@ use integration_tests::{Fx, TestDb};
 use serde_json::Value;
 use shared::db::Connector;
 
+mod common;
+use common::text;
+
 /// Every variable `hk` could otherwise take from its demo defaults.
 const NOTICE_VARS: [&str; 6] = [
     "EMAIL_TRANSPORT",
@@ -32,11 +35,7 @@ fn hk(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
 }
 

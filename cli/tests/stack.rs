@@ -13,6 +13,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use integration_tests::aws::{moto_config, moto_endpoint};
 use serde_json::Value;
 
+mod common;
+use common::{depth, queue_arn, schedule_group, text};
+
 fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
     c.args(args).env("RUST_LOG", "warn").env_remove("HK_STACK");
@@ -20,29 +23,8 @@ fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
-}
-
-async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (i64, i64) {
-    let a = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap();
-    let n = |k| a.get(&k).unwrap().parse::<i64>().unwrap();
-    (
-        n(QueueAttributeName::ApproximateNumberOfMessages),
-        n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
 }
 
 fn body(i: u32) -> String {
@@ -98,13 +80,7 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
         .await
         .unwrap();
     // The stack's schedule group and two cron schedules as CloudFormation names them.
-    let group = format!("{stack}-hk");
-    scheduler
-        .create_schedule_group()
-        .name(&group)
-        .send()
-        .await
-        .unwrap();
+    let group = schedule_group(&scheduler, &stack).await;
     for (logical, f, state) in [
         (
             "RemoveExpiredMembersSchedule",
@@ -118,16 +94,7 @@ async fn status_and_replay_use_the_stack_names_of_the_template() {
         ),
     ] {
         let q = url(format!("{stack}-{f}")).await;
-        let arn = sqs
-            .get_queue_attributes()
-            .queue_url(&q)
-            .attribute_names(QueueAttributeName::QueueArn)
-            .send()
-            .await
-            .unwrap()
-            .attributes
-            .unwrap()[&QueueAttributeName::QueueArn]
-            .clone();
+        let arn = queue_arn(&sqs, &q).await;
         scheduler
             .create_schedule()
             .name(format!("{stack}-{logical}-1AB2C3D4E5F6"))

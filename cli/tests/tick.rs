@@ -8,11 +8,13 @@ use std::process::{Command, Output};
 
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, ScheduleState, Target};
-use aws_sdk_sqs::types::QueueAttributeName;
 use integration_tests::aws::moto_endpoint;
 use serde_json::Value;
 use shared::messages::Envelope;
 use shared::Function;
+
+mod common;
+use common::{queue_arn, schedule_group, text};
 
 /// `hk` with the test's AWS environment only: no inherited credentials, profile or
 /// region.
@@ -38,11 +40,7 @@ fn hk(args: &[&str], env: &[(&str, &str)]) -> Output {
         c.env(k, v);
     }
     let o = c.output().expect("hk runs");
-    eprintln!(
-        "hk {args:?}:\n{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    eprintln!("hk {args:?}:\n{}", text(&o));
     o
 }
 
@@ -132,24 +130,9 @@ async fn tick_sends_the_schedules_own_message_to_the_stacks_queue() {
     let region = "us-east-1";
     let queue = queues(&stack, region, f).await;
     let (sqs, scheduler) = clients(region).await;
-    let arn = sqs
-        .get_queue_attributes()
-        .queue_url(&queue)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
+    let arn = queue_arn(&sqs, &queue).await;
     // The stack's group and the schedule as CloudFormation creates it from the template.
-    let group = format!("{stack}-hk");
-    scheduler
-        .create_schedule_group()
-        .name(&group)
-        .send()
-        .await
-        .unwrap();
+    let group = schedule_group(&scheduler, &stack).await;
     let input = template_input(f);
     scheduler
         .create_schedule()

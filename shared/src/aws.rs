@@ -1,22 +1,15 @@
-//! The AWS side of a function: SDK configuration, endpoints and secret reads.
-//!
-//! Owns: the SDK configuration built from Lambda's environment alone ([`from_env`]),
-//! the one HTTPS client of every SDK client ([`https_client`]: rustls with ring,
-//! trusting the Amazon roots), the endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS
-//! and Scheduler clients, and every Secrets Manager read (the database secret, the
-//! SMTP and key-base secrets). Configuration parsing stays in [`crate::config`]; this
-//! module does the I/O it describes.
+//! The AWS side of a function: the SDK configuration from Lambda's environment alone
+//! ([`from_env`]), the one HTTPS client of every SDK client ([`https_client`]), the
+//! endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS and Scheduler clients, and every
+//! Secrets Manager read. Parsing the configuration is [`crate::config`]'s.
 
 use crate::config::{pg_config_from_secret, DatabaseSource};
 use crate::error::{Error, Result};
 
-/// The AWS SDK configuration of a function, from Lambda's environment alone: the
-/// region (`AWS_REGION`, else `AWS_DEFAULT_REGION`), the execution role's credentials
-/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, read when the
-/// SDK asks for them) and the global endpoint override (`AWS_ENDPOINT_URL`, unless
-/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`). A function never needs the rest of the
-/// default provider chain (profile files, SSO, IMDS, web identity), whose code and
-/// start-up work it therefore does not carry (issue 8, footprint).
+/// The AWS SDK configuration of a function from Lambda's environment alone: region,
+/// the execution role's credentials from the environment, and `AWS_ENDPOINT_URL`. A
+/// function never needs the rest of the default provider chain (profiles, SSO, IMDS),
+/// so it does not carry it (issue 8, footprint).
 pub fn from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
@@ -263,43 +256,5 @@ pub async fn database_config(
             let text = read_secret(aws, "DATABASE_SECRET_ARN", arn).await?;
             pg_config_from_secret(&text)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sdk_configuration_comes_from_lambdas_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        let c = from_env(env(&[
-            ("AWS_REGION", "eu-west-1"),
-            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
-        ]));
-        assert_eq!(c.region().map(|r| r.as_ref()), Some("eu-west-1"));
-        assert_eq!(c.endpoint_url(), Some("http://127.0.0.1:5000"));
-        assert!(c.credentials_provider().is_some());
-        let c = from_env(env(&[("AWS_DEFAULT_REGION", "us-east-2")]));
-        assert_eq!(c.region().map(|r| r.as_ref()), Some("us-east-2"));
-        assert_eq!(c.endpoint_url(), None);
-        let e = env(&[
-            ("AWS_ENDPOINT_URL", "http://a"),
-            ("AWS_ENDPOINT_URL_SQS", "http://b"),
-        ]);
-        assert_eq!(service_endpoint(e, "SQS").as_deref(), Some("http://b"));
-        assert_eq!(service_endpoint(e, "SCHEDULER"), None);
-        let e = env(&[
-            ("AWS_ENDPOINT_URL", "http://a"),
-            ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"),
-        ]);
-        assert_eq!(service_endpoint(e, ""), None);
     }
 }

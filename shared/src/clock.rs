@@ -47,24 +47,3 @@ pub fn key_time(t: DateTime<Utc>) -> String {
 pub fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_time_has_no_fraction_and_a_z() {
-        let t = DateTime::parse_from_rfc3339("2025-03-10T00:10:04.123456Z")
-            .unwrap()
-            .with_timezone(&Utc);
-        assert_eq!(key_time(t), "2025-03-10T00:10:04Z");
-        assert_eq!(rfc3339(t), "2025-03-10T00:10:04.123456Z");
-        assert_eq!(today(t).to_string(), "2025-03-10");
-    }
-
-    #[test]
-    fn system_clock_is_truncated_to_microseconds() {
-        let n = SystemClock.now();
-        assert_eq!(n.timestamp_subsec_nanos() % 1000, 0);
-    }
-}

@@ -1,9 +1,7 @@
 //! Typed configuration, read once at cold start (behaviour §10).
 //!
-//! Owns: parsing every environment variable the functions use into [`Config`], with
-//! a clear error naming the variable when one is missing or invalid. It performs no
-//! I/O except reading the database's [`DatabaseSource`], which may read a Secrets Manager secret.
-//! Tests build a `Config` with [`Config::from_lookup`] instead of mutating process env.
+//! Owns: every environment variable the functions use, parsed into [`Config`] with an
+//! error naming the variable. Tests build one with [`Config::from_lookup`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -78,24 +76,26 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings {
-            deadline_margin: Duration::from_secs(60),
-            delete_user_budget: Duration::from_secs(600),
-            prune_deletions_budget: Duration::from_secs(60),
-            pat_expiring_budget: Duration::from_secs(180),
-            group_destroy_budget: Duration::from_secs(600),
-            member_group_size: MEMBER_GROUP_SIZE,
-        }
+        Settings::from_lookup(&|_: &str| None).expect("the defaults are valid")
     }
 }
 
-/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000).
-///
-/// Measured with `hk bench b38-groups` at full scale (docs/benchmarks.md, "B38 after
-/// issue 19"): 100, 250, 500 and 1,000 members per transaction cost 81.1, 76.9, 75.2
-/// and 76.0 µs per member, with a longest transaction of 16.5, 36.1, 56.3 and 106.1 ms.
-/// Past 250 the time per member no longer falls, while a group holds its members' row
-/// locks on the production database until COMMIT twice or four times as long.
+impl Settings {
+    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Settings> {
+        Ok(Settings {
+            deadline_margin: secs(get, "DEADLINE_MARGIN_S", 60)?,
+            delete_user_budget: secs(get, "DELETE_USER_BUDGET_S", 600)?,
+            prune_deletions_budget: secs(get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
+            pat_expiring_budget: secs(get, "PAT_EXPIRING_BUDGET_S", 180)?,
+            group_destroy_budget: secs(get, "GROUP_DESTROY_BUDGET_S", 600)?,
+            member_group_size: MEMBER_GROUP_SIZE,
+        })
+    }
+}
+
+/// Members per grouped transaction (behaviour §7.2 allows up to a page, 1,000): past
+/// 250 the time per member no longer falls while a group holds its members' row locks
+/// longer (`hk bench b38-groups`, docs/benchmarks.md, "B38 after issue 19").
 pub const MEMBER_GROUP_SIZE: usize = 250;
 
 /// Everything a function needs from its environment.
@@ -197,14 +197,7 @@ impl Config {
                 ))
             }
         };
-        let settings = Settings {
-            deadline_margin: secs(&get, "DEADLINE_MARGIN_S", 60)?,
-            delete_user_budget: secs(&get, "DELETE_USER_BUDGET_S", 600)?,
-            prune_deletions_budget: secs(&get, "PRUNE_DELETIONS_BUDGET_S", 60)?,
-            pat_expiring_budget: secs(&get, "PAT_EXPIRING_BUDGET_S", 180)?,
-            group_destroy_budget: secs(&get, "GROUP_DESTROY_BUDGET_S", 600)?,
-            member_group_size: MEMBER_GROUP_SIZE,
-        };
+        let settings = Settings::from_lookup(&get)?;
         Ok(Config {
             database,
             transport,
@@ -286,17 +279,12 @@ pub fn pg_config_from_secret(text: &str) -> Result<tokio_postgres::Config> {
             crate::error::json_error_kind(&e)
         ))
     })?;
+    let bad_port = || Error::Config("the database secret's port is not a number".into());
     let port = match s.port {
         None => 5432,
         Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(5432) as u16,
-        Some(serde_json::Value::String(p)) => p
-            .parse()
-            .map_err(|_| Error::Config("the database secret's port is not a number".into()))?,
-        Some(_) => {
-            return Err(Error::Config(
-                "the database secret's port is not a number".into(),
-            ))
-        }
+        Some(serde_json::Value::String(p)) => p.parse().map_err(|_| bad_port())?,
+        Some(_) => return Err(bad_port()),
     };
     let mut cfg = tokio_postgres::Config::new();
     cfg.user(&s.username)
@@ -306,113 +294,4 @@ pub fn pg_config_from_secret(text: &str) -> Result<tokio_postgres::Config> {
         .dbname(s.dbname.as_deref().unwrap_or("postgres"))
         .ssl_mode(tokio_postgres::config::SslMode::Require);
     Ok(cfg)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(pairs: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|k| m.get(k).cloned())
-    }
-
-    #[test]
-    fn missing_database_is_a_clear_error() {
-        let e = cfg(&[]).unwrap_err().to_string();
-        assert!(e.contains("DATABASE_URL"), "{e}");
-    }
-
-    #[test]
-    fn defaults_and_queues_are_read() {
-        let c = cfg(&[
-            ("DATABASE_URL", "postgres://u@h/db"),
-            ("SERVICE_NAME", "gitlab-housekeeping-prod"),
-            ("QUEUE_URL_DELETE_USER", "http://q/delete-user"),
-            ("QUEUE_ARN_DELETE_USER", "arn:q"),
-        ])
-        .unwrap();
-        assert_eq!(c.transport, TransportKind::Sqs);
-        assert!(c.database.require_tls);
-        assert_eq!(c.database.statement_timeout_ms, 30_000);
-        assert_eq!(c.database.lock_timeout_ms, 5_000);
-        assert_eq!(c.settings, Settings::default());
-        assert_eq!(c.service, "gitlab-housekeeping-prod");
-        assert_eq!(
-            c.queues[&Function::DeleteUser].arn.as_deref(),
-            Some("arn:q")
-        );
-        assert!(c.require_queues(&[Function::DeleteUser]).is_ok());
-        let e = c
-            .require_queues(&[Function::RemoveExpiredMembers])
-            .unwrap_err();
-        assert!(e.to_string().contains("QUEUE_URL_REMOVE_EXPIRED_MEMBERS"));
-    }
-
-    #[test]
-    fn bad_values_name_their_variable() {
-        let e = cfg(&[("DATABASE_URL", "x"), ("DB_LOCK_TIMEOUT_MS", "soon")]).unwrap_err();
-        assert!(e.to_string().contains("DB_LOCK_TIMEOUT_MS"));
-        let e = cfg(&[("DATABASE_URL", "x"), ("TRANSPORT", "carrier-pigeon")]).unwrap_err();
-        assert!(e.to_string().contains("TRANSPORT"));
-        let e = cfg(&[
-            ("DATABASE_URL", "x"),
-            ("SERVICE_NAME", "s"),
-            ("SCHEDULER_GROUP_NAME", "g"),
-        ])
-        .unwrap_err();
-        assert!(e.to_string().contains("SCHEDULER_ROLE_ARN"));
-        let e = cfg(&[
-            ("DATABASE_URL", "x"),
-            ("DATABASE_CA_BUNDLE", "/nonexistent.pem"),
-        ])
-        .unwrap_err();
-        assert!(e.to_string().contains("DATABASE_CA_BUNDLE"));
-    }
-
-    #[test]
-    fn the_service_name_is_required_under_lambda_and_local_elsewhere() {
-        for empty in [None, Some("  ")] {
-            let mut pairs = vec![("DATABASE_URL", "x")];
-            if let Some(v) = empty {
-                pairs.push(("SERVICE_NAME", v));
-            }
-            let e = cfg(&pairs).unwrap_err().to_string();
-            assert!(e.contains("SERVICE_NAME"), "{e}");
-        }
-        let c = cfg(&[("DATABASE_URL", "x"), ("TRANSPORT", "local")]).unwrap();
-        assert_eq!(c.service, "local");
-        let c = cfg(&[
-            ("DATABASE_URL", "x"),
-            ("TRANSPORT", "local"),
-            ("SERVICE_NAME", "staging"),
-        ])
-        .unwrap();
-        assert_eq!(c.service, "staging");
-    }
-
-    #[test]
-    fn debug_output_hides_the_database_url() {
-        let c = cfg(&[
-            ("DATABASE_URL", "postgres://u:hunter2@h/db"),
-            ("TRANSPORT", "local"),
-        ])
-        .unwrap();
-        assert!(!format!("{c:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn rds_secrets_become_tls_configs() {
-        let c = pg_config_from_secret(
-            r#"{"username":"gl","password":"p@ss/word","host":"db.example","port":5433,"dbname":"gitlabhq"}"#,
-        )
-        .unwrap();
-        assert_eq!(c.get_user(), Some("gl"));
-        assert_eq!(c.get_ports(), &[5433]);
-        assert_eq!(c.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
-        assert!(pg_config_from_secret("{}").is_err());
-    }
 }

@@ -1,12 +1,10 @@
 //! PostgreSQL sessions (behaviour §7.1).
 //!
-//! Owns: TLS through native-tls (every certificate of the CA bundle is trusted, chain
-//! and host name verified), connecting with the session settings of behaviour §7.1, spawning the
-//! connection task, the [`Session`] holder that keeps one connection across warm
-//! invocations and checks it before use, and the reset after a failed record. It
-//! holds no SQL of the batches; its own statements are in [`sql`]. With a secret
-//! source (`DATABASE_SECRET_ARN`), an authentication failure re-reads the secret,
-//! bounded, and reconnects with the new credentials (issue 20, rotation).
+//! Owns: TLS through native-tls (every certificate of the CA bundle trusted), connecting
+//! with the session settings of §7.1, the [`Session`] kept across warm invocations and
+//! checked before use, its reset after a failed record, and with `DATABASE_SECRET_ARN`
+//! the bounded re-read of the secret when the server refuses the credentials (issue 20).
+//! Its own statements are in [`sql`].
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -495,16 +493,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_bundle_with_several_certificates_loads_them_all() {
-        // Two throwaway self-signed certificates generated for this test.
-        let pem = include_bytes!("../testdata/two-certs.pem");
-        let certs = Certificate::stack_from_pem(pem).unwrap();
-        assert_eq!(certs.len(), 2);
-        assert!(tls_connector(Some(pem)).is_ok());
-        assert!(tls_connector(Some(b"not a pem")).is_err());
-    }
 
     #[test]
     fn tls_is_forced_for_remote_hosts_and_refused_when_disabled() {

@@ -264,19 +264,3 @@ impl fmt::Display for Function {
         f.write_str(self.name())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_round_trip_and_types_route_to_one_receiver() {
-        for f in Function::ALL {
-            assert_eq!(Function::from_name(f.name()), Some(*f));
-            for t in f.accepts() {
-                assert_eq!(Function::receiver_of(t), Some(*f));
-            }
-        }
-        assert_eq!(Function::DeleteUser.env_suffix(), "DELETE_USER");
-    }
-}

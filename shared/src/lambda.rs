@@ -1,31 +1,12 @@
 //! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
 //! types (behaviour §9.6).
 //!
-//! Owns: cold-start wiring ([`Deps`]: config, AWS clients, the kept database session,
-//! B28's means where the function needs them), turning an `SqsEvent` into one
-//! [`process_record_with`] call per record, in order, and the results into
-//! an `SqsBatchResponse` with partial batch failures. A malformed or failed record
-//! never fails the batch; a missing `messageId` does, because Lambda would otherwise
-//! treat the whole batch as failed anyway. After a failed record the session is reset
-//! before the next one (behaviour §7.1). A record left when the invocation's deadline
-//! is reached is not started: it is reported as a failure (and counted as
-//! `outcome_deadline`), so Lambda's timeout never fails the whole batch.
-//!
-//! Before the first event of an execution environment, [`SchemaGate`] PREPAREs the
-//! statement catalogue ([`crate::preflight`]); against an incompatible schema the
-//! whole invocation fails (one log line, the `schema_incompatible` metric) and no
-//! record is touched, until a later invocation finds the schema fixed. A statement
-//! that cannot PREPARE because another session holds a lock (lock or statement
-//! timeout) says nothing about the schema: the database is busy, every record of the
-//! batch is returned untouched as a retryable item failure (no `schema_incompatible`,
-//! no page), and the next invocation checks again.
-//!
-//! [`run`] is generic over the function's [`Job`], so a function binary
-//! links its own handler only; tests hand [`handle_event_with`] the
-//! every-function handler (`handlers::Dispatch`).
-//!
-//! [`run_invoked`] is the `main` of a function invoked directly rather than by a queue
-//! (`hk-check`): JSON event in, JSON result out, the same runtime and logs.
+//! Owns: cold-start wiring ([`Deps`]), the schema check before the first event
+//! ([`SchemaGate`]), an `SqsEvent` turned into one [`process_record_with`] call per
+//! record, in order, and an `SqsBatchResponse` with partial batch failures: a record
+//! never fails the batch (a missing `messageId` does, as Lambda would anyway), a failed
+//! one resets the session (behaviour §7.1), one left at the deadline is not started.
+//! [`run`] and [`run_invoked`] (`hk-check`) are a function binary's whole `main`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -135,20 +116,13 @@ impl Deps {
     }
 }
 
-/// The cold-start schema check of one execution environment.
+/// The cold-start schema check: the catalogue must PREPARE ([`crate::preflight`]).
 ///
-/// Why a failed invocation and not per-record failures: reporting every record as a
-/// batch item failure looks to Lambda like a healthy poller with bad messages, so it
-/// keeps polling at full concurrency and each message walks to the DLQ after
-/// `maxReceiveCount` receives, one by one, mixed with genuinely bad ones. A failed
-/// invocation returns the whole batch untouched (same order, no partial effects), and
-/// Lambda's SQS poller backs off on function errors, so the messages stay on the queue
-/// far longer while the alarm on `schema_incompatible` (and the error rate) calls an
-/// operator. Receives still count: a schema left broken past `maxReceiveCount`
-/// visibility windows does move messages to the DLQ, where `hk replay dlq` returns them.
-///
-/// A compatible result is kept for the life of the environment (the check runs once);
-/// an incompatible one is not, so a fixed schema is picked up without a redeploy.
+/// An incompatible schema fails the whole invocation rather than each record: Lambda's
+/// poller backs off on function errors, so the batch stays on the queue, untouched,
+/// while the `schema_incompatible` alarm calls an operator (past `maxReceiveCount`
+/// receives it reaches the DLQ, and `hk replay dlq` returns it). A pass is kept for the
+/// environment's life; a failure is checked again on the next invocation.
 #[derive(Debug, Default)]
 pub struct SchemaGate {
     compatible: AtomicBool,
@@ -160,10 +134,9 @@ impl SchemaGate {
         SchemaGate::default()
     }
 
-    /// Check the schema unless a previous check passed. A database that cannot be
-    /// reached says nothing about the schema: the records then report the outage as
-    /// they always do, and the check runs again on the next invocation. A lock held by
-    /// another session ([`preflight::Problem::Busy`]) is [`Gate::Busy`]: retry later.
+    /// Check the schema unless a previous check passed. An unreachable database says
+    /// nothing about the schema (the records report the outage); a lock held elsewhere
+    /// ([`preflight::Problem::Busy`]) is [`Gate::Busy`].
     pub async fn check(&self, deps: &Deps) -> Result<Gate, InvokeError> {
         if self.compatible.load(Ordering::Acquire) {
             return Ok(Gate::Open);
@@ -231,9 +204,8 @@ pub enum Gate {
     Busy(String),
 }
 
-/// [`handle_event_with`] behind the schema check: the whole invocation fails, and no
-/// record is processed, while the schema is incompatible; while the database is busy
-/// every record is a retryable item failure, untouched.
+/// [`handle_event_with`] behind the schema check; while the database is busy every
+/// record is a retryable item failure, untouched.
 pub async fn handle_event_checked<H: Handler>(
     handler: &H,
     deps: &Deps,
@@ -249,19 +221,17 @@ pub async fn handle_event_checked<H: Handler>(
             }
             let mut response = SqsBatchResponse::default();
             for rec in &sqs.records {
-                metrics::emit_record_metrics(
-                    deps.function,
-                    metrics::OutcomeKind::Retryable,
-                    true,
-                    0.0,
-                    None,
-                    Vec::new(),
-                );
+                failed_record(deps.function, metrics::OutcomeKind::Retryable, 0.0);
                 response.add_failure(rec.message_id.clone().expect("checked above"));
             }
             Ok(response)
         }
     }
+}
+
+/// The EMF line of a record that failed before the runtime processed it.
+fn failed_record(function: Function, outcome: metrics::OutcomeKind, duration_s: f64) {
+    metrics::emit_record_metrics(function, outcome, true, duration_s, None, Vec::new());
 }
 
 /// Time left before Lambda's deadline. A deadline more than a day in the past is not
@@ -320,9 +290,7 @@ pub async fn handle_event_with<H: Handler>(
         };
         let body = rec.body.as_deref().unwrap_or("");
         if inv.deadline.reached() {
-            // Too little time is left to start this record: it goes back to the queue
-            // (redelivered after the visibility timeout) instead of being cut off by
-            // Lambda's timeout, which would fail the whole batch.
+            // Back to the queue rather than cut off by Lambda's timeout (the whole batch).
             tracing::warn!(
                 function = deps.function.name(),
                 class = deps.function.gitlab_class(),
@@ -331,14 +299,7 @@ pub async fn handle_event_with<H: Handler>(
                 error_class = "deadline",
                 "record not started: deadline reached"
             );
-            metrics::emit_record_metrics(
-                deps.function,
-                metrics::OutcomeKind::Deadline,
-                true,
-                0.0,
-                None,
-                Vec::new(),
-            );
+            failed_record(deps.function, metrics::OutcomeKind::Deadline, 0.0);
             response.add_failure(id);
             continue;
         }
@@ -356,14 +317,8 @@ pub async fn handle_event_with<H: Handler>(
                     job_status = "fail",
                     "database unavailable"
                 );
-                metrics::emit_record_metrics(
-                    deps.function,
-                    metrics::OutcomeKind::Retryable,
-                    true,
-                    started.elapsed().as_secs_f64(),
-                    None,
-                    Vec::new(),
-                );
+                let elapsed = started.elapsed().as_secs_f64();
+                failed_record(deps.function, metrics::OutcomeKind::Retryable, elapsed);
                 RecordOutcome::Retryable {
                     error_class: e.class().into(),
                     error: e.to_string(),
@@ -390,13 +345,9 @@ pub async fn handle_event_with<H: Handler>(
 /// never name `lambda_runtime` themselves.
 pub type FunctionError = lambda_runtime::Error;
 
-/// The whole `main` of a function binary: a single-threaded Tokio runtime, then
-/// [`serve`] with `handler` (e.g. `shared::handlers::DeleteUser`).
-///
-/// One thread is enough: records are handled one after another, and Lambda gives a
-/// small function a fraction of a vCPU. It starts faster and keeps a smaller resident
-/// set than the multi-threaded runtime (no worker threads, no per-thread malloc arenas;
-/// issue 8, footprint).
+/// The whole `main` of a function binary: [`serve`] with `handler` (e.g.
+/// `shared::handlers::DeleteUser`) on a current-thread runtime: records are handled one
+/// after another, and it starts faster and smaller (issue 8, footprint).
 pub fn run<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -428,10 +379,8 @@ pub async fn serve<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
     .await
 }
 
-/// The whole `main` of a directly invoked function (no queue: `hk-check`): a
-/// single-threaded Tokio runtime, JSON logs, then each invocation's JSON event handed
-/// to `handler` and its JSON value returned as the result. `name` is the `function`
-/// field of every log line.
+/// The whole `main` of a directly invoked function (`hk-check`): each invocation's
+/// JSON event to `handler`, its value the result; `name` is the logs' `function`.
 pub fn run_invoked<F, Fut>(name: &'static str, handler: F) -> Result<(), lambda_runtime::Error>
 where
     F: Fn(serde_json::Value) -> Fut,

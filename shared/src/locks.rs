@@ -1,10 +1,8 @@
 //! The advisory-lock catalogue (behaviour §7.3, §9.10).
 //!
 //! Owns: `lock_key`, the session-level overlap and group-destroy try-locks, and the
-//! transaction-level group-owner, authorization and ghost-user locks. Callers decide
-//! the order; the functions here take locks in the ascending order they are given.
-//! Its statements are in [`sql`] (`sql::XACT_LOCKS` is the one callers prepare when
-//! they take transaction-level locks many times).
+//! transaction-level group-owner, authorization and ghost-user locks, taken in the
+//! ascending order given (callers decide the order). Its statements are in [`sql`].
 
 use sha2::{Digest, Sha256};
 use tokio_postgres::GenericClient;
@@ -65,18 +63,4 @@ pub async fn group_owner_locks<C: GenericClient>(c: &C, group_ids: &[i64]) -> Re
 /// The authorization lock of one user (behaviour §3, §7.3).
 pub async fn authorization_lock<C: GenericClient>(c: &C, user_id: i64) -> Result<()> {
     xact_locks(c, &[format!("project-authorizations:{user_id}")]).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_key_is_the_big_endian_prefix_of_the_hash() {
-        // sha256("gitlab-housekeeping:function:remove-expired-members"), first 8 bytes.
-        let d = Sha256::digest(b"gitlab-housekeeping:function:remove-expired-members");
-        let expect = i64::from_be_bytes(d[..8].try_into().unwrap());
-        assert_eq!(lock_key("function:remove-expired-members"), expect);
-        assert_ne!(lock_key("a"), lock_key("b"));
-    }
 }

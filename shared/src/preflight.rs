@@ -1,17 +1,11 @@
-//! The schema compatibility check every function runs at cold start and `hk check`
-//! runs first: every statement declared for the database's deletion-state model
-//! ([`crate::catalogue::for_model`], the model from
-//! [`crate::gitlab::deletion_model::probe`]) must PREPARE on the target database
-//! (issue 15; behaviour §S4 lists the schema facts behind them).
+//! The schema compatibility check every function runs at cold start and `hk check` runs
+//! first (issue 15; behaviour §S4): every statement declared for the database's
+//! deletion-state model ([`crate::catalogue::for_model`]) must PREPARE.
 //!
-//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only: PREPARE plans nothing
-//! and writes nothing, but parse analysis takes the statement's table locks, so a lock
-//! held by another session makes it wait up to `lock_timeout`), [`Incompatible`], one
-//! failed statement with the database object its error names (`column m.expires_at`,
-//! `relation "members"`, a type mismatch), and its [`Problem`]: an incompatible
-//! schema, a missing grant (`permission denied`, SQLSTATE 42501) or a busy database
-//! (lock or statement timeout, 55P03 / 57014: retry, the schema is not in question).
-//! It has no SQL of its own.
+//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only, but parse analysis takes
+//! the statement's table locks, so it may wait up to `lock_timeout`), [`Incompatible`]
+//! (a failed statement and the object its error names) and its [`Problem`]. No SQL of
+//! its own.
 
 use tokio_postgres::Client;
 
@@ -181,42 +175,4 @@ pub async fn prepare_one(
         message: db.message().to_string(),
         problem,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{object_of, Problem};
-
-    #[test]
-    fn a_lock_or_statement_timeout_is_busy_and_permission_denied_a_grant() {
-        assert_eq!(Problem::of_sqlstate("55P03"), Problem::Busy);
-        assert_eq!(Problem::of_sqlstate("57014"), Problem::Busy);
-        assert_eq!(Problem::of_sqlstate("42501"), Problem::Permission);
-        assert_eq!(Problem::of_sqlstate("42703"), Problem::Schema);
-        assert_eq!(Problem::of_sqlstate("42P01"), Problem::Schema);
-    }
-
-    #[test]
-    fn the_object_is_read_from_the_servers_message() {
-        assert_eq!(
-            object_of("column m.expires_at does not exist"),
-            "column m.expires_at"
-        );
-        assert_eq!(
-            object_of("relation \"members\" does not exist"),
-            "relation \"members\""
-        );
-        assert_eq!(
-            object_of("column \"state\" is of type integer but expression is of type text"),
-            "column \"state\""
-        );
-        assert_eq!(
-            object_of("column \"x\" of relation \"users\" does not exist"),
-            "column \"x\" of relation \"users\""
-        );
-        assert_eq!(
-            object_of("operator does not exist: text = bigint"),
-            "operator does not exist: text = bigint"
-        );
-    }
 }

@@ -1,17 +1,10 @@
 //! Structured JSON logs (behaviour §8).
 //!
-//! Owns: the one log format of the bundle: one JSON object per line with `timestamp`,
-//! `level`, `message`, every field of the enclosing spans flattened to the top level
-//! (so `function`, `run_id`, `message_key`, `hop` and `aws_request_id` appear on every
-//! line of a record), and the event's own fields. A field named `_flatten` holding a
-//! JSON object is merged into the line (used for the batch-specific `done` fields).
-//! Also owns [`capture`], which tests use to assert on exact log lines. It must never
-//! be given secrets: callers log ids, never addresses, URLs, tokens or bodies.
-//!
-//! Every line a function writes is JSON: [`init`] also replaces the default panic
-//! hook (which prints plain text to stderr) with one that logs the panic as an error
-//! line `panic` (`error`, `error_class` = `panic`, `location`) through the same
-//! layer, with the fields of the record's span.
+//! Owns: the one log format: a JSON object per line with `timestamp`, `level`,
+//! `message`, the fields of the enclosing spans flattened to the top level, and the
+//! event's own fields (a `_flatten` field holding an object is merged in); the JSON
+//! panic hook [`init`] installs. Callers log ids, never addresses, URLs, tokens or
+//! bodies.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -39,6 +32,13 @@ pub enum Sink {
 /// The JSON layer.
 pub struct JsonLayer {
     sink: Sink,
+}
+
+impl JsonLayer {
+    /// A layer writing to `sink`.
+    pub fn new(sink: Sink) -> JsonLayer {
+        JsonLayer { sink }
+    }
 }
 
 struct SpanFields(Map<String, Value>);
@@ -234,72 +234,6 @@ pub fn gitlab_extra_prefix(class: &str) -> String {
     out
 }
 
-/// Captured log lines of one test.
-#[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<Value>>>);
-
-impl Captured {
-    /// Every line so far.
-    pub fn lines(&self) -> Vec<Value> {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Lines whose `message` equals `message`.
-    pub fn with_message(&self, message: &str) -> Vec<Value> {
-        self.lines()
-            .into_iter()
-            .filter(|l| l["message"] == message)
-            .collect()
-    }
-
-    /// The one line with `message`; panics with the full log when there is not exactly one.
-    pub fn one(&self, message: &str) -> Value {
-        let found = self.with_message(message);
-        assert_eq!(
-            found.len(),
-            1,
-            "expected exactly one `{message}` line, log was:\n{}",
-            self.dump()
-        );
-        found.into_iter().next().unwrap()
-    }
-
-    /// The last `done` line.
-    pub fn done(&self) -> Value {
-        self.with_message("done")
-            .pop()
-            .unwrap_or_else(|| panic!("no `done` line; log was:\n{}", self.dump()))
-    }
-
-    /// Forget every line so far.
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-
-    /// The log as text, for assertion messages.
-    pub fn dump(&self) -> String {
-        self.lines()
-            .iter()
-            .map(|l| l.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-/// Capture every log line of the crate emitted on this thread (debug and up) until
-/// the guard drops. Tests run handlers on a current-thread runtime, so everything a
-/// handler logs is captured.
-pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let c = Captured::default();
-    let subscriber = Registry::default()
-        .with(targets("warn,shared=debug,hk=debug,checks=debug"))
-        .with(JsonLayer {
-            sink: Sink::Buffer(c.0.clone()),
-        });
-    let guard = tracing::subscriber::set_default(subscriber);
-    (c, guard)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,49 +252,5 @@ mod tests {
         assert!(!t.would_enable("tokio_postgres", &Level::WARN));
         let t = targets("not a [filter");
         assert!(t.would_enable("shared", &Level::INFO));
-    }
-
-    #[test]
-    fn gitlab_extra_keys_are_prefixed_like_application_worker() {
-        assert_eq!(
-            gitlab_extra_prefix("Members::PruneDeletionsWorker"),
-            "extra.members_prune_deletions_worker."
-        );
-        assert_eq!(
-            gitlab_extra_prefix("RemoveExpiredMembersWorker"),
-            "extra.remove_expired_members_worker."
-        );
-        assert_eq!(
-            gitlab_extra_prefix("PersonalAccessTokens::ExpiringWorker"),
-            "extra.personal_access_tokens_expiring_worker."
-        );
-        assert_eq!(gitlab_extra_prefix("HTTPWorker"), "extra.http_worker.");
-    }
-
-    #[test]
-    fn span_fields_are_flattened_onto_every_line() {
-        let (c, _g) = capture();
-        let span = tracing::info_span!(
-            "record",
-            function = "delete-user",
-            run_id = tracing::field::Empty,
-            hop = 3u64
-        );
-        let _e = span.enter();
-        span.record("run_id", "r-1");
-        tracing::info!(member_id = 7i64, "hello");
-        let done = serde_json::json!({"status":"completed","next_cursor":null});
-        tracing::info!(_flatten = %done, duration_s = 0.5f64, "done");
-        let l = c.one("hello");
-        assert_eq!(l["function"], "delete-user");
-        assert_eq!(l["run_id"], "r-1");
-        assert_eq!(l["hop"], 3);
-        assert_eq!(l["member_id"], 7);
-        assert_eq!(l["level"], "info");
-        let d = c.done();
-        assert_eq!(d["status"], "completed");
-        assert!(d["next_cursor"].is_null());
-        assert_eq!(d["duration_s"], 0.5);
-        assert!(d.get("_flatten").is_none());
     }
 }

@@ -7,10 +7,10 @@
 
 use hk::local::Run;
 use hk::local_queue::SentRecord;
+use integration_tests::logs::Captured;
 use integration_tests::TestDb;
 use serde_json::Value;
 use shared::queue::OutMessage;
-use shared::telemetry::Captured;
 
 /// Each field of `expected` (a JSON object) has that value in `got`; fields `expected`
 /// does not name are not checked. Numbers compare as `assert_eq!` with a literal does:

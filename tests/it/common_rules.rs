@@ -3,11 +3,11 @@
 
 use crate::assert::assert_user_state;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
 use shared::gitlab::{authz, hierarchy, permissions};
-use shared::telemetry::capture;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
 

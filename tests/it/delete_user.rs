@@ -6,11 +6,11 @@ use std::time::Duration;
 use crate::assert::{assert_fields, assert_message};
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
 use shared::messages::{DeleteUserRun, Envelope};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:11:00Z";

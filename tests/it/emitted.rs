@@ -11,12 +11,12 @@
 
 use std::collections::BTreeSet;
 
+use integration_tests::logs::capture;
 use integration_tests::notice::{publish_demo_hooks, Notices};
 use integration_tests::state::demo_without_ghost;
 use integration_tests::t;
 use serde_json::Value;
 use shared::messages::Envelope;
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crate::assert::assert_fields;
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -16,7 +17,6 @@ use shared::config::Settings;
 use shared::db::Connector;
 use shared::gitlab::authz::{self, Removed};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -349,6 +349,7 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Seed { set, now, json } => db::cmd_seed(&set, now.as_deref(), json).await,
         Cmd::Check(a) => cmd_check(a).await,
         Cmd::Grants(a) => cmd_grants(a).await,
+        Cmd::Run(a) if a.read_only => read_only::cmd_read_only(a).await,
         Cmd::Run(a) => cmd_run(a).await,
         Cmd::Parity(a) => cmd_parity(a).await,
         Cmd::Local { action } => cmd_local(action).await,

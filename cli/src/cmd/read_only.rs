@@ -4,7 +4,7 @@
 //! the model's tables ([`hk::shadow`]); the unchanged plan runs on the copy; the
 //! cluster is removed afterwards, whatever the outcome.
 
-use super::run::{notifier_for, print_plan};
+use super::run::{message_body, notifier_for, print_plan, refuse_dry_outbox, RunArgs};
 use super::*;
 use hk::local::Runner;
 use hk::shadow::{self, Copied, ReadOnlySnapshot};
@@ -71,14 +71,16 @@ pub(crate) async fn copy_live(live: &Connector) -> Result<(CopyCluster, String, 
     Ok((cluster, url, copied))
 }
 
-/// The read-only plan of `function` from `body` (a cron message when `None`).
-/// Interrupted (Ctrl-C), it stops and the copy's cluster is removed all the same.
-pub(crate) async fn plan_read_only(
-    a: &super::run::RunArgs,
-    now: DateTime<Utc>,
-    config: &Config,
-    body: Option<String>,
-) -> Result<ExitCode> {
+/// `hk run … --dry-run --until-idle --read-only`: the read-only plan of the function
+/// from its message (a cron message when none is given). Interrupted (Ctrl-C), it stops
+/// and the copy's cluster is removed all the same.
+pub(crate) async fn cmd_read_only(a: RunArgs) -> Result<ExitCode> {
+    refuse_dry_outbox(&a)?;
+    let now = parse_now(a.now.as_deref())?;
+    let config = local_config()?;
+    let body = message_body(&a)?;
+    let a = &a;
+    let config = &config;
     tokio::select! {
         r = plan_on_copy(a, now, config, body) => r,
         _ = tokio::signal::ctrl_c() => bail!(
@@ -88,7 +90,7 @@ pub(crate) async fn plan_read_only(
 }
 
 async fn plan_on_copy(
-    a: &super::run::RunArgs,
+    a: &RunArgs,
     now: DateTime<Utc>,
     config: &Config,
     body: Option<String>,

@@ -317,7 +317,7 @@ pub(crate) fn unwrap_outbox_record(text: &str, function: Function) -> Result<Str
 
 /// The message body given (`--message`, `--message-file`), or `None` for the cron
 /// message of a cron function.
-fn message_body(a: &RunArgs) -> Result<Option<String>> {
+pub(crate) fn message_body(a: &RunArgs) -> Result<Option<String>> {
     Ok(match (&a.message, &a.message_file) {
         (Some(m), _) => Some(m.clone()),
         (None, Some(p)) => {
@@ -337,20 +337,23 @@ fn message_body(a: &RunArgs) -> Result<Option<String>> {
     })
 }
 
-pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+/// `--outbox` with `--dry-run` is refused: a dry run's messages stand for work that was
+/// rolled back.
+pub(crate) fn refuse_dry_outbox(a: &RunArgs) -> Result<()> {
     if a.dry_run && a.outbox.is_some() {
         bail!(
             "--outbox cannot be used with --dry-run: a dry run's messages stand for work that \
              was rolled back, so none is kept (run without --dry-run to record what a run sends)"
         );
     }
+    Ok(())
+}
+
+pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
+    refuse_dry_outbox(&a)?;
     let function = a.function;
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
-    if a.read_only {
-        let body = message_body(&a)?;
-        return super::read_only::plan_read_only(&a, now, &config, body).await;
-    }
     let connector = connector(&config).await?;
     let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
     let mut runner = Runner::new(connector, config.settings.clone(), now);

@@ -1,16 +1,11 @@
 //! Rows that block a plain `DELETE` of a group's namespaces and projects
 //! (docs/gitlab-differences.md, "Rows that block a group's deletion").
 //!
-//! Owns: the blocking foreign keys, found in the catalog at run time (`ON DELETE
-//! RESTRICT` or `NO ACTION` into `namespaces` or `projects`; a key whose table does not
-//! exist is simply not found), their classification ([`Handling`]: the tree's own keys,
-//! rows GitLab deletes in the database before the parent, rows that need an outside
-//! service), the count of their rows under a group's tree ([`scan`]), the deletion of
-//! the rows GitLab deletes itself ([`delete_dependents`]), the operator action of each
-//! blocking key, and the recognition of a foreign-key violation on one of these keys
-//! ([`violated`]). The statements over a key's rows are built by the database with
-//! quoted identifiers (`format('%I')`), never in Rust. Runs in the caller's session or
-//! transaction and never commits.
+//! Owns: the blocking foreign keys (`RESTRICT` / `NO ACTION` into `namespaces` or
+//! `projects`, found in the catalog at run time), their [`Handling`], the count of their
+//! rows under a group ([`scan`]), the deletion of those GitLab deletes itself
+//! ([`delete_dependents`]) and [`violated`]. Statements over a key's rows are built by
+//! the database (`format('%I')`), never in Rust. Never commits.
 
 use std::collections::BTreeMap;
 

@@ -1,9 +1,7 @@
 //! Which deletion-state model the connected GitLab has (docs/gitlab-source-notes.md §B).
 //!
-//! Owns: [`DeletionModel`], the three ways GitLab 18 records a group scheduled for
-//! deletion, told apart by the columns the database has ([`probe`]: one catalog query);
-//! and [`Models`], the set of models a catalogue statement is declared for, so that
-//! preflight prepares exactly the statements of the database's model (ARCHITECTURE.md,
+//! Owns: [`DeletionModel`], told apart by the columns the database has ([`probe`]), and
+//! [`Models`], the models a catalogue statement is declared for (ARCHITECTURE.md,
 //! "Statements per deletion model"). Its statement is in `sql`.
 
 use tokio_postgres::GenericClient;
@@ -103,18 +101,4 @@ pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
         (true, false) => DeletionModel::StateColumns,
         (true, true) => DeletionModel::ScheduledAt,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sets_hold_the_models_they_name() {
-        for m in DeletionModel::ALL {
-            assert!(Models::ANY.contains(m));
-            assert_eq!(Models::STATE.contains(m), m.has_state());
-            assert_eq!(Models::SCHEDULED_AT.contains(m), m.has_scheduled_at());
-        }
-    }
 }

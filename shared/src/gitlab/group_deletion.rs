@@ -1,19 +1,11 @@
 //! Adjourned group deletion on each of GitLab's deletion-state models (behaviour
 //! §B51.3.1, §B51.5, §D13, §D14; [`DeletionModel`]).
 //!
-//! Owns: the deletion period (`application_settings.deletion_adjourned_period` of the
-//! highest id; without one, the column's default in the installed GitLab) and the inclusive cutoff computed from it in the
-//! application, the schedules as the database's model records them (due pages, one
-//! group's schedule: the `group_deletion_schedules` row, and from 18.10 the
-//! `namespace_details.deletion_scheduled_at` with its user in `state_metadata`, which
-//! wins when both are set), the rename-suffix rules, and `restore_group`: strip the
-//! suffix, rename the group and re-prefix the routes of everything below it, delete the
-//! schedule, and on 18.4+ put the state back as GitLab's `cancel_deletion` does. The new paths are
-//! derived from committed state: after the group's row, the routes of its ancestors and
-//! its own are locked root first and read again, so a restore racing an ancestor's
-//! restore waits for it and builds on the ancestor's new path. It decides
-//! nothing about permissions and never commits: callers choose the transaction. Its
-//! statements are in `sql`.
+//! Owns: the deletion period and its inclusive cutoff, the schedules as the model
+//! records them (18.10's `deletion_scheduled_at` wins over the schedule row), the
+//! rename-suffix rules, and [`restore_group`], which derives the new paths from
+//! committed state (the ancestors' routes locked root first and read again). It decides
+//! nothing about permissions and never commits. Its statements are in `sql`.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::GenericClient;
@@ -398,38 +390,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_deletion_suffix_is_stripped_only_at_the_end() {
-        assert_eq!(strip_deletion_suffix("acme-deletion_scheduled-100"), "acme");
-        assert_eq!(strip_deletion_suffix("acme-deleted-7"), "acme");
-        assert_eq!(strip_deletion_suffix("acme"), "acme");
-        assert_eq!(
-            strip_deletion_suffix("acme-deletion_scheduled-"),
-            "acme-deletion_scheduled-"
-        );
-        assert_eq!(strip_deletion_suffix("acme-deleted-1x"), "acme-deleted-1x");
-        assert_eq!(
-            strip_deletion_suffix("a-deletion_scheduled-1-b"),
-            "a-deletion_scheduled-1-b"
-        );
-        assert_eq!(
-            strip_deletion_suffix("a-deleted-1-deletion_scheduled-22"),
-            "a-deleted-1"
-        );
-    }
-
-    #[test]
-    fn random_suffixes_have_five_lowercase_alphanumerics() {
-        for _ in 0..100 {
-            let s = random_suffix();
-            assert_eq!(s.len(), 6);
-            assert!(s.starts_with('-'));
-            assert!(s[1..]
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-        }
-    }
-
-    #[test]
     fn the_details_schedule_wins_and_borrows_a_missing_user_from_the_row() {
         let (d1, d2): (NaiveDate, NaiveDate) =
             ("2025-03-01".parse().unwrap(), "2025-03-02".parse().unwrap());
@@ -452,16 +412,5 @@ mod tests {
         // No user anywhere, or a non-finite time: not scheduled (never due).
         assert_eq!(effective(7, set(None, Some(d2)), None), None);
         assert_eq!(effective(7, set(Some(12), None), Some((11, d1))), None);
-    }
-
-    #[test]
-    fn the_cutoff_is_today_minus_the_period() {
-        let today: NaiveDate = "2025-03-10".parse().unwrap();
-        assert_eq!(cutoff(today, 7).to_string(), "2025-03-03");
-        assert_eq!(cutoff(today, 30).to_string(), "2025-02-08");
-        assert_eq!(cutoff(today, i32::MAX), EARLIEST_CUTOFF);
-        assert_eq!(cutoff(today, 800_000), EARLIEST_CUTOFF);
-        assert_eq!(cutoff(today, 0), cutoff(today, 1));
-        assert_eq!(cutoff(today, i32::MIN), cutoff(today, 1));
     }
 }

@@ -1,11 +1,9 @@
 //! The namespace hierarchy (behaviour §1.5).
 //!
 //! Owns: `projects_under(g)`, `self_and_descendant_groups(g)` and `owner_scope(g)`.
-//! Descendants are found with a range over `traversal_ids` (all arrays with g's path as
-//! prefix), which `index_namespaces_on_traversal_ids` serves, plus the spec's
-//! `:g = ANY(traversal_ids)` as the exact filter. The range bound is computed from the
-//! column itself, so it works for `integer[]` and `bigint[]` alike. The statements
-//! are in [`sql`].
+//! Descendants are a range over `traversal_ids` (served by its index; the bound computed
+//! from the column, so `integer[]` works too) with the spec's `:g = ANY(traversal_ids)`
+//! as the exact filter. The statements are in [`sql`].
 
 use tokio_postgres::GenericClient;
 

@@ -1,10 +1,9 @@
 //! Membership rows and the removal primitive (behaviour §1.4, §4).
 //!
-//! Owns: [`Member`] (a loaded `members` row), `affected(m)`, and `remove_membership`:
-//! delete the row, delete the user's notification setting for the source, and refresh
-//! the user's authorizations for the affected projects unless the caller defers it.
-//! No authorization happens here: callers check permissions first. Its statements,
-//! and the `member_columns!` select list other modules' statements share, are in [`sql`].
+//! Owns: [`Member`], `affected(m)`, and `remove_membership` (the row, the user's
+//! notification setting for the source, the authorization refresh unless deferred).
+//! Callers check permissions first. Its statements, and the `member_columns!` select
+//! list other modules share, are in [`sql`].
 
 use tokio_postgres::{GenericClient, Row};
 

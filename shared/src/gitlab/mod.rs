@@ -1,14 +1,8 @@
-//! GitLab's domain rules over the schema subset (behaviour §1–§5).
-//!
-//! Owns: the SQL and logic that every batch shares: the namespace hierarchy,
-//! permission predicates, the `project_authorizations` refresh, the membership-removal
-//! primitive, two-phase user removal, the rows that block a group's deletion
-//! (`blockers`) and who may receive a notification
-//! (`notifications`). Every function here runs inside the caller's transaction and
-//! never commits on its own. Ids are read as `bigint` and bound as
-//! `int8` with explicit casts, so `int4` GitLab columns work too (behaviour §S1.3).
-//! Each rule module keeps its statements in its own `sql` submodule (listed in
-//! [`crate::catalogue`]).
+//! GitLab's domain rules over the schema subset (behaviour §1–§5), shared by every
+//! batch: hierarchy, permissions, the `project_authorizations` refresh, membership
+//! removal, user removal, `blockers`, `notifications`. Everything here runs inside the
+//! caller's transaction and never commits; each rule module keeps its statements in its
+//! own `sql` submodule.
 
 pub mod authz;
 pub mod blockers;

@@ -1,11 +1,8 @@
 //! Who may receive a notification (behaviour §2.1, §D26).
 //!
-//! Owns: `can_receive_notifications(u)`, the one eligibility rule that both B28's
-//! `pat-expiring` (when it selects recipients and decides whether a human's email is
-//! enqueued) and `deliver-notification` (when it re-reads the recipient at delivery
-//! time) apply. It is a SQL predicate over an alias `u` of `users`, given as a macro
-//! so that the statements of those modules can embed it with `concat!` and stay
-//! fixed, PREPARE-able texts.
+//! Owns: `can_receive_notifications(u)`, the one eligibility rule `pat-expiring` and
+//! `deliver-notification` apply: a SQL predicate over an alias `u` of `users`, a macro
+//! so their statements embed it with `concat!` and stay fixed texts.
 
 /// `can_receive_notifications(u)` over an alias `u` of `users`: an active human or
 /// service account. Expands to a string literal, for `concat!`.
@@ -18,17 +15,3 @@ pub(crate) use can_receive_notifications;
 
 /// The same predicate as a constant, for tests and documentation.
 pub const CAN_RECEIVE_NOTIFICATIONS: &str = can_receive_notifications!();
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gitlab::user_type;
-
-    #[test]
-    fn only_active_humans_and_service_accounts_receive_notifications() {
-        // Human (0) and service account (4); never bots, ghosts or placeholders.
-        assert!(CAN_RECEIVE_NOTIFICATIONS.contains("u.user_type IN (0, 4)"));
-        assert_eq!(user_type::HUMAN, 0);
-        assert!(CAN_RECEIVE_NOTIFICATIONS.contains("'active'"));
-    }
-}

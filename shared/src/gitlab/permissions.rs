@@ -1,21 +1,11 @@
-//! Permission predicates (behaviour §2).
+//! Permission predicates (behaviour §2): access levels from memberships (§2.2), the
+//! rules of §2.3, authorized member removal `can_remove_member` (§2.4), the last-owner
+//! rule `owner_protected` (§2.5) and `sole_owned_groups` (§2.6).
 //!
-//! Owns: access levels from memberships (`group_access`, `project_access`, behaviour §2.2), the
-//! permission rules of behaviour §2.3 (`owner`, `remove_group`, `admin_group_member`,
-//! `admin_project_member`, `project_owner`), authorized member removal
-//! `can_remove_member` (behaviour §2.4), the last-owner rule `owner_protected` (behaviour §2.5) and
-//! `sole_owned_groups` (behaviour §2.6). Counted owners are active, non-bot users with an active
-//! `access_level = 50` group membership (behaviour §D7). A user who is not active has no
-//! permission; an active admin has every permission of behaviour §2.3.
-//!
-//! Protection is wider than counting, as in GitLab (`last_blocked_owner?`): the owner
-//! row of a non-bot user is protected whatever the user's state (blocked, deactivated,
-//! banned …) when no counted owner other than itself remains, so no removal ever leaves
-//! a group without an owner row; a user in that position is a sole owner for phase 1.
-//! A project bot's membership, of a group or of a project, is never removed through
-//! `can_remove_member`, not even by an admin (GitLab's member policies enable
-//! `destroy_*_member` only for non-bot targets). See docs/gitlab-differences.md.
-//! The statements are in [`sql`].
+//! Counted owners are active, non-bot `access_level = 50` group members (§D7); an owner
+//! row of a non-bot user is protected whatever the user's state while no other counted
+//! owner remains, and a project bot's membership is never removed through
+//! `can_remove_member` (docs/gitlab-differences.md). The statements are in [`sql`].
 
 use tokio_postgres::GenericClient;
 

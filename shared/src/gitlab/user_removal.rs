@@ -1,11 +1,9 @@
 //! Two-phase user removal, phase 1, and the ghost user (behaviour §5.1, §5.3).
 //!
-//! Owns: `schedule_removal` (block, drop memberships with one combined refresh,
-//! revoke tokens, record the `ghost_user_migrations` row, enqueue `delete-user`) and
-//! `ensure_ghost_user`. Phase 1 runs inside the caller's transaction and never commits;
-//! its `delete-user` message goes into the caller's outbox, which the caller sends
-//! before COMMIT (send-then-commit, behaviour §9.5). Phase 2 is `workers::delete_user`. The
-//! statements are in [`sql`].
+//! Owns: `schedule_removal` (block, drop memberships with one combined refresh, revoke
+//! tokens, record the `ghost_user_migrations` row, enqueue `delete-user` into the
+//! caller's outbox) and `ensure_ghost_user`, inside the caller's transaction. Phase 2 is
+//! `workers::delete_user`. The statements are in [`sql`].
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::{GenericClient, Transaction};

@@ -1,11 +1,9 @@
 //! How a handler's payload is decoded once, on receipt (behaviour §9.2).
 //!
-//! Owns: [`FromMessage`], the decoder from a message type and its payload JSON to a
-//! handler's payload type (a payload type of one message type through its validating
-//! decoder, or a sum of several), the JSON a continuation carries back, and the cursor
-//! the `start` line shows; and [`Notification`], `deliver-notification`'s sum. The sum
-//! of every function's payload is `handlers::Message`, built from the function table
-//! above the functions' modules, so a payload type may live in its function's module.
+//! Owns: [`FromMessage`] (message type and payload JSON to a handler's payload type,
+//! the JSON a continuation carries back, the cursor the `start` line shows) and
+//! [`Notification`], `deliver-notification`'s sum. Every function's sum is
+//! `handlers::Message`, so a payload type may live in its function's module.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -76,28 +74,5 @@ impl FromMessage for Notification {
             Notification::Email(e) => e.payload_value(),
             Notification::Webhook(w) => w.payload_value(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::messages::{DeleteUserRun, PruneDeletionsRun};
-    use serde_json::json;
-
-    #[test]
-    fn a_payload_decodes_through_its_own_rules_and_round_trips() {
-        let p = DeleteUserRun::decode("delete-user.run", &json!({"user_id": 3})).unwrap();
-        assert_eq!(p.user_id, 3);
-        assert_eq!(
-            DeleteUserRun::decode("delete-user.run", &p.payload_value()).unwrap(),
-            p
-        );
-        let err = DeleteUserRun::decode("delete-user.run", &json!({})).unwrap_err();
-        assert_eq!(err.field, "user_id");
-        let run = PruneDeletionsRun::decode("prune-deletions.run", &json!({})).unwrap();
-        assert!(FromMessage::cursor(&run).is_none());
-        let err = Notification::decode("nope.run", &json!({})).unwrap_err();
-        assert_eq!(err.field, "type");
     }
 }

@@ -1,12 +1,9 @@
-//! Notification delivery for B28: the GitLab instance facts and the transports
-//! (behaviour §B28.10, §9.11, §10).
+//! Notification delivery for B28 (behaviour §B28.10, §9.11, §10).
 //!
-//! Owns: [`Instance`] (base URL, its host, the SSH prefix, the version), and
-//! [`Notifier`], built once at cold start (`lambda::Deps`) or by `hk`: the instance
-//! for `pat-expiring`, plus for `deliver-notification` the [`Delivery`] means (mailer,
-//! web-hook client, `db_key_base` keys). Secrets behind ARNs are read here, once (the
-//! SMTP secret again, bounded, when the server refuses its credentials). The
-//! handlers receive it through `Invocation::notifier`; nothing here reads the database.
+//! Owns: [`Instance`] (the GitLab instance's URL facts and version) and [`Notifier`],
+//! built once at cold start or by `hk`: the instance for `pat-expiring`, plus the
+//! [`Delivery`] means for `deliver-notification`, whose secrets behind ARNs are read
+//! here. Nothing here reads the database.
 
 pub mod crypto;
 pub mod mail;
@@ -192,22 +189,6 @@ impl Notifier {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_instance_defaults_its_ssh_prefix_to_the_base_host() {
-        let i = Instance::new("https://gitlab.example.com/", None, "18.0.0").unwrap();
-        assert_eq!(i.base_url, "https://gitlab.example.com");
-        assert_eq!(i.host, "gitlab.example.com");
-        assert_eq!(i.ssh_url_prefix, "git@gitlab.example.com:");
-        let i = Instance::new(
-            "http://gl.local:8080",
-            Some("ssh://git@gl.local:2222/"),
-            "17.9",
-        )
-        .unwrap();
-        assert_eq!(i.ssh_url_prefix, "ssh://git@gl.local:2222/");
-        assert_eq!(i.host, "gl.local");
-    }
 
     #[test]
     fn smtp_secrets_are_plain_or_json() {

@@ -1,19 +1,11 @@
 //! Web-hook requests (behaviour §B28.10.3–§B28.10.5, §D23).
 //!
-//! Owns: the target-safety check (schemes, loopback/private/link-local/metadata
-//! ranges; every IPv6 form that embeds or translates to IPv4 — IPv4-compatible,
-//! IPv4-mapped, IPv4-translated, NAT64 `64:ff9b::/96`, 6to4, Teredo — is checked as the
-//! IPv4 address it carries, and the local-use NAT64 prefix `64:ff9b:1::/48` is
-//! refused whole, since its embedding is network-specific), the [`Network`] port (name resolution
-//! and TCP connects, so tests can resolve names to public addresses and route them to
-//! a local receiver), and [`WebhookClient`], a small HTTP/1.1 client that allows local
-//! targets only when GitLab's setting (given per request) allows them and the
-//! environment ([`LocalNetwork`]) does not narrow it, and that connects to
-//! the address it checked (pinned: DNS cannot change between check and connect),
-//! speaks TLS through native-tls with SNI and certificate checks for the URL's host,
-//! sends exactly the headers it is given, never follows redirects, and applies one
-//! timeout to the whole request. It knows nothing of hooks rows or logs: the worker
-//! does. The auto-disabling rules of behaviour §B28.10.4 are the pure [`HookState`] functions.
+//! Owns: the target-safety check ([`is_local_network`]: every IPv6 form that carries an
+//! IPv4 address is checked as that address), the [`Network`] port (resolution and
+//! connects, so tests can route public names to a local receiver), [`WebhookClient`]
+//! (HTTP/1.1 to the pinned, checked address; local targets only as GitLab's setting and
+//! [`LocalNetwork`] allow; no redirects; one timeout per request), and the
+//! auto-disabling rules ([`HookState`]). It knows nothing of hooks rows or logs.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -464,115 +456,5 @@ impl HookState {
             recent_failures: new,
             disabled_until,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn local_private_link_local_and_metadata_ranges_are_refused() {
-        for s in [
-            "0.0.0.0",
-            "10.1.2.3",
-            "100.64.0.1",
-            "100.127.255.255",
-            "127.0.0.1",
-            "169.254.169.254",
-            "172.16.0.1",
-            "172.31.255.255",
-            "192.168.1.1",
-            "224.0.0.1",
-            "240.0.0.1",
-            "255.255.255.255",
-            "::",
-            "::1",
-            "fc00::1",
-            "fd12:3456::1",
-            "fe80::1",
-            "ff02::1",
-            "::ffff:127.0.0.1",
-            "::ffff:169.254.169.254",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(is_local_network(ip(s)), "{s} must be refused");
-        }
-        for s in [
-            "1.1.1.1",
-            "100.63.255.255",
-            "100.128.0.0",
-            "172.15.255.255",
-            "172.32.0.0",
-            "203.0.113.10",
-            "223.255.255.255",
-            "2001:db8::1",
-            "2606:4700::1111",
-            "::ffff:8.8.8.8",
-        ] {
-            assert!(!is_local_network(ip(s)), "{s} must be allowed");
-        }
-    }
-
-    #[test]
-    fn only_http_and_https_urls_with_a_host_are_targets() {
-        let t = parse_target("https://hooks.example.com/x?a=1").unwrap();
-        assert!(t.https);
-        assert_eq!((t.host.as_str(), t.port), ("hooks.example.com", 443));
-        assert_eq!(t.path_and_query, "/x?a=1");
-        assert_eq!(t.host_header, "hooks.example.com");
-        assert_eq!(t.literal, None);
-        let t = parse_target("http://[::1]:8080").unwrap();
-        assert_eq!(t.literal, Some(ip("::1")));
-        assert_eq!(t.host_header, "[::1]:8080");
-        assert_eq!(t.path_and_query, "/");
-        for bad in [
-            "ftp://example.com/",
-            "file:///etc/passwd",
-            "not a url",
-            "http://",
-        ] {
-            assert_eq!(parse_target(bad), Err(Refusal::InvalidUrl), "{bad}");
-        }
-    }
-
-    #[test]
-    fn failures_back_off_after_three_and_disable_for_good_after_forty() {
-        let now: DateTime<Utc> = "2025-03-10T01:00:00Z".parse().unwrap();
-        let s = |f: i16, d: Option<i64>| HookState {
-            recent_failures: f,
-            disabled_until: d.map(|s| now + chrono::Duration::seconds(s)),
-        };
-        assert_eq!(s(0, None).after_failure(now), Some(s(1, None)));
-        assert_eq!(s(2, None).after_failure(now), Some(s(3, None)));
-        assert_eq!(s(3, None).after_failure(now), Some(s(4, Some(60))));
-        assert_eq!(s(4, Some(-1)).after_failure(now), Some(s(5, Some(120))));
-        assert_eq!(
-            s(13, Some(-1)).after_failure(now),
-            Some(s(14, Some(61_440)))
-        );
-        assert_eq!(
-            s(20, Some(-1)).after_failure(now),
-            Some(s(21, Some(86_400)))
-        );
-        assert_eq!(
-            s(39, Some(-1)).after_failure(now),
-            Some(s(40, Some(86_400)))
-        );
-        // Not executable: nothing changes.
-        assert_eq!(s(40, Some(-1)).after_failure(now), None);
-        assert_eq!(s(5, Some(3600)).after_failure(now), None);
-        assert_eq!(s(4, None).after_failure(now), None);
-        assert!(s(5, Some(0)).temporarily_disabled(now));
-        assert!(s(5, Some(-1)).executable(now));
-        assert!(s(4, None).permanently_disabled());
-        assert!(s(3, None).executable(now));
-        assert_eq!(s(2, None).after_success(), Some(s(0, None)));
-        assert_eq!(s(0, Some(-5)).after_success(), Some(s(0, None)));
-        assert_eq!(s(0, None).after_success(), None);
     }
 }

@@ -1,10 +1,8 @@
 //! The queue port (behaviour §9.5).
 //!
-//! Owns: [`Queue`], the one interface through which handlers send messages, the
-//! [`OutMessage`] they send, and the naming rule for long-delay schedules. Two
-//! adapters implement it: [`sqs::SqsQueue`] (SQS + EventBridge Scheduler, Lambda
-//! mode) and `hk::local_queue::LocalQueue` (in-process, virtual time, `hk` and tests).
-//! Handlers never know which one they talk to.
+//! Owns: [`Queue`], the one interface handlers send through (adapters:
+//! [`sqs::SqsQueue`], and `hk::local_queue::LocalQueue` for `hk` and tests), the
+//! [`OutMessage`] they send, and the naming rule for long-delay schedules.
 
 pub mod sqs;
 
@@ -77,23 +75,4 @@ pub fn schedule_name(message_key: &str) -> String {
 pub fn schedule_token(message_key: &str) -> String {
     let digest = Sha256::digest(message_key.as_bytes());
     hex::encode(digest)[..40].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedule_names_are_stable_hashes_of_the_key() {
-        let n = schedule_name("group-destroy:100:2025-03-03:11");
-        assert_eq!(n.len(), 43);
-        assert!(n.starts_with("hk-"));
-        assert_eq!(n, schedule_name("group-destroy:100:2025-03-03:11"));
-        assert_ne!(n, schedule_name("group-destroy:101:2025-03-03:11"));
-        // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
-        assert_eq!(
-            schedule_token("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a3"
-        );
-    }
 }

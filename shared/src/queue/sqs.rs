@@ -1,10 +1,8 @@
-//! The AWS adapter of the queue port: SQS for delays ≤ 900 s, one-time EventBridge
-//! Scheduler schedules for longer ones (behaviour §9.5).
+//! The AWS adapter of the queue port (behaviour §9.5): SQS for delays ≤ 900 s, one-time
+//! EventBridge Scheduler schedules for longer ones.
 //!
-//! Owns: batching into `SendMessageBatch` calls of ten, the per-entry failure check
-//! and retry, the schedule's exact shape (name, `at()`, target, DLQ, retry policy,
-//! `ActionAfterCompletion = DELETE`, client token), and the API-call counter used by
-//! the `queue-calls` benchmark. It must not decide anything about message content.
+//! Owns: `SendMessageBatch` calls of ten with the per-entry check and retry, the
+//! schedule's exact shape, and the API-call counter of the `queue-calls` benchmark.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -238,18 +236,5 @@ impl Queue for SqsQueue {
             self.schedule(m).await?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn at_expression_rounds_up_to_the_second() {
-        let t: DateTime<Utc> = "2025-03-10T02:00:00Z".parse().unwrap();
-        assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:20)");
-        let t: DateTime<Utc> = "2025-03-10T02:00:00.000001Z".parse().unwrap();
-        assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:21)");
     }
 }

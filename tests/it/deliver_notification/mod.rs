@@ -7,6 +7,7 @@
 //! * `email`: the email as sent over SMTP, its outcomes, the file and log transports.
 //! * `webhook`: the web hook as posted, back-off, target safety, redirects, timeouts,
 //!   certificates, stale hooks.
+//! * `rules`: rendering, `Message-ID`s, target and back-off rules, hook URL keys.
 //! * `ssrf`: every spelling of a refused target on the real client and resolver.
 //! * `whole_run`: pat-expiring and every delivery twice; the sample events through the
 //!   Lambda glue.
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use hk::local::Runner;
 use hk::local_queue::SentRecord;
+use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::http::HttpReceiver;
 use integration_tests::sinks::net::TestNetwork;
@@ -29,7 +31,6 @@ use shared::messages::Envelope;
 use shared::notify::webhook::WebhookClient;
 use shared::notify::Notifier;
 use shared::runtime::RecordOutcome;
-use shared::telemetry::{capture, Captured};
 
 use crate::pat_expiring::{
     cron_once, emails, fixture, hook, notify_config, scenario7, t20_body, tok, webhooks, On, D, F,
@@ -37,6 +38,7 @@ use crate::pat_expiring::{
 };
 
 mod email;
+mod rules;
 mod ssrf;
 mod webhook;
 mod whole_run;

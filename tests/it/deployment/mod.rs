@@ -1,8 +1,10 @@
 //! The deployment: the SAM template against the code (`template`), the stack deployed
 //! into moto before a user does (`deploy`), the heartbeats through a cutover from
 //! schedules off to on (`cutover`), and the SQS + Scheduler adapter with
-//! Secrets Manager on moto (`queue_sqs`).
+//! Secrets Manager on moto (`queue_sqs`); the environment read as configuration
+//! (`config`).
 
+mod config;
 mod cutover;
 mod deploy;
 mod queue_sqs;

@@ -13,8 +13,8 @@ use integration_tests::{t, wait};
 use shared::clock::FixedClock;
 use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::{DeleteUserRun, Envelope};
-use shared::queue::sqs::SqsQueue;
-use shared::queue::{schedule_name, OutMessage, Queue};
+use shared::queue::sqs::{at_expression, SqsQueue};
+use shared::queue::{schedule_name, schedule_token, OutMessage, Queue};
 use shared::Function;
 
 fn msg(key: &str, delay: u32) -> OutMessage {
@@ -288,4 +288,26 @@ async fn the_database_url_can_come_from_a_secrets_manager_secret() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("DATABASE_SECRET_ARN"), "{err}");
+}
+
+#[test]
+fn schedule_names_are_stable_hashes_of_the_key() {
+    let n = schedule_name("group-destroy:100:2025-03-03:11");
+    assert_eq!(n.len(), 43);
+    assert!(n.starts_with("hk-"));
+    assert_eq!(n, schedule_name("group-destroy:100:2025-03-03:11"));
+    assert_ne!(n, schedule_name("group-destroy:101:2025-03-03:11"));
+    // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a3...
+    assert_eq!(
+        schedule_token("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a3"
+    );
+}
+
+#[test]
+fn at_expression_rounds_up_to_the_second() {
+    let t: chrono::DateTime<chrono::Utc> = "2025-03-10T02:00:00Z".parse().unwrap();
+    assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:20)");
+    let t: chrono::DateTime<chrono::Utc> = "2025-03-10T02:00:00.000001Z".parse().unwrap();
+    assert_eq!(at_expression(t, 920), "at(2025-03-10T02:15:21)");
 }

@@ -9,6 +9,8 @@ use super::*;
 use crate::assert::{
     assert_fields, assert_message, assert_sent_one, assert_skipped_already_running,
 };
+use chrono::NaiveDate;
+use shared::gitlab::group_deletion::{cutoff, EARLIEST_CUTOFF};
 
 #[tokio::test]
 async fn a_group_marked_exactly_period_days_ago_is_due_and_its_destroy_is_sent_at_once() {
@@ -305,4 +307,15 @@ async fn a_cron_run_finding_its_overlap_lock_held_does_nothing() {
         .unwrap();
     let (r, log) = cron_once(&db).await;
     assert_skipped_already_running(&log, &r.runs[0]);
+}
+
+#[test]
+fn the_cutoff_is_today_minus_the_period() {
+    let today: NaiveDate = "2025-03-10".parse().unwrap();
+    assert_eq!(cutoff(today, 7).to_string(), "2025-03-03");
+    assert_eq!(cutoff(today, 30).to_string(), "2025-02-08");
+    assert_eq!(cutoff(today, i32::MAX), EARLIEST_CUTOFF);
+    assert_eq!(cutoff(today, 800_000), EARLIEST_CUTOFF);
+    assert_eq!(cutoff(today, 0), cutoff(today, 1));
+    assert_eq!(cutoff(today, i32::MIN), cutoff(today, 1));
 }

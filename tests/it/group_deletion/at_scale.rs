@@ -13,6 +13,7 @@ use integration_tests::aws::{
     config_for, create_queue, moto_config, moto_endpoint, proxy::FaultProxy,
 };
 use integration_tests::fixtures::U;
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::clock::FixedClock;
@@ -22,7 +23,6 @@ use shared::messages::Envelope;
 use shared::queue::schedule_name;
 use shared::queue::sqs::{at_expression, SqsQueue};
 use shared::runtime::{Deadline, Invocation, RecordMeta};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T02:00:00Z";

@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use hk::local::{Run, Runner};
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::{capture, Captured};
 use integration_tests::{d, t, wait, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
 use shared::messages::{group_destroy_key, Envelope, GroupDestroyRun};
 use shared::queue::schedule_name;
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod adjourned_group_deletion;

@@ -2,10 +2,12 @@
 //! group-destroy, with its name, path and every route below it (a random suffix when
 //! the path is taken, found case-insensitively); not when the schedule changed after
 //! the page read or was taken over meanwhile; and consistent routes when an ancestor
-//! is restored at the same time.
+//! is restored at the same time. The suffix rules on their own.
 
 use super::*;
 use crate::assert::assert_fields;
+use shared::gitlab::group_deletion::{random_suffix, strip_deletion_suffix};
+use shared::random::below;
 
 #[tokio::test]
 async fn a_group_whose_scheduler_lost_owner_rights_is_restored_with_its_routes() {
@@ -286,4 +288,46 @@ async fn a_restore_racing_an_ancestors_restore_leaves_every_route_consistent_wit
     )
     .await;
     assert!(!db.exists("group_deletion_schedules").await);
+}
+
+#[test]
+fn the_deletion_suffix_is_stripped_only_at_the_end() {
+    assert_eq!(strip_deletion_suffix("acme-deletion_scheduled-100"), "acme");
+    assert_eq!(strip_deletion_suffix("acme-deleted-7"), "acme");
+    assert_eq!(strip_deletion_suffix("acme"), "acme");
+    assert_eq!(
+        strip_deletion_suffix("acme-deletion_scheduled-"),
+        "acme-deletion_scheduled-"
+    );
+    assert_eq!(strip_deletion_suffix("acme-deleted-1x"), "acme-deleted-1x");
+    assert_eq!(
+        strip_deletion_suffix("a-deletion_scheduled-1-b"),
+        "a-deletion_scheduled-1-b"
+    );
+    assert_eq!(
+        strip_deletion_suffix("a-deleted-1-deletion_scheduled-22"),
+        "a-deleted-1"
+    );
+}
+#[test]
+fn random_suffixes_have_five_lowercase_alphanumerics() {
+    for _ in 0..100 {
+        let s = random_suffix();
+        assert_eq!(s.len(), 6);
+        assert!(s.starts_with('-'));
+        assert!(s[1..]
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    }
+}
+
+#[test]
+fn below_stays_in_range_and_reaches_every_value() {
+    let mut seen = [false; 5];
+    for _ in 0..2_000 {
+        let v = below(5);
+        assert!(v < 5);
+        seen[v as usize] = true;
+    }
+    assert!(seen.iter().all(|s| *s));
 }

@@ -7,6 +7,7 @@
 //! (the 18.2 model is the suite's own when it runs with `HK_TEST_GITLAB=18.2`).
 
 use hk::migrate::GitlabVersion;
+use shared::gitlab::deletion_model::{DeletionModel, Models};
 
 use super::*;
 use crate::assert::{assert_fields, assert_sent_one};
@@ -219,4 +220,13 @@ async fn on_18_8_a_restore_also_puts_the_state_back() {
             "last_changed_by_user_id": null
         })
     );
+}
+
+#[test]
+fn the_sets_hold_the_models_they_name() {
+    for m in DeletionModel::ALL {
+        assert!(Models::ANY.contains(m));
+        assert_eq!(Models::STATE.contains(m), m.has_state());
+        assert_eq!(Models::SCHEDULED_AT.contains(m), m.has_scheduled_at());
+    }
 }

@@ -6,6 +6,8 @@
 
 use super::*;
 use crate::assert::assert_fields;
+use shared::gitlab::notifications::CAN_RECEIVE_NOTIFICATIONS;
+use shared::gitlab::user_type;
 
 #[tokio::test]
 async fn a_human_gets_one_seven_day_email_naming_tokens_by_expiry_and_both_are_marked() {
@@ -275,6 +277,14 @@ async fn a_human_whose_email_cannot_be_sent_stays_unmarked_and_is_excluded_for_t
     r.invoke(F, &body, 1).await.unwrap();
     assert_eq!(marks(&db, 1).await, (true, false, false, true));
     assert_eq!(log2.done()["total_user_emails_enqueued"], 2);
+}
+
+#[test]
+fn only_active_humans_and_service_accounts_receive_notifications() {
+    // Human (0) and service account (4); never bots, ghosts or placeholders.
+    assert!(CAN_RECEIVE_NOTIFICATIONS.contains("u.user_type IN (0, 4)"));
+    assert_eq!(user_type::HUMAN, 0);
+    assert!(CAN_RECEIVE_NOTIFICATIONS.contains("'active'"));
 }
 
 #[test]

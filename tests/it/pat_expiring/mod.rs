@@ -21,12 +21,12 @@ use std::time::Duration;
 use hk::local::Runner;
 use hk::local_queue::SentRecord;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
 use shared::messages::Envelope;
 use shared::notify::{Notifier, NotifyConfig};
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod bot_tokens;

@@ -26,6 +26,7 @@ use hk::local::process_record;
 use hk::local::Runner;
 use hk::local_queue::{LocalQueue, SentRecord};
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
@@ -36,7 +37,6 @@ use shared::lambda::Deps;
 use shared::messages::{DeletePlaceholderUserRun, Envelope};
 use shared::queue::{schedule_name, OutMessage, Queue, QueueError};
 use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod continuation;

@@ -23,11 +23,11 @@ use std::time::Duration;
 use crate::assert::assert_sent_one;
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod at_scale;

@@ -231,7 +231,7 @@ async fn a_crash_at_each_point_is_redelivered_and_the_end_state_is_the_clean_one
     for point in CrashPoint::ALL {
         let db = small().await;
         let base = Baseline::capture(&db).await;
-        let (log, _g) = shared::telemetry::capture();
+        let (log, _g) = integration_tests::logs::capture();
         let mut r = db.runner_with(t(NOW), settings());
         // The cron run, then its delete-user child, each crash at the point once.
         r.plan_crash(Some(f), point, 1);

@@ -2,14 +2,18 @@
 //! lacks a column of the statement catalogue logs one clear line, emits
 //! `schema_incompatible`, fails the invocation as a whole (no per-record failure, so
 //! nothing walks to the DLQ one by one) and processes nothing; once the schema is
-//! fixed, the next invocation of the same environment processes the batch.
+//! fixed, the next invocation of the same environment processes the batch. How a
+//! failed PREPARE is classed and the object its error names.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use shared::preflight::{object_of, Problem};
+
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use shared::clock::FixedClock;
@@ -17,7 +21,6 @@ use shared::config::Config;
 use shared::db::Session;
 use shared::handlers::Dispatch;
 use shared::lambda::{handle_event_checked, Deps, InvokeError, SchemaGate};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -198,5 +201,38 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
     assert!(
         !db.exists("members WHERE id = 10").await,
         "processed once released"
+    );
+}
+
+#[test]
+fn a_lock_or_statement_timeout_is_busy_and_permission_denied_a_grant() {
+    assert_eq!(Problem::of_sqlstate("55P03"), Problem::Busy);
+    assert_eq!(Problem::of_sqlstate("57014"), Problem::Busy);
+    assert_eq!(Problem::of_sqlstate("42501"), Problem::Permission);
+    assert_eq!(Problem::of_sqlstate("42703"), Problem::Schema);
+    assert_eq!(Problem::of_sqlstate("42P01"), Problem::Schema);
+}
+
+#[test]
+fn the_object_is_read_from_the_servers_message() {
+    assert_eq!(
+        object_of("column m.expires_at does not exist"),
+        "column m.expires_at"
+    );
+    assert_eq!(
+        object_of("relation \"members\" does not exist"),
+        "relation \"members\""
+    );
+    assert_eq!(
+        object_of("column \"state\" is of type integer but expression is of type text"),
+        "column \"state\""
+    );
+    assert_eq!(
+        object_of("column \"x\" of relation \"users\" does not exist"),
+        "column \"x\" of relation \"users\""
+    );
+    assert_eq!(
+        object_of("operator does not exist: text = bigint"),
+        "operator does not exist: text = bigint"
     );
 }

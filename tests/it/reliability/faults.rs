@@ -12,6 +12,7 @@ use hk::local::process_record;
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
 use integration_tests::fixtures::U;
+use integration_tests::logs::capture;
 use integration_tests::notice::{publish_demo_hooks, repeats_are_identical, Notices};
 use integration_tests::state::{canonical, demo_without_ghost, first_difference, Baseline};
 use integration_tests::{t, Fx, TestDb};
@@ -23,7 +24,6 @@ use shared::messages::Envelope;
 use shared::queue::schedule_name;
 use shared::queue::sqs::SqsQueue;
 use shared::runtime::{Deadline, Invocation, RecordMeta};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::handle_event;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use hk::local_queue::LocalQueue;
+use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
@@ -25,7 +26,6 @@ use shared::db::Session;
 use shared::lambda::Deps;
 use shared::messages::Envelope;
 use shared::notify::{Notifier, NotifyConfig};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
@@ -18,7 +19,6 @@ use shared::config::Config;
 use shared::db::Session;
 use shared::lambda::Deps;
 use shared::queue::{OutMessage, Queue, QueueError};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

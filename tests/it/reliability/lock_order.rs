@@ -4,11 +4,12 @@
 
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::{t, wait, Fx, TestDb};
 use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
+use shared::locks::lock_key;
 use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -177,4 +178,15 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
     assert!(log
         .with_message("Scheduled member deletion failed")
         .is_empty());
+}
+
+#[test]
+fn lock_key_is_the_big_endian_prefix_of_the_hash() {
+    // The first 8 bytes of sha256("gitlab-housekeeping:function:remove-expired-members"),
+    // big-endian: what a lock of the running bundle is seen as in `pg_locks`.
+    assert_eq!(
+        lock_key("function:remove-expired-members"),
+        3_406_099_047_915_055_823
+    );
+    assert_ne!(lock_key("a"), lock_key("b"));
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::local_queue::LocalQueue;
+use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
@@ -18,7 +19,7 @@ use shared::lambda::Deps;
 use shared::messages::Envelope;
 use shared::metrics::{self, CATALOGUE};
 use shared::runtime::{Deadline, Handler, Invocation, RecordMeta};
-use shared::telemetry::{capture, gitlab_extra_prefix};
+use shared::telemetry::gitlab_extra_prefix;
 use shared::Function;
 
 use crate::assert::assert_fields;
@@ -260,4 +261,64 @@ async fn start_done_and_failure_lines_carry_gitlab_fields() {
             "{k}: {done}"
         );
     }
+}
+
+#[test]
+fn gitlab_extra_keys_are_prefixed_like_application_worker() {
+    assert_eq!(
+        gitlab_extra_prefix("Members::PruneDeletionsWorker"),
+        "extra.members_prune_deletions_worker."
+    );
+    assert_eq!(
+        gitlab_extra_prefix("RemoveExpiredMembersWorker"),
+        "extra.remove_expired_members_worker."
+    );
+    assert_eq!(
+        gitlab_extra_prefix("PersonalAccessTokens::ExpiringWorker"),
+        "extra.personal_access_tokens_expiring_worker."
+    );
+    assert_eq!(gitlab_extra_prefix("HTTPWorker"), "extra.http_worker.");
+}
+
+#[test]
+fn names_are_unique_and_units_follow_the_suffix() {
+    let mut seen = std::collections::BTreeSet::new();
+    for m in CATALOGUE {
+        assert!(seen.insert(m.name), "{} is listed twice", m.name);
+        assert_eq!(
+            m.unit == metrics::Unit::Seconds,
+            m.name.ends_with("_s"),
+            "{}: a Seconds metric ends in _s and only those",
+            m.name
+        );
+    }
+}
+
+/// Events and spans of the `shared` target, as the product logs them.
+#[test]
+fn span_fields_are_flattened_onto_every_line() {
+    let (c, _g) = capture();
+    let span = tracing::info_span!(
+        target: "shared",
+        "record",
+        function = "delete-user",
+        run_id = tracing::field::Empty,
+        hop = 3u64
+    );
+    let _e = span.enter();
+    span.record("run_id", "r-1");
+    tracing::info!(target: "shared", member_id = 7i64, "hello");
+    let done = serde_json::json!({"status":"completed","next_cursor":null});
+    tracing::info!(target: "shared", _flatten = %done, duration_s = 0.5f64, "done");
+    let l = c.one("hello");
+    assert_eq!(l["function"], "delete-user");
+    assert_eq!(l["run_id"], "r-1");
+    assert_eq!(l["hop"], 3);
+    assert_eq!(l["member_id"], 7);
+    assert_eq!(l["level"], "info");
+    let d = c.done();
+    assert_eq!(d["status"], "completed");
+    assert!(d["next_cursor"].is_null());
+    assert_eq!(d["duration_s"], 0.5);
+    assert!(d.get("_flatten").is_none());
 }

@@ -14,6 +14,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use hk::local_queue::LocalQueue;
 use integration_tests::aws::moto_config;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::smtp::{SinkTls, SmtpSink};
 use integration_tests::{t, wait, Fx, TestDb};
@@ -26,7 +27,6 @@ use shared::lambda::Deps;
 use shared::messages::Envelope;
 use shared::notify::mail::{Mailer, Rendered, SendOutcome};
 use shared::notify::{Notifier, NotifyConfig};
-use shared::telemetry::capture;
 use shared::Function;
 
 use crate::handle_event;

@@ -12,13 +12,13 @@ use std::collections::BTreeSet;
 
 use hk::chaos::ChaosSpec;
 use hk::local::Runner;
+use integration_tests::logs::capture;
 use integration_tests::notice::{publish_demo_hooks, Notices, SMTP_PASSWORD};
 use integration_tests::state::demo_without_ghost;
 use integration_tests::{t, TestDb};
 use shared::config::Config;
 use shared::db::Connector;
 use shared::messages::Envelope;
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::capture;
 use integration_tests::sinks::net::TestNetwork;
 use integration_tests::{t, Fx, TestDb};
-use shared::telemetry::capture;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

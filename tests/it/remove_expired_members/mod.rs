@@ -14,10 +14,10 @@
 
 use hk::local::Runner;
 use integration_tests::fixtures::{M, U};
+use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::queue::OutMessage;
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod bots;

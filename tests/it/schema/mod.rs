@@ -105,20 +105,8 @@ async fn every_foreign_key_column_has_an_index_led_by_it() {
 #[tokio::test]
 async fn b38_works_with_int4_ids_and_integer_traversal_ids() {
     let db = TestDb::new().await;
-    db.exec(
-        "ALTER TABLE members ALTER COLUMN id TYPE integer, ALTER COLUMN source_id TYPE integer,
-                             ALTER COLUMN user_id TYPE integer;
-         -- GitLab's sync trigger reads traversal_ids in its WHEN clause: recreated around the change.
-         DROP TRIGGER trigger_namespaces_traversal_ids_on_update ON namespaces;
-         ALTER TABLE namespaces ALTER COLUMN traversal_ids DROP DEFAULT;
-         ALTER TABLE namespaces ALTER COLUMN traversal_ids TYPE integer[];
-         ALTER TABLE namespaces ALTER COLUMN traversal_ids SET DEFAULT '{}';
-         CREATE TRIGGER trigger_namespaces_traversal_ids_on_update AFTER UPDATE ON namespaces FOR EACH ROW
-           WHEN (old.traversal_ids IS DISTINCT FROM new.traversal_ids) EXECUTE FUNCTION insert_namespaces_sync_event();
-         ALTER TABLE project_authorizations ALTER COLUMN project_id TYPE integer;",
-    )
-    .await;
     let fx = Fx(&db);
+    fx.int4_ids(false).await;
     fx.group(100, "acme", None).await;
     fx.group(101, "web", Some(100)).await;
     fx.project(200, 101).await;

@@ -85,17 +85,26 @@ macro_rules! metadata_user {
     };
 }
 
+/// The select of [`scheduled_at::DETAILS_SCHEDULE_OF`], locked or not.
+macro_rules! details_schedule {
+    () => {
+        concat!(
+            "SELECT ",
+            metadata_user!(),
+            ",
+                    CASE WHEN isfinite(d.deletion_scheduled_at)
+                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
+                    d.deletion_scheduled_at IS NOT NULL
+               FROM namespace_details d WHERE d.namespace_id = $1::bigint"
+        )
+    };
+}
+
 /// Statements for GitLab 18.4 and later (`namespaces.state`, `state_metadata`).
 pub mod state {
     crate::statements::statements! {
-        /// Restore on the state model (GitLab's `cancel_deletion`, notes §B.4): a group in
-        /// state 2 (deletion_scheduled) goes back to its preserved state (1 archived when
-        /// `preserved_states.schedule_deletion` says so, else 0 ancestor_inherited); its
-        /// metadata loses that preserved entry, the scheduling user, the pre-18.10
-        /// `deletion_scheduled_at` key and `last_error`, and records `$2` (the injected
-        /// clock) and the acting user: the group's organization's admin bot (user_type 11),
-        /// else the lowest-id admin bot, else NULL. `$1` group. Nothing when the group is
-        /// not in state 2. Returns the group's id when it changed.
+        /// Restore step 7 on the state model, as GitLab's `cancel_deletion` (behaviour
+        /// §B51.5): `$1` group, `$2` now. Returns the group's id when it was in state 2.
         RESTORE_STATE = "WITH n AS (
                UPDATE namespaces SET state = CASE
                    WHEN (SELECT d.state_metadata->'preserved_states'->>'schedule_deletion'
@@ -144,18 +153,9 @@ pub mod scheduled_at {
              ORDER BY x.id LIMIT $3");
         /// Group `$1`'s `namespace_details` schedule: the user in `state_metadata`, the UTC
         /// date of `deletion_scheduled_at` (NULL when not finite), and whether it is set.
-        DETAILS_SCHEDULE_OF = concat!("SELECT ", metadata_user!(), ",
-                    CASE WHEN isfinite(d.deletion_scheduled_at)
-                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
-                    d.deletion_scheduled_at IS NOT NULL
-               FROM namespace_details d WHERE d.namespace_id = $1::bigint");
-        /// [`DETAILS_SCHEDULE_OF`], the row locked `FOR UPDATE` (restore step 1, before the
-        /// schedule row).
-        LOCK_DETAILS_SCHEDULE = concat!("SELECT ", metadata_user!(), ",
-                    CASE WHEN isfinite(d.deletion_scheduled_at)
-                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
-                    d.deletion_scheduled_at IS NOT NULL
-               FROM namespace_details d WHERE d.namespace_id = $1::bigint FOR UPDATE");
+        DETAILS_SCHEDULE_OF = details_schedule!();
+        /// [`DETAILS_SCHEDULE_OF`], the row locked (restore step 1, before the schedule row).
+        LOCK_DETAILS_SCHEDULE = concat!(details_schedule!(), " FOR UPDATE");
         /// Restore: clear `deletion_scheduled_at` of group `$1`.
         CLEAR_SCHEDULED_AT = "UPDATE namespace_details SET deletion_scheduled_at = NULL
              WHERE namespace_id = $1::bigint AND deletion_scheduled_at IS NOT NULL";

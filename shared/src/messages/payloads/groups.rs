@@ -45,21 +45,6 @@ impl Payload for GroupCursor {
     }
 }
 
-impl Payload for AdjournedGroupDeletionRun {
-    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        Ok(AdjournedGroupDeletionRun {
-            cursor: f
-                .opt_object("cursor")?
-                .map(|c| GroupCursor::from_payload(&c))
-                .transpose()?,
-        })
-    }
-
-    fn cursor(&self) -> Option<serde_json::Value> {
-        self.cursor.and_then(|c| serde_json::to_value(c).ok())
-    }
-}
-
 impl Payload for GroupDestroyRun {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         Ok(GroupDestroyRun {

@@ -55,21 +55,6 @@ impl Payload for MemberCursor {
     }
 }
 
-impl Payload for RemoveExpiredMembersRun {
-    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        Ok(RemoveExpiredMembersRun {
-            cursor: f
-                .opt_object("cursor")?
-                .map(|c| MemberCursor::from_payload(&c))
-                .transpose()?,
-        })
-    }
-
-    fn cursor(&self) -> Option<serde_json::Value> {
-        self.cursor.and_then(|c| serde_json::to_value(c).ok())
-    }
-}
-
 impl Payload for DeleteUserRun {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         Ok(DeleteUserRun {

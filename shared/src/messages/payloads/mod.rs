@@ -1,13 +1,14 @@
 //! Payload types and their validating decoders (behaviour §9.2).
 //!
 //! Owns: the `Deserialize` of every payload type, which goes through its one validating
-//! decoder (the message type → payload type list is `super::message`). The decoding rules are in [`fields`]; the types of each function's
-//! messages are in [`members`] (B38, B43), [`groups`] (B51), [`placeholders`] (B70)
-//! and [`pat_expiring`] (B28).
+//! decoder, and the decoder of a run whose one field is its cursor. The rules are in
+//! [`fields`]; the types in [`members`] (B38, B43), [`groups`] (B51), [`placeholders`]
+//! (B70) and [`pat_expiring`] (B28).
 
 use serde::{Deserialize, Deserializer};
 
 use super::strict::Strict;
+use fields::Checked;
 
 mod fields;
 mod groups;
@@ -43,6 +44,28 @@ macro_rules! validated_deserialize {
         }
     )*};
 }
+
+/// [`Payload`] of a run whose one field is its optional keyset `cursor`.
+macro_rules! cursor_run {
+    ($($run:ident($cursor:ident)),* $(,)?) => {$(
+        impl Payload for $run {
+            fn from_payload(f: &Fields<'_>) -> Checked<Self> {
+                let cursor = f.opt_object("cursor")?.map(|c| $cursor::from_payload(&c));
+                Ok($run { cursor: cursor.transpose()? })
+            }
+
+            fn cursor(&self) -> Option<serde_json::Value> {
+                self.cursor.and_then(|c| serde_json::to_value(c).ok())
+            }
+        }
+    )*};
+}
+
+cursor_run!(
+    RemoveExpiredMembersRun(MemberCursor),
+    AdjournedGroupDeletionRun(GroupCursor),
+    PlaceholderUserCleanupRun(DetailCursor),
+);
 
 validated_deserialize!(
     RemoveExpiredMembersRun,

@@ -46,21 +46,6 @@ impl Payload for DetailCursor {
     }
 }
 
-impl Payload for PlaceholderUserCleanupRun {
-    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        Ok(PlaceholderUserCleanupRun {
-            cursor: f
-                .opt_object("cursor")?
-                .map(|c| DetailCursor::from_payload(&c))
-                .transpose()?,
-        })
-    }
-
-    fn cursor(&self) -> Option<serde_json::Value> {
-        self.cursor.and_then(|c| serde_json::to_value(c).ok())
-    }
-}
-
 impl Payload for DeletePlaceholderUserRun {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         Ok(DeletePlaceholderUserRun {

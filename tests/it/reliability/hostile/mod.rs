@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use hk::local::Runner;
 use integration_tests::fixtures::U;
+use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::net::TestNetwork;
 use integration_tests::{t, Fx, TestDb};
 use proptest::prelude::*;
@@ -35,7 +36,6 @@ use shared::messages::{
 use shared::notify::webhook::WebhookClient;
 use shared::notify::{Notifier, NotifyConfig};
 use shared::runtime::RecordOutcome;
-use shared::telemetry::{capture, Captured};
 use shared::Function;
 
 mod handler_fuzz;
