@@ -89,9 +89,8 @@ pub trait Job: Default + Send + Sync + 'static {
     /// Its `done` result.
     type Outcome: Done;
 
-    /// B28's means, built once at cold start into `Deps::notifier`: the instance for
-    /// `pat-expiring`, the instance and delivery means for `deliver-notification`,
-    /// nothing for the others. Secrets behind ARNs are read through `aws`.
+    /// B28's means, built once at cold start into `Deps::notifier` (secrets behind ARNs
+    /// read through `aws`); nothing for the functions that send no notification.
     fn notifier(
         cfg: &NotifyConfig,
         aws: &aws_config::SdkConfig,
@@ -116,8 +115,7 @@ pub trait Job: Default + Send + Sync + 'static {
         Report::new(Skipped)
     }
 
-    /// Called once the continuation or re-send of `outcome` was sent as hop `hop`
-    /// (a function's own log line).
+    /// Called once the continuation or re-send of `outcome` was sent as hop `hop`.
     fn continuing(outcome: &Self::Outcome, hop: u64) {
         let _ = (outcome, hop);
     }
@@ -196,8 +194,7 @@ where
     })
 }
 
-/// Every job is a [`Handler`] (what `lambda::run` and the local runner call): it
-/// drives itself.
+/// Every job is a [`Handler`] that drives itself.
 impl<J: Job + Default> Handler for J {
     type Message = J::Payload;
 

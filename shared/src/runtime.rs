@@ -1,14 +1,9 @@
 //! The handler contract shared by Lambda and `hk` (behaviour §6, §8, §9.6, §9.8).
 //!
-//! Owns: [`Invocation`] (the injected `now`, the queue, the settings, the monotonic
-//! deadline and budgets), [`Report`] (what a handler says it did), [`Handler`] (what
-//! serves parsed messages; the implementations are in [`crate::handlers`]) and
-//! [`process_record_with`], the one per-record pipeline:
-//! parse and validate (envelope and payload), span with the standard fields, `start`
-//! line (with the validated cursor only), the hop-limit case for a message received
-//! above its function's `MAX_HOPS` (logged, acknowledged, no work, nothing sent),
-//! handler under `catch_unwind`, `done` line, outcome. It names no Lambda type: the Lambda glue and
-//! the local runner both call it.
+//! Owns: [`Invocation`], [`Report`], [`Handler`] and [`process_record_with`], the one
+//! per-record pipeline (parse, span, `start` line, the hop-limit case on receipt, the
+//! handler under `catch_unwind`, `done` line, outcome). It names no Lambda type: the
+//! Lambda glue and the local runner both call it.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -29,8 +24,7 @@ use crate::messages::{Envelope, FromMessage};
 use crate::metrics::{emit_record_metrics, Metric, OutcomeKind};
 use crate::queue::Queue;
 
-/// The monotonic deadline of one invocation: Lambda's remaining time, or in `hk` the
-/// function's timeout measured from the handler's start (behaviour §6).
+/// The monotonic deadline of one invocation (behaviour §6).
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     end: Instant,
@@ -86,11 +80,9 @@ pub struct Invocation<'a> {
     pub settings: &'a Settings,
     /// The deadline guard.
     pub deadline: Deadline,
-    /// B28's instance facts and delivery means (`pat-expiring`,
-    /// `deliver-notification`); `None` for the other functions.
+    /// B28's instance facts and delivery means; `None` for the other functions.
     pub notifier: Option<&'a crate::notify::Notifier>,
-    /// Where `hk`'s plan records each decision ([`Invocation::decide`]); `None` in
-    /// Lambda, where deciding records nothing.
+    /// Where `hk`'s plan records each decision; `None` in Lambda.
     pub decisions: Option<&'a dyn Decisions>,
 }
 
@@ -117,8 +109,7 @@ pub trait Decisions: Send + Sync {
 }
 
 impl Invocation<'_> {
-    /// Record that this invocation decided `decision` by `rule` for row `id` of `table`
-    /// (nothing when no plan records).
+    /// Record that this invocation decided `decision` by `rule` for row `id` of `table`.
     pub fn decide(&self, table: &'static str, id: i64, decision: &'static str, rule: &'static str) {
         if let Some(d) = self.decisions {
             let function = self.function;
@@ -199,25 +190,23 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// A handler's typed `done` result: one `#[derive(Serialize)]` struct per function
-/// (or per outcome shape), whose fields are the `done` line's result fields and whose
-/// metrics are declared with it. The runtime and `hk` read these methods, never the
-/// JSON.
+/// A handler's typed `done` result: its serialized fields are the `done` line's, its
+/// metrics are declared with it.
 pub trait Done: Serialize + std::fmt::Debug + Send + Sync + 'static {
     /// The `status` of `done` when the work of the message ended here.
-    fn status(&self) -> Status;
+    fn status(&self) -> Status {
+        Status::Completed
+    }
     /// The `status` when the run goes on in a continuation or re-send.
     fn continued_status(&self) -> Status {
         Status::LimitReached
     }
-    /// Metrics for this invocation's EMF line (besides the per-record ones of
-    /// [`emit_record_metrics`]), from the catalogue ([`crate::metrics`]).
+    /// Metrics for this invocation's EMF line, besides the per-record ones.
     fn metrics(&self) -> Vec<(Metric, f64)> {
         Vec::new()
     }
-    /// The keys GitLab's worker logs with `log_extra_metadata_on_done`, with their
-    /// values, for a result that ended with `status`: the `done` line carries each as
-    /// `extra.<worker>.<key>`.
+    /// What GitLab's worker logs with `log_extra_metadata_on_done` for `status`: the
+    /// `done` line carries each as `extra.<worker>.<key>`.
     fn gitlab_extras(&self, status: Status) -> Vec<(String, Value)> {
         let _ = status;
         Vec::new()
@@ -270,8 +259,7 @@ impl Done for HopLimitReached {
     }
 }
 
-/// What one invocation did: its typed [`Done`] result and the status it ended with,
-/// cheap to clone (what Lambda logs and `hk` keeps of each run).
+/// What one invocation did: its typed [`Done`] result and the status it ended with.
 #[derive(Debug, Clone)]
 pub struct Report {
     done: std::sync::Arc<dyn AnyDone>,
@@ -341,8 +329,7 @@ impl Report {
     }
 }
 
-/// How a handler ended: its report, and the error the record is retried for when the
-/// work ended in a way the batch file calls retryable while still producing a report.
+/// How a handler ended: its report, and the error the record is still retried for.
 #[derive(Debug)]
 pub struct Ended {
     /// What it did.
@@ -360,8 +347,7 @@ impl From<Report> for Ended {
     }
 }
 
-/// What serves a function's decoded messages: one function's handler
-/// ([`crate::handlers`], what a function binary links) or all of them
+/// What serves a function's decoded messages: one function's job, or all of them
 /// ([`crate::handlers::Dispatch`]).
 pub trait Handler: Sync {
     /// The payload it serves, decoded once on receipt.
@@ -432,8 +418,7 @@ fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
     );
 }
 
-/// Process one record end to end: the single pipeline behind every function, with
-/// `handler` serving the parsed message.
+/// Process one record end to end, with `handler` serving the parsed message.
 pub async fn process_record_with<H, C>(
     handler: &H,
     inv: &Invocation<'_>,

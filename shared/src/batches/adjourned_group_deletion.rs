@@ -1,15 +1,11 @@
 //! B51 `adjourned-group-deletion` (behaviour §B51.3).
 //!
 //! Owns: the daily selection of groups whose adjourned-deletion period is over
-//! (inclusive cutoff from the current `deletion_adjourned_period`, keyset pages of 100
-//! by id, behaviour §D13), the per-group choice between a `group-destroy.run` message delayed
-//! by `index × 20` s (the run-wide index travels in `cursor.index`; delays over 900 s
-//! become one-time schedules in the transport) and a restore when the scheduling user
-//! may no longer remove the group (behaviour §D14), and the deadline continuation. It deletes
-//! nothing itself: `workers::group_destroy` re-verifies everything before it does. Its
-//! `done` result is [`AdjournedGroupDeletionDone`]. Each invocation probes the
-//! database's deletion-state model first (one catalog query) and reads the schedules as
-//! that GitLab writes them.
+//! (inclusive cutoff, keyset pages of 100 by id, behaviour §D13), the per-group choice
+//! between a `group-destroy.run` message delayed by `index × 20` s and a restore when
+//! the scheduling user may no longer remove the group (behaviour §D14), and the
+//! deadline continuation. It deletes nothing itself: `workers::group_destroy`
+//! re-verifies everything before it does.
 
 use chrono::NaiveDate;
 use serde::Serialize;
@@ -27,7 +23,7 @@ use crate::messages::{
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
-use crate::runtime::{Done, Invocation, Status};
+use crate::runtime::{Done, Invocation};
 
 /// Groups per keyset page.
 pub const BATCH_SIZE: i64 = 100;
@@ -133,8 +129,7 @@ struct RunResult {
     next: Option<GroupCursor>,
 }
 
-/// The `done` result of one invocation: `completed`, or `limit_reached` when the
-/// deadline guard stopped it and `next_cursor` continues the run.
+/// The `done` result of one invocation (`limit_reached`: `next_cursor` continues).
 #[derive(Debug, Clone, Serialize)]
 pub struct AdjournedGroupDeletionDone {
     /// Due groups visited.
@@ -154,9 +149,6 @@ pub struct AdjournedGroupDeletionDone {
 }
 
 impl Done for AdjournedGroupDeletionDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::GROUPS_DUE, self.groups_due as f64),
@@ -305,7 +297,6 @@ impl Job for AdjournedGroupDeletion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
@@ -334,45 +325,6 @@ mod tests {
         assert_eq!(
             m.envelope.payload,
             json!({"group_id": 100, "user_id": 11, "marked_for_deletion_on": "2025-03-03"})
-        );
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields() {
-        let mut done = AdjournedGroupDeletionDone {
-            groups_due: 3,
-            destroy_enqueued: 1,
-            restored: 1,
-            skipped_groups: 1,
-            failed_groups: 0,
-            cutoff: "2025-03-03".parse().unwrap(),
-            next_cursor: None,
-        };
-        assert_eq!(
-            Report::new(done.clone()).to_json(),
-            json!({"status": "completed", "groups_due": 3, "destroy_enqueued": 1,
-                   "restored": 1, "skipped_groups": 1, "failed_groups": 0,
-                   "cutoff": "2025-03-03", "next_cursor": null})
-        );
-        done.next_cursor = Some(GroupCursor {
-            group_id: 7,
-            index: 2,
-        });
-        let r = Report::with_status(done, Status::LimitReached);
-        assert_eq!(
-            r.to_json()["next_cursor"],
-            json!({"group_id": 7, "index": 2})
-        );
-        assert_eq!(
-            crate::metrics::named(&r.metrics()),
-            vec![
-                ("groups_due", 3.0),
-                ("destroy_enqueued", 1.0),
-                ("restored", 1.0),
-                ("skipped_groups", 1.0),
-                ("failed", 0.0),
-                ("items", 3.0)
-            ]
         );
     }
 }

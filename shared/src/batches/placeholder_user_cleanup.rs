@@ -1,20 +1,11 @@
 //! B70 `placeholder-user-cleanup` (behaviour §B70.3).
 //!
 //! Owns: the eligibility rule of `import_placeholder_user_details` (namespace gone,
-//! fewer than 15 attempts, never tried or last tried strictly before `now − 2 days`),
-//! the keyset pages by id (1000 per read, repeated until a page is empty), the guarded
-//! claim that counts an attempt only while the detail is still eligible (so overlapping
-//! or redelivered runs never count twice), the final-attempt warning, the
-//! `delete-placeholder-user.run` children delayed `i × 1 s` (`i` carried through
-//! `cursor.index`), and the deadline continuation.
-//!
-//! Details are grouped as behaviour §7.2 allows: up to 100 consecutive details of a
-//! page share one transaction, each detail runs in its own SAVEPOINT (a failing detail
-//! rolls back to it alone and is logged and counted as step E says), and the group's
-//! children are sent before COMMIT in `send` calls of at most ten. A failed send rolls
-//! the whole group back and ends the record as a retryable failure (behaviour §B70.3.2). It
-//! never deletes anything: the child does that. Its statements are in `sql`, its
-//! `done` result is [`PlaceholderUserCleanupDone`].
+//! fewer than 15 attempts, never tried or last tried before `now − 2 days`), its keyset
+//! pages by id, the guarded claim that counts an attempt only while the detail is still
+//! eligible (so overlapping or redelivered runs never count twice), the final-attempt
+//! warning, the `delete-placeholder-user.run` children delayed `i × 1 s`, and the
+//! deadline continuation. It never deletes anything: the child does that.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
@@ -29,7 +20,7 @@ use crate::messages::{
 };
 use crate::metrics::{self, Metric};
 use crate::queue::{self, OutMessage};
-use crate::runtime::{Done, Invocation, Status};
+use crate::runtime::{Done, Invocation};
 
 pub(crate) mod sql;
 
@@ -60,8 +51,7 @@ struct Detail {
     placeholder_user_id: i64,
 }
 
-/// One keyset page of eligible details after `after` (ids are positive, so 0 reads
-/// from the start), ordered by id.
+/// One keyset page of eligible details after id `after` (0: from the start).
 async fn read_page<C: GenericClient>(
     c: &C,
     retry_before: DateTime<Utc>,
@@ -188,8 +178,7 @@ struct Progress {
     visited: u64,
 }
 
-/// The `done` result of one invocation: `completed`, or `limit_reached` when the
-/// deadline guard stopped it (a continuation was then sent).
+/// The `done` result of one invocation.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlaceholderUserCleanupDone {
     /// Children sent (attempts counted).
@@ -203,9 +192,6 @@ pub struct PlaceholderUserCleanupDone {
 }
 
 impl Done for PlaceholderUserCleanupDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::PROCESSED, self.enqueued_count as f64),
@@ -316,8 +302,7 @@ where
     Ok(end)
 }
 
-/// Pages until one is empty, or until the deadline guard fires: then the cursor to
-/// continue from.
+/// Pages until one is empty, or the cursor to continue from when the guard fires.
 async fn run<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -381,7 +366,6 @@ impl Job for PlaceholderUserCleanup {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Report;
     use serde_json::json;
 
     #[test]
@@ -411,31 +395,5 @@ mod tests {
             json!({"placeholder_user_id": 53, "attempt": 3})
         );
         assert!(!child(&env, now, c, 900).needs_schedule());
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields() {
-        let done = PlaceholderUserCleanupDone {
-            enqueued_count: 4,
-            max_attempts_reached_count: 1,
-            stale_count: 2,
-            failed_count: 3,
-        };
-        let r = Report::with_status(done, Status::LimitReached);
-        assert_eq!(
-            r.to_json(),
-            json!({"status": "limit_reached", "enqueued_count": 4,
-                   "max_attempts_reached_count": 1, "stale_count": 2, "failed_count": 3})
-        );
-        assert_eq!(
-            crate::metrics::named(&r.metrics()),
-            vec![
-                ("processed", 4.0),
-                ("skipped", 2.0),
-                ("failed", 3.0),
-                ("items", 9.0),
-                ("max_attempts_reached", 1.0)
-            ]
-        );
     }
 }

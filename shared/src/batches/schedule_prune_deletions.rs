@@ -1,11 +1,8 @@
 //! B43 `schedule-prune-deletions` (behaviour §B43.3, §B43.10).
 //!
 //! Owns: the 5-minute cron that starts a `prune-deletions` chain when any
-//! `members_deletion_schedules` row exists, and the backlog metrics
-//! (`remaining_schedules`, `oldest_schedule_age_s`) printed on every run. It never
-//! touches memberships: the single-flight worker `workers::prune_deletions` does, and
-//! a message that meets a running chain is skipped there by its lock.
-//! Its `done` result is [`ScheduleDone`]; its statement is in [`sql`].
+//! `members_deletion_schedules` row exists, and the backlog metrics printed on every
+//! run. It never touches memberships: `workers::prune_deletions` does.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -55,8 +52,7 @@ async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog>
     })
 }
 
-/// The `done` result: whether a `prune-deletions.run` was sent, and (when the run was
-/// not skipped) the backlog metrics.
+/// The `done` result: whether a `prune-deletions.run` was sent, and the backlog.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScheduleDone {
     /// Whether a `prune-deletions.run` message was sent.

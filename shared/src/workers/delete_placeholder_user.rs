@@ -1,14 +1,10 @@
 //! B70 `delete-placeholder-user` (behaviour §B70.4).
 //!
-//! Owns: the re-checks of one `delete-placeholder-user.run` message (the user still
-//! exists and is still a placeholder; no issue, merge request or note names it as
-//! author, behaviour §D17) and, when they pass, phase 1 of user removal with the placeholder as
-//! its own initiator, in one transaction whose `delete-user.run` is sent before COMMIT.
-//! Phase 2 (`workers::delete_user`) deletes the row; the detail row follows through
-//! the FK cascade. A missing or non-placeholder user is a silent success, so replays
-//! and duplicates are harmless. It never touches the detail row: the attempt was
-//! counted by the cron batch. Its statements are in `sql`, its `done` result is
-//! [`DeletePlaceholderUserDone`].
+//! Owns: the re-checks of one `delete-placeholder-user.run` message (still a
+//! placeholder, named as author by no issue, merge request or note, behaviour §D17)
+//! and then phase 1 of user removal with the placeholder as its own initiator, its
+//! `delete-user.run` sent before COMMIT. A missing or non-placeholder user is a silent
+//! success, so replays are harmless. It never touches the detail row.
 
 use serde::Serialize;
 use tokio_postgres::GenericClient;
@@ -118,8 +114,7 @@ where
     })
 }
 
-/// The `delete-placeholder-user` job: no overlap lock (one transaction re-checks the
-/// placeholder), never continued.
+/// The `delete-placeholder-user` job, never continued.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeletePlaceholderUser;
 
@@ -180,32 +175,5 @@ impl Job for DeletePlaceholderUser {
             outcome,
             placeholder_user_id: u,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Report;
-    use serde_json::json;
-
-    #[test]
-    fn the_done_line_keeps_its_fields() {
-        for (outcome, status, name) in [
-            (Outcome::NotFound, "stale", "not_found"),
-            (Outcome::NotPlaceholder, "stale", "not_placeholder"),
-            (Outcome::Referenced, "completed", "referenced"),
-            (Outcome::Scheduled, "completed", "scheduled"),
-            (Outcome::Refused, "refused", "refused"),
-        ] {
-            let r = Report::new(DeletePlaceholderUserDone {
-                outcome,
-                placeholder_user_id: 53,
-            });
-            assert_eq!(
-                r.to_json(),
-                json!({"status": status, "outcome": name, "placeholder_user_id": 53})
-            );
-        }
     }
 }

@@ -1,11 +1,9 @@
 //! Phase 2 of user removal: the `delete-user` worker (behaviour §5.2, §D9).
 //!
-//! Owns: the commit-aware pre-check (`FOR SHARE` on the user, then the migration row),
-//! the reassignment of `issues`, `merge_requests` and `notes` to the ghost user in
-//! batches of 1000 under the budget, the re-send when the budget runs out, and the
-//! final transaction that re-checks everything under locks and deletes the user.
-//! Replays are no-ops: once the user or its migration row is gone, step 1 or 2 stops.
-//! Its `done` result is [`DeleteUserDone`]; its statements are in [`sql`].
+//! Owns: the commit-aware pre-check, the reassignment of `issues`, `merge_requests`
+//! and `notes` to the ghost user in batches of 1000 under the budget (re-sent when it
+//! runs out), and the final transaction that re-checks everything under locks and
+//! deletes the user. Replays are no-ops.
 
 use serde::Serialize;
 use tokio_postgres::GenericClient;
@@ -210,8 +208,7 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     Ok(Final::Deleted)
 }
 
-/// The `delete-user` job: no overlap lock (its final transaction re-checks under row
-/// locks), re-sent while the reassignment goes on.
+/// The `delete-user` job, re-sent while the reassignment goes on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeleteUser;
 

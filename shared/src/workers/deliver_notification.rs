@@ -1,18 +1,12 @@
 //! B28 `deliver-notification` (behaviour §B28.10, §9.11).
 //!
-//! Owns: one delivery per record. Emails: the recipient is re-read (missing or unable
-//! to receive notifications: skipped), the address is `notification_address(u)` read
-//! now, the mail is rendered and sent with a `Message-ID` derived from the message
-//! key; 5xx is final, anything else that fails is retryable. Web hooks: the hook row is
-//! re-read (stale, disabled), URL and token are decrypted from it, the target is
-//! checked (local targets only when GitLab's own setting, read with the hook row,
-//! allows them and `WEBHOOK_ALLOW_LOCAL_NETWORK` does not narrow it; nothing when
-//! GitLab denies all requests except its allow list) and pinned, the body is POSTed unchanged with GitLab's headers and an
-//! `Idempotency-Key`, and the outcome is recorded on the hook row (behaviour §B28.10.4) in its own
-//! transaction; HTTP failures are not retried. Nothing secret is logged: ids only, and
-//! the host only when `WEBHOOK_LOG_HOST` is true. The typed `done` result is in
-//! `report` ([`Delivered`], whose [`Outcome`] decides the status). Who may receive a notification
-//! is GitLab's rule in [`crate::gitlab::notifications`]; the statements are in `sql`.
+//! Owns: one delivery per record. Emails: the recipient is re-read, the mail rendered
+//! and sent with a `Message-ID` derived from the message key; 5xx is final, any other
+//! failure retryable. Web hooks: the hook row is re-read, URL and token decrypted, the
+//! target checked against GitLab's local-network settings and pinned, the body POSTed
+//! unchanged with GitLab's headers and an `Idempotency-Key`, the outcome recorded on the
+//! hook row (behaviour §B28.10.4); HTTP failures are not retried. Nothing secret is
+//! logged. The typed `done` result is in `report`.
 
 mod report;
 pub(crate) mod sql;
@@ -381,8 +375,7 @@ where
     }))
 }
 
-/// The `deliver-notification` job: one mail or one web hook per message, no overlap
-/// lock, never continued.
+/// The `deliver-notification` job: one delivery per message, never continued.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeliverNotification;
 

@@ -1,19 +1,12 @@
 //! B43 `prune-deletions`: the single-flight worker that carries out
 //! `members_deletion_schedules` (behaviour §B43.4–§B43.8, §D11, §D12).
 //!
-//! Owns: single flight through the overlap lock `function:prune-deletions` (GitLab's
-//! `MAX_RUNNING_JOBS = 1`), the page of 10 schedules by id, the one monotonic budget
-//! that all of them share, and the schedule batch: in **one** transaction, lock the
-//! schedule, lock up to 100 of the user's memberships in the schedule's hierarchy (by
-//! id) and then the group-owner locks of the owner rows among them (ascending: the lock
-//! order of ARCHITECTURE.md holds for the batch as a whole), remove them in id order,
-//! each authorized as `scheduled_by` through `can_remove_member` (a project bot's
-//! membership, of a group or a project, is denied even for an admin; a blocked or
-//! deactivated sole owner's row is protected by the last-owner rule), one
-//! authorization refresh, and delete the schedule when it is complete or denied. A
-//! denial keeps what was already removed in that batch. It also owns the continuation
-//! (delay 0, `hop + 1`) while schedules remain and nothing failed. It never blocks or
-//! deletes a user. Its `done` result is [`PruneDone`]; its statements are in [`sql`].
+//! Owns: single flight through the overlap lock `function:prune-deletions`, the page of
+//! 10 schedules by id under one shared monotonic budget, the schedule batch (one
+//! transaction: up to 100 of the user's memberships in the schedule's hierarchy, each
+//! removal authorized as `scheduled_by` through `can_remove_member`, one authorization
+//! refresh, the schedule deleted when complete or denied) and the continuation while
+//! schedules remain and nothing failed. It never blocks or deletes a user.
 
 use std::time::Instant;
 
@@ -206,7 +199,6 @@ where
     if outcome != Outcome::Partial {
         tx.execute(sql::DELETE_SCHEDULE, &[&s.id]).await?;
     }
-    // g.
     tx.commit().await?;
     Ok(Step::Committed(Batch {
         destroyed,

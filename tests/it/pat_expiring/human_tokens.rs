@@ -286,3 +286,25 @@ fn only_active_humans_and_service_accounts_receive_notifications() {
     assert_eq!(user_type::HUMAN, 0);
     assert!(CAN_RECEIVE_NOTIFICATIONS.contains("'active'"));
 }
+
+#[test]
+fn interval_bounds_are_inclusive_and_adjacent() {
+    use chrono::NaiveDate;
+    use shared::batches::pat_expiring::Interval;
+    let today: NaiveDate = "2025-03-10".parse().unwrap();
+    let d = |s: &str| s.parse::<NaiveDate>().unwrap();
+    assert_eq!(
+        Interval::SevenDays.bounds(today),
+        (d("2025-03-10"), d("2025-03-17"))
+    );
+    assert_eq!(
+        Interval::ThirtyDays.bounds(today),
+        (d("2025-03-18"), d("2025-04-09"))
+    );
+    assert_eq!(
+        Interval::SixtyDays.bounds(today),
+        (d("2025-04-10"), d("2025-05-09"))
+    );
+    let days: Vec<u32> = Interval::ALL.iter().map(|i| i.days_to_expire()).collect();
+    assert_eq!(days, vec![7, 30, 60]);
+}

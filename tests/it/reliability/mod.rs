@@ -10,6 +10,8 @@
 //! * `cold_start`: the schema check when a function starts.
 //! * `lock_order`: no deadlock between functions over the same users.
 //! * `messages`: the envelope's and the payloads' rules, keys and wire shapes.
+//! * `outputs`: every `done` line's fields, status and metrics, and B28's hook body
+//!   and bot notices.
 //! * `rotation`: secrets rotated under a warm function.
 //! * `observability`: the metric and log lines every function writes (what a run
 //!   emits is collected by `crate::emitted`).
@@ -25,6 +27,7 @@ mod hostile;
 mod lock_order;
 mod messages;
 mod observability;
+mod outputs;
 mod rotation;
 mod secrets;
 mod stored_values;

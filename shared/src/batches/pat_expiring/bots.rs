@@ -1,11 +1,8 @@
 //! B28's bot tokens (behaviour §B28.6).
 //!
-//! Owns: [`Bots`], the bot side of a page's claim ([`super::claims`]): one statement
-//! finds the page's bots' resources and claims their tokens and one more reads the
-//! claimed bots' resources, hooks and recipients, or one bot at a time; the notices of
-//! a bot's claim ([`bot_notices`]: in the 7-day interval a web hook per subscribed
-//! hook with the body of [`super::hook_body`], then an email per recipient), bots
-//! without a resource, and their log lines and counters.
+//! Owns: [`Bots`], the bot side of a page's claim ([`super::claims`]), set-based or one
+//! bot at a time; the notices of a bot's claim ([`bot_notices`]), bots without a
+//! resource, and their log lines and counters.
 
 use std::collections::{HashMap, HashSet};
 
@@ -52,7 +49,6 @@ fn bot_messages(
 
 /// The notices of one bot's claim, `reported` being its claimed token of the lowest id:
 /// in the 7-day interval a web hook per subscribed hook, then an email per recipient.
-/// Pure: also what the `b28` bench's floor sends for the same claim.
 pub fn bot_notices(
     iv: Interval,
     bot: i64,
@@ -104,9 +100,8 @@ pub fn bot_notices(
     out
 }
 
-/// behaviour §B28.6 steps 1–5 for a whole page of bots, set-based: one statement finds every bot's
-/// resource and claims the tokens of the bots that have one; one more reads the
-/// claimed bots' resources, hooks and recipients. Outcomes in the order of `bots`.
+/// behaviour §B28.6 steps 1–5 for a whole page of bots in two statements (claim, then
+/// the claimed bots' contexts). Outcomes in the order of `bots`.
 async fn claim_bots_set<C: GenericClient>(
     run: &Run<'_, '_>,
     c: &C,
@@ -175,8 +170,7 @@ async fn claim_bots_set<C: GenericClient>(
     Ok(out)
 }
 
-/// A bot's claim: how many tokens, its messages, and its email recipients (for the
-/// log lines).
+/// A bot's claim: how many tokens, its messages, and its email recipients.
 pub(super) struct BotClaim {
     bot: i64,
     marked: u64,
@@ -322,47 +316,5 @@ impl Claims for Bots {
             bots,
             "bot group could not be sent; its bots run one by one"
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::hook_body::fixtures::{site, t20};
-    use super::*;
-    use crate::messages::{Envelope, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
-    use crate::notify::Instance;
-
-    fn notices_for_path(full_path: String) -> Vec<OutMessage> {
-        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
-        let (token, project) = (t20(), site(&full_path));
-        let now = "2025-03-10T01:00:00Z".parse().unwrap();
-        let ctx = (project, vec![1], vec![11, 12]);
-        bot_notices(Interval::SevenDays, 20, &token, &ctx, &instance, "r", now)
-    }
-
-    /// The receiver's limit is the sender's: every notice built for GitLab's longest
-    /// full path (20 ancestors and the project, 255 characters each) decodes at
-    /// `deliver-notification`, and one character more is refused there.
-    #[test]
-    fn every_notice_for_gitlabs_longest_path_decodes_at_the_receiver() {
-        let segment = "p".repeat(NAME_MAX_CHARS);
-        let longest = vec![segment.as_str(); 21].join("/");
-        assert_eq!(longest.chars().count(), FULL_PATH_MAX_CHARS);
-        let notices = notices_for_path(longest.clone());
-        assert_eq!(notices.len(), 3, "one web hook and two owner mails");
-        for m in &notices {
-            let body = m.envelope.to_body();
-            if let Err(e) = Envelope::decode(&body, Function::DeliverNotification) {
-                panic!("{}: {}", m.envelope.kind, e.error);
-            }
-        }
-        let too_long = notices_for_path(format!("{longest}x"));
-        let mail = too_long
-            .iter()
-            .find(|m| m.envelope.kind == "deliver-notification.email")
-            .unwrap();
-        let err =
-            Envelope::decode(&mail.envelope.to_body(), Function::DeliverNotification).unwrap_err();
-        assert!(err.error.contains("resource_full_path"), "{}", err.error);
     }
 }

@@ -2,19 +2,12 @@
 //! §7.2).
 //!
 //! Owns: [`Claims`] (what a subject kind claims, set-based and one by one), [`page`]
-//! and the savepoint and send-then-commit steps. **Claim-then-enqueue**: `UPDATE …
-//! RETURNING` claims every matching token of the subject, the messages are sent, then
-//! COMMIT: a crash never loses a notice and a second run cannot claim a token twice.
-//! One transaction per page: one set-based claim of the page's subjects, their
-//! messages in `send` calls of ten, then COMMIT; info lines and totals once it has
-//! committed. Per-subject isolation is kept: when the set-based claim fails, or the
-//! deadline guard is near, each subject runs in a SAVEPOINT of its own and a failing
-//! one rolls back alone. Deadline guard per item (behaviour §7.2 (c)): the set-based
-//! claim is one item bounded by the page size, checked before it; on the SAVEPOINT
-//! path, before each subject. Send-failure rule (behaviour §7.2 (b)): the page rolls
-//! back and its subjects run again one transaction each, so only the subject whose
-//! message cannot be sent fails (scenario 11 as written), never a retryable end of the
-//! record (docs/gitlab-differences.md).
+//! and the savepoint and send-then-commit steps. Key rule, **claim-then-enqueue**:
+//! `UPDATE … RETURNING` claims the tokens, the messages are sent, then COMMIT, so a
+//! crash never loses a notice and no token is claimed twice. When the set-based claim
+//! fails or the deadline is near, each subject runs in a SAVEPOINT of its own; when a
+//! send fails, the page's subjects run again one transaction each. Either way only the
+//! failing subject fails, never the record (docs/gitlab-differences.md).
 
 use std::future::Future;
 
@@ -67,8 +60,7 @@ pub(super) trait Claims {
         subjects: &[i64],
     ) -> impl Future<Output = Result<Vec<(i64, Outcome<Self::Claim>)>>> + Send;
 
-    /// One subject inside the caller's transaction or savepoint; the messages are
-    /// returned, not sent.
+    /// One subject inside the caller's transaction or savepoint; messages returned.
     fn claim_rows<C: GenericClient + Send + Sync>(
         run: &Run<'_, '_>,
         c: &C,
@@ -91,8 +83,7 @@ pub(super) trait Claims {
     fn unsent(iv: Interval, subjects: usize);
 }
 
-/// One page of subjects (see the module header); `excluded` collects the subjects
-/// that the following pages leave out.
+/// One page of subjects; `excluded` collects those the following pages leave out.
 pub(super) async fn page<S: Claims, C>(
     run: &mut Run<'_, '_>,
     client: &mut C,
@@ -129,8 +120,7 @@ where
     })
 }
 
-/// One subject in its own transaction: claim, then enqueue, then COMMIT (the
-/// fall-back when a page's group could not be sent).
+/// One subject in its own transaction: the fall-back when a page could not be sent.
 async fn alone<S: Claims, C>(
     run: &Run<'_, '_>,
     client: &mut C,
@@ -251,9 +241,8 @@ impl<T> Savepoint<T> {
     }
 }
 
-/// `work` in its own savepoint of the page's transaction: released when it succeeds,
-/// rolled back when it fails. `Err(e)`: the savepoint could not be opened, released
-/// or rolled back, so the page's transaction is unusable.
+/// `work` in its own savepoint of the page's transaction. `Err(e)`: the savepoint
+/// failed, so the page's transaction is unusable.
 async fn in_savepoint<T>(
     tx: &mut Transaction<'_>,
     work: impl AsyncFnOnce(&Transaction<'_>) -> Result<T>,
@@ -279,9 +268,8 @@ enum Sent {
     RolledBack,
 }
 
-/// Send-then-commit (behaviour §7.2 (b)): the page's messages in calls of ten, then
-/// COMMIT; the first failed call rolls the transaction back instead. `Err(e)`: the
-/// COMMIT or the ROLLBACK failed (the connection is lost).
+/// Send-then-commit (behaviour §7.2 (b)): a failed send rolls the page back instead.
+/// `Err(e)`: the COMMIT or the ROLLBACK failed (the connection is lost).
 async fn send_then_commit(
     run: &Run<'_, '_>,
     tx: Transaction<'_>,

@@ -30,9 +30,8 @@ pub struct ClaimedToken {
 }
 
 impl ClaimedToken {
-    /// This token, with a warning when a time of it was outside the calendar
-    /// (`±infinity`): the claim reads it as the first or last day of the calendar
-    /// (behaviour §D29).
+    /// This token, with a warning when a time of it was `±infinity`, read by the claim
+    /// as the first or last day of the calendar (behaviour §D29).
     pub(super) fn checked(self) -> ClaimedToken {
         use chrono::Datelike;
         let clamped = |y: i32| y == 1 || y == 9999;
@@ -167,92 +166,5 @@ pub fn hook_body(resource: &Resource, token: &ClaimedToken, instance: &Instance)
             "object_attributes": attrs,
             "event_name": "expiring_access_token",
         }),
-    }
-}
-
-/// The bot token T20 and project P200 "site" the unit tests of B28 share.
-#[cfg(test)]
-pub(super) mod fixtures {
-    use super::{ClaimedToken, Resource};
-
-    /// Bot U20's token T20, expiring 2025-03-16, never used.
-    pub fn t20() -> ClaimedToken {
-        ClaimedToken {
-            id: 20,
-            name: "T20".into(),
-            created_at: "2025-01-02T09:00:00".parse().unwrap(),
-            expires_at: "2025-03-16".parse().unwrap(),
-            last_used_at: None,
-            user_id: 20,
-        }
-    }
-
-    /// Project P200 "site" in namespace "web", at `full_path`.
-    pub fn site(full_path: &str) -> Resource {
-        Resource::Project {
-            id: 200,
-            name: "site".into(),
-            description: None,
-            visibility_level: 0,
-            ci_config_path: None,
-            namespace_name: "web".into(),
-            full_path: full_path.into(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fixtures::{site, t20};
-    use super::*;
-
-    #[test]
-    fn the_project_hook_body_is_gitlabs_format() {
-        let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
-        let token = t20();
-        let project = site("acme/web/site");
-        let expected = json!({
-          "object_kind": "access_token",
-          "project": {
-            "id": 200, "name": "site", "description": null,
-            "web_url": "https://gitlab.example.com/acme/web/site", "avatar_url": null,
-            "git_ssh_url": "git@gitlab.example.com:acme/web/site.git",
-            "git_http_url": "https://gitlab.example.com/acme/web/site.git",
-            "namespace": "web", "visibility_level": 0,
-            "path_with_namespace": "acme/web/site", "default_branch": null,
-            "ci_config_path": null,
-            "homepage": "https://gitlab.example.com/acme/web/site",
-            "url": "git@gitlab.example.com:acme/web/site.git",
-            "ssh_url": "git@gitlab.example.com:acme/web/site.git",
-            "http_url": "https://gitlab.example.com/acme/web/site.git"
-          },
-          "object_attributes": {
-            "user_id": 20, "created_at": "2025-01-02 09:00:00 UTC", "id": 20,
-            "name": "T20", "expires_at": "2025-03-16", "last_used_at": null
-          },
-          "event_name": "expiring_access_token"
-        });
-        assert_eq!(hook_body(&project, &token, &instance), expected);
-        let used = ClaimedToken {
-            last_used_at: Some("2025-03-01T12:30:05Z".parse().unwrap()),
-            ..token
-        };
-        let group = Resource::Group {
-            id: 101,
-            name: "web".into(),
-            path: "web".into(),
-            full_path: "acme/web".into(),
-            traversal_ids: vec![100, 101],
-        };
-        let b = hook_body(&group, &used, &instance);
-        assert_eq!(
-            b["group"],
-            json!({"group_name":"web","group_path":"web","group_id":101,"full_path":"acme/web"})
-        );
-        assert!(b.get("project").is_none());
-        assert_eq!(
-            b["object_attributes"]["last_used_at"],
-            "2025-03-01 12:30:05 UTC"
-        );
     }
 }

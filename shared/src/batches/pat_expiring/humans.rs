@@ -1,10 +1,9 @@
 //! B28's human tokens (behaviour §B28.5).
 //!
-//! Owns: [`Humans`], the human side of a page's claim ([`super::claims`]): the page's
-//! users claimed set-based in one statement with their user rows `FOR SHARE`, or one
-//! user at a time; the human email (at most [`MAX_TOKENS`] names, by expiry then id),
-//! its suppression for users who cannot receive notifications, and their log lines
-//! and counters. A failing user fails alone (the outcome of behaviour §B28.5).
+//! Owns: [`Humans`], the human side of a page's claim ([`super::claims`]), set-based or
+//! one user at a time; the human email (at most [`MAX_TOKENS`] names, by expiry then
+//! id), its suppression for users who cannot receive notifications, and their log
+//! lines and counters.
 
 use std::collections::HashMap;
 
@@ -139,9 +138,8 @@ async fn claim_user_rows<C: GenericClient>(
     )))
 }
 
-/// behaviour §B28.5 step 2 for a whole page at once, set-based: one claim of every matching token
-/// of `users`, then their user rows `FOR SHARE` (by id). The claims in the order of
-/// `users`.
+/// behaviour §B28.5 step 2 for a whole page in one statement; the claims in the order
+/// of `users`.
 async fn claim_users_set<C: GenericClient>(
     run: &Run<'_, '_>,
     c: &C,

@@ -1,11 +1,9 @@
 //! What a bot's notices need, read inside the bot's transaction (behaviour
 //! §B28.6 steps 1, 4 and 5).
 //!
-//! Owns: finding a bot's resource (the first project membership whose project exists,
-//! else the first access-granting group membership whose group exists), reading the
-//! resource's details, its subscribed hooks (behaviour §D20) and its email recipients (behaviour §D21),
-//! one subject at a time ([`find_resource`], [`load_resource`], [`subscribed_hooks`],
-//! [`recipients`]) and set-based for a page of bots ([`bot_contexts`]). Reads only.
+//! Owns: a bot's resource, its details, subscribed hooks (behaviour §D20) and email
+//! recipients (behaviour §D21), one bot at a time and set-based for a page of bots
+//! ([`bot_contexts`]). Reads only.
 
 use std::collections::HashMap;
 
@@ -89,10 +87,9 @@ pub(super) async fn subscribed_hooks<C: GenericClient>(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// behaviour §B28.6 step 5: for a project, users u ≠ bot with `project_access(u, p) >= 40` (behaviour
-/// §2.2: a project membership, a membership of the namespace group or its ancestors,
-/// or the personal namespace's owner); for a group, its active direct owners (behaviour §D21).
-/// Both only users who can receive notifications, by id.
+/// behaviour §B28.6 step 5: for a project, users u ≠ bot with `project_access(u, p) >= 40`
+/// (behaviour §2.2); for a group, its active direct owners (behaviour §D21). Both only
+/// users who can receive notifications, by id.
 pub async fn recipients<C: GenericClient>(
     c: &C,
     resource: &Resource,

@@ -5,10 +5,6 @@
 //! pages humans and bots alike (pages of 100 by `(expires_at, id)` with the inclusive
 //! advance of `:min`, the excluded subjects, the budget and deadline stops), and the
 //! continuation. It sends messages only; delivery is `deliver-notification`.
-//! Submodules: `claims` (one page's grouped claim, claim-then-enqueue), `interval`
-//! (the three intervals and their dates), `humans` (behaviour §B28.5), `bots`
-//! (behaviour §B28.6), `lookup` (a bot's resource, hooks and recipients), `hook_body`
-//! (the web-hook body built at claim time) and `sql` (every statement).
 
 mod bots;
 mod claims;
@@ -39,8 +35,7 @@ use crate::runtime::{Budget, Done, Invocation, Status};
 
 /// Tokens per page.
 pub const BATCH_SIZE: i64 = 100;
-/// The most token names in one human email: the receiver's limit, one constant for
-/// both ends.
+/// The most token names in one human email: the receiver's limit.
 pub const MAX_TOKENS: usize = crate::messages::TOKEN_NAMES_MAX;
 /// Delay of the continuation when the budget or the deadline stops a run.
 pub const REQUEUE_DELAY_S: u32 = 120;
@@ -49,9 +44,7 @@ const FUNCTION: Function = Function::PatExpiring;
 /// The table of the tokens it decides on.
 const TOKENS: &str = "personal_access_tokens";
 
-/// The `done` result of one `pat-expiring.run`: `completed`, or `limit_reached` when
-/// the budget or the deadline stopped it (a continuation was then sent), with the
-/// run's totals.
+/// The `done` result of one `pat-expiring.run`: the run's totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PatExpiringDone {
     /// Bot tokens claimed.
@@ -94,10 +87,6 @@ impl PatExpiringDone {
 }
 
 impl Done for PatExpiringDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
-
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::USER_TOKENS_MARKED, self.user_tokens_marked as f64),
@@ -110,8 +99,7 @@ impl Done for PatExpiringDone {
         ]
     }
 
-    /// `PersonalAccessTokens::ExpiringWorker` logs its `total_*` counters with
-    /// `log_extra_metadata_on_done`: the same names as this `done` line's.
+    /// GitLab's worker logs the same `total_*` counters as this `done` line.
     fn gitlab_extras(&self, _: Status) -> Vec<(String, serde_json::Value)> {
         match serde_json::to_value(self) {
             Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
@@ -211,9 +199,8 @@ impl Subjects {
     }
 }
 
-/// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page. `excluded` is the
-/// subjects a page could not notify (failed users; bots without a resource or that
-/// failed): they are only ever excluded from the following pages.
+/// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page,
+/// leaving out the subjects an earlier page could not notify.
 async fn keyset_pages<C>(
     run: &mut Run<'_, '_>,
     client: &mut C,
@@ -320,56 +307,12 @@ impl Job for PatExpiring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::Report;
 
     #[test]
     fn users_are_taken_in_order_of_first_appearance() {
         assert_eq!(
             distinct_in_order([3, 1, 3, 2, 1].into_iter()),
             vec![3, 1, 2]
-        );
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields_and_declares_its_metrics() {
-        let done = PatExpiringDone {
-            bot_tokens_marked: 1,
-            bots_without_membership: 2,
-            bot_failures: 3,
-            user_tokens_marked: 4,
-            user_emails_enqueued: 5,
-            user_emails_suppressed: 6,
-            user_failures: 7,
-            bots_notified: 8,
-        };
-        let report = Report::with_status(done.clone(), Status::LimitReached);
-        assert_eq!(
-            report.to_json(),
-            serde_json::json!({
-                "status": "limit_reached",
-                "total_notification_delivered_for_resource_access_tokens": 1,
-                "total_resource_bot_without_membership": 2,
-                "total_failed_notifications_for_resource_bots": 3,
-                "total_user_tokens_marked": 4,
-                "total_user_emails_enqueued": 5,
-                "total_user_emails_suppressed": 6,
-                "total_user_failures": 7,
-            })
-        );
-        assert_eq!(
-            crate::metrics::named(&report.metrics()),
-            vec![
-                ("user_tokens_marked", 4.0),
-                ("bot_tokens_marked", 1.0),
-                ("failed", 10.0),
-                ("items", 31.0)
-            ]
-        );
-        assert_eq!(report.counts().iter().map(|c| c.1).sum::<u64>(), 28);
-        assert_eq!(
-            report.done_fields("PersonalAccessTokens::ExpiringWorker")
-                ["extra.personal_access_tokens_expiring_worker.total_user_failures"],
-            7
         );
     }
 }

@@ -47,11 +47,8 @@ macro_rules! page {
     };
 }
 
-/// The bot page: the same rows as `page!(iv, "6")`, read from the bots (by
-/// `users.user_type`) and each bot's tokens (by `user_id`, its first `$4` in order),
-/// so a page costs what the bots hold, not a scan of every token of the interval
-/// left (bots hold few of the tokens: the ordered range scan with a join to users
-/// read, page after page, the rest of the interval).
+/// The bot page: the same rows as `page!(iv, "6")`, read from the bots and each bot's
+/// first `$4` tokens, so a page costs what the bots hold, not a scan of the interval.
 macro_rules! bot_page {
     ($iv:ident) => {
         concat!(
@@ -152,41 +149,24 @@ macro_rules! claim_bots {
 }
 
 crate::statements::statements! {
-    /// The human page of the 7-day interval.
+    // Each of the macros above, once per interval.
     HUMAN_PAGE_SEVEN_DAYS = page!(seven_days, "0");
-    /// The human page of the 30-day interval.
     HUMAN_PAGE_THIRTY_DAYS = page!(thirty_days, "0");
-    /// The human page of the 60-day interval.
     HUMAN_PAGE_SIXTY_DAYS = page!(sixty_days, "0");
-    /// The bot page of the 7-day interval.
     BOT_PAGE_SEVEN_DAYS = bot_page!(seven_days);
-    /// The bot page of the 30-day interval.
     BOT_PAGE_THIRTY_DAYS = bot_page!(thirty_days);
-    /// The bot page of the 60-day interval.
     BOT_PAGE_SIXTY_DAYS = bot_page!(sixty_days);
-    /// One user's claim in the 7-day interval.
     CLAIM_USER_SEVEN_DAYS = claim_user!(seven_days);
-    /// One user's claim in the 30-day interval.
     CLAIM_USER_THIRTY_DAYS = claim_user!(thirty_days);
-    /// One user's claim in the 60-day interval.
     CLAIM_USER_SIXTY_DAYS = claim_user!(sixty_days);
-    /// A page of users' claim in the 7-day interval.
     CLAIM_USERS_SEVEN_DAYS = claim_users!(seven_days);
-    /// A page of users' claim in the 30-day interval.
     CLAIM_USERS_THIRTY_DAYS = claim_users!(thirty_days);
-    /// A page of users' claim in the 60-day interval.
     CLAIM_USERS_SIXTY_DAYS = claim_users!(sixty_days);
-    /// One bot's claim in the 7-day interval.
     CLAIM_BOT_SEVEN_DAYS = claim_bot!(seven_days);
-    /// One bot's claim in the 30-day interval.
     CLAIM_BOT_THIRTY_DAYS = claim_bot!(thirty_days);
-    /// One bot's claim in the 60-day interval.
     CLAIM_BOT_SIXTY_DAYS = claim_bot!(sixty_days);
-    /// A page of bots' claim in the 7-day interval.
     CLAIM_BOTS_SEVEN_DAYS = claim_bots!(seven_days);
-    /// A page of bots' claim in the 30-day interval.
     CLAIM_BOTS_THIRTY_DAYS = claim_bots!(thirty_days);
-    /// A page of bots' claim in the 60-day interval.
     CLAIM_BOTS_SIXTY_DAYS = claim_bots!(sixty_days);
 
     /// Whether a claimed user (`$1`) can receive notifications, its row `FOR SHARE`.
@@ -267,11 +247,10 @@ crate::statements::statements! {
         " ORDER BY 1"
     );
 
-    /// The resources of bots (`$1`) with what their messages need, one row per bot:
-    /// `(bot, kind, rid, name, description, visibility_level, ci_config_path,
-    /// namespace name, group path, full path, traversal ids, hooks, recipients)`;
-    /// `kind` is NULL for a bot without a resource. The set-based form of
-    /// `BOT_PROJECT`/`BOT_GROUP`, the resource reads, the hooks and the recipients.
+    /// The set-based form of the resource, hook and recipient reads above for bots
+    /// (`$1`), one row per bot: `(bot, kind, rid, name, description, visibility_level,
+    /// ci_config_path, namespace name, group path, full path, traversal ids, hooks,
+    /// recipients)`; `kind` is NULL for a bot without a resource.
     BOT_CONTEXTS = concat!(
         "WITH b AS (SELECT DISTINCT unnest($1::bigint[]) AS bot), \
         res AS ( \

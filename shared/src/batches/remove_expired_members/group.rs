@@ -1,15 +1,11 @@
 //! B38's grouped transaction (behaviour §7.2): up to [`super::GROUP_SIZE`] consecutive
 //! members of a page in one transaction.
 //!
-//! Owns: the group's statements ([`GroupStatements`], prepared once per page), the
-//! group's locks in the lock order of ARCHITECTURE.md, taken for the group as a whole
-//! (tested by `tests/it/reliability/lock_order.rs`), the set-based deletion of every member no
-//! per-member rule concerns (with the row locks, in one statement) and its one `authz`
-//! refresh, the per-member steps of the
-//! others in SAVEPOINTs, the deadline guard inside the group, and how the group ended
-//! ([`GroupEnd`]): committed after its messages were sent in calls of ten, rolled back
-//! (its members then run one by one), or the session lost. Also the check for user
-//! triggers on `DELETE` of `members` that rules grouping out.
+//! Owns: the group's statements ([`GroupStatements`], prepared once per page), its locks
+//! taken for the group as a whole in the lock order of ARCHITECTURE.md, the set-based
+//! deletion of every member no per-member rule concerns and its one `authz` refresh,
+//! the others' per-member steps in SAVEPOINTs, and how the group ended ([`GroupEnd`]).
+//! Also the check for user triggers on `DELETE` of `members` that rules grouping out.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -60,9 +56,7 @@ impl GroupStatements {
 }
 
 /// A group's work that is done: each member's outcome in page order, the messages to
-/// send, and whether the deadline guard stopped it before a per-member item (then the
-/// outcomes end just before that member; later members deleted by the set-based
-/// statement, or found no longer expired, are included after it).
+/// send, and where the deadline guard stopped it.
 struct GroupDone {
     outcomes: Outcomes,
     outbox: Vec<OutMessage>,
@@ -73,9 +67,8 @@ struct GroupDone {
     rows_locked: usize,
 }
 
-/// What steps 1–3 left: the members deleted set-based, the memberships they removed,
-/// the members a per-member rule concerns (locked, still expired), and the users whose
-/// authorization locks step 4 takes.
+/// What steps 1–3 left: the members deleted set-based and what they removed, the
+/// members a per-member rule concerns, and the users step 4 locks.
 struct Locked {
     rows_locked: usize,
     deleted: HashSet<i64>,
@@ -84,20 +77,16 @@ struct Locked {
     users: Vec<i64>,
 }
 
-/// Steps 1–3 of the group's locks (behaviour §7.2 (d), §7.3): member rows (the
-/// members no per-member rule concerns are deleted in the same statement), group
-/// owners, the bots' `users` rows. The caller takes step 4, the authorization locks,
-/// with the refresh; only a phase 1 nested for a bot takes its bot's own.
+/// Steps 1–3 of the group's locks (behaviour §7.2 (d), §7.3): member rows (deleting
+/// the plain ones), group owners, the bots' `users` rows; the caller takes step 4.
 async fn lock_group(
     tx: &Transaction<'_>,
     st: &GroupStatements,
     ids: &[i64],
     today: NaiveDate,
 ) -> Result<Locked> {
-    // The group's statements are prepared once per page and planned once per page: a
-    // generic plan (their shape does not depend on the values) instead of planning
-    // every statement again for every group. SET LOCAL ends with the transaction; it
-    // is sent with the first statement, which the server runs after it.
+    // A generic plan per page (the shapes do not depend on the values); SET LOCAL is
+    // sent with the first statement and ends with the transaction.
     let params: [&(dyn ToSql + Sync); 2] = [&ids, &today];
     let (generic, rows) = futures::join!(
         tx.batch_execute(sql::GENERIC_PLANS),
@@ -225,9 +214,8 @@ async fn group_body(
 
 /// How [`run_group`] ended.
 pub(super) enum GroupEnd {
-    /// Committed, with each member's outcome in page order; `stopped_at` is the
-    /// page-order index (within the group) of the first member the deadline guard left
-    /// for the next invocation.
+    /// Committed, with each member's outcome in page order and where the guard
+    /// stopped.
     Committed {
         outcomes: Outcomes,
         stopped_at: Option<usize>,
@@ -239,8 +227,7 @@ pub(super) enum GroupEnd {
     /// Rolled back (a failed statement, send or COMMIT): nothing of the group is kept,
     /// and the caller runs its members one by one.
     RolledBack,
-    /// The connection is lost, or the transaction could not be opened or rolled back:
-    /// the record fails with this error.
+    /// The connection is lost: the record fails with this error.
     Lost(Error),
 }
 

@@ -1,11 +1,9 @@
 //! B38's per-member path: steps 2–6 of behaviour §B38.5 for one member.
 //!
-//! Owns: [`MemberOutcome`] (how one member ended), [`process_member`] (re-check under
-//! `FOR UPDATE` behaviour §D5, the last-owner rule, the removal, phase 1 for a project bot, and
-//! send-then-commit of its `delete-user` message, or handing it to the group's outbox
-//! when it runs inside a group's SAVEPOINT), and [`one_member`]: one member in its own
-//! transaction with the retries of behaviour §7.4, telling a lost connection apart from a member
-//! that failed ([`MemberRun`]).
+//! Owns: [`MemberOutcome`], [`process_member`] (re-check under `FOR UPDATE`, behaviour
+//! §D5, the last-owner rule, the removal, phase 1 for a project bot, its `delete-user`
+//! message) and [`one_member`]: one member in its own transaction with the retries of
+//! behaviour §7.4 ([`MemberRun`]).
 
 use tokio_postgres::GenericClient;
 

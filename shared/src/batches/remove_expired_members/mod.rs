@@ -1,21 +1,13 @@
 //! B38 `remove-expired-members` (behaviour §B38).
 //!
-//! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, one page
-//! of 1000 per invocation, read in one statement without locks), the page loop that
-//! runs it in groups of up to `Settings::member_group_size` members (behaviour §7.2;
-//! the transaction is in `group`) or one member per transaction (`member`: re-check
-//! under `FOR UPDATE` behaviour §D5, last-owner rule, removal, phase 1 for project
-//! bots), the typed `done` result ([`ExpiredMembersDone`]) and the job, which continues
-//! with the cursor of the last row read.
-//!
-//! A group that fails in any way (its set-based part, a send, COMMIT) is rolled back and
-//! its members run again one transaction each, exactly as behaviour §B38.5 describes,
-//! so a member's failure never affects another and the record never ends retryable
-//! because of a group. A user trigger on `DELETE` of `members` rules grouping out. The
-//! deadline guard is checked before each group and each per-member step; when it
-//! fires inside a group, what the group did is committed and the continuation resumes
-//! at the first member left undone. `updated_rows` counts only rows actually removed
-//! (docs/gitlab-differences.md).
+//! Owns: the keyset page of expired memberships (`expires_at DESC, id DESC`, 1000 per
+//! invocation, read without locks), the page loop that runs it in groups of up to
+//! `Settings::member_group_size` members (`group`) or one member per transaction
+//! (`member`), the typed `done` result ([`ExpiredMembersDone`]) and the job, which
+//! continues with the cursor of the last row read. Key rule: a group that fails in any
+//! way is rolled back and its members run again one transaction each (behaviour
+//! §B38.5), so a member's failure never affects another. `updated_rows` counts only
+//! rows actually removed (docs/gitlab-differences.md).
 
 use std::time::Duration;
 
@@ -49,24 +41,15 @@ pub const REMOVAL_REASON: &str = "Membership expired";
 /// Members per grouped transaction by default: `Settings::member_group_size`.
 pub use crate::config::MEMBER_GROUP_SIZE as GROUP_SIZE;
 /// Ids below the cursor that [`read_page`] looks through by the primary key for the
-/// rest of the cursor's date: a whole page is found there when at least one id in
-/// four below the cursor expires on that date (one date shared by most expired rows).
-/// Reading 4,000 consecutive ids by the primary key costs about as much as the keyset
-/// read of one page, so a run over spread dates pays little for it.
+/// rest of the cursor's date: about the cost of one keyset page read.
 pub const SAME_DATE_WINDOW: usize = 4 * BATCH_SIZE;
 
 const FUNCTION: Function = Function::RemoveExpiredMembers;
 
-/// One page read (behaviour §B38.4): `(expires_at, id)` in page order, and whether more rows follow.
-///
-/// After a cursor, the page is first looked for within the cursor's date by the primary
-/// key ([`sql::PAGE_SAME_DATE`], a window of [`SAME_DATE_WINDOW`] ids below the cursor):
-/// when many memberships share one date, a page ends inside that date and the window
-/// holds the whole next page, so the date is never read and sorted as a whole (which
-/// made a run over one date quadratic). When the window does not hold a whole page (the
-/// date ends, or its rows are sparse among the ids), the keyset read on
-/// `index_members_on_expires_at` ([`sql::PAGE_AFTER`]) runs as before. Both return the
-/// same rows in the same order (`expires_at DESC, id DESC`).
+/// One page read (behaviour §B38.4): `(expires_at, id)` in page order, and whether more
+/// rows follow. After a cursor, the window of [`sql::PAGE_SAME_DATE`] is tried first, so
+/// a date shared by many memberships is never read and sorted as a whole; when it does
+/// not hold a whole page, the keyset read [`sql::PAGE_AFTER`] returns the same rows.
 pub async fn read_page<C: GenericClient>(
     c: &C,
     today: NaiveDate,
@@ -97,8 +80,7 @@ pub async fn read_page<C: GenericClient>(
     Ok((page, has_next))
 }
 
-/// The `done` result of one page: `completed`, or `limit_reached` with the cursor
-/// the continuation starts after.
+/// The `done` result of one page (`limit_reached`: with the continuation's cursor).
 #[derive(Debug, Clone, Serialize)]
 pub struct ExpiredMembersDone {
     /// Rows removed.
@@ -109,17 +91,13 @@ pub struct ExpiredMembersDone {
     pub failed_rows: u64,
     /// The last row read before the continuation (`null` when the run is complete).
     pub next_cursor: Option<MemberCursor>,
-    /// The longest grouped transaction of this invocation (BEGIN sent → COMMIT
-    /// acknowledged), and the most member rows one of them locked: what `hk bench`
-    /// reports against behaviour §7.2's bound (not on the `done` line).
+    /// The longest grouped transaction of this invocation and the most member rows one
+    /// of them locked: what `hk bench` reports against behaviour §7.2's bound.
     #[serde(skip)]
     pub longest_group: (Duration, u64),
 }
 
 impl Done for ExpiredMembersDone {
-    fn status(&self) -> Status {
-        Status::Completed
-    }
     fn metrics(&self) -> Vec<(Metric, f64)> {
         vec![
             (metrics::PROCESSED, self.updated_rows as f64),
@@ -300,9 +278,8 @@ where
     Ok(r)
 }
 
-/// After the last page: the memberships expiring at `-infinity`, which the keyset (by
-/// date) cannot carry in a cursor, one transaction each, up to a page per run; a kept
-/// one (last owner) is read again the next day.
+/// After the last page: the memberships expiring at `-infinity`, which no cursor can
+/// carry, one transaction each, up to a page per run.
 async fn infinitely_expired<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -355,60 +332,5 @@ impl Job for RemoveExpiredMembers {
             None => (None, 0),
         };
         Ok(Step::then(page.done(), next, delay_s))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Report;
-    use serde_json::json;
-
-    #[test]
-    fn the_done_line_carries_the_counters_and_the_cursor() {
-        let done = ExpiredMembersDone {
-            updated_rows: 2,
-            skipped_rows: 1,
-            failed_rows: 0,
-            next_cursor: None,
-            longest_group: (Duration::ZERO, 0),
-        };
-        assert_eq!(
-            Report::new(done.clone()).to_json(),
-            json!({"status": "completed", "updated_rows": 2, "skipped_rows": 1,
-                   "failed_rows": 0, "next_cursor": null})
-        );
-        let cursor = MemberCursor {
-            expires_at: NaiveDate::from_ymd_opt(2025, 3, 1).unwrap(),
-            id: 9,
-        };
-        let r = Report::with_status(
-            ExpiredMembersDone {
-                next_cursor: Some(cursor),
-                ..done
-            },
-            Status::LimitReached,
-        );
-        assert_eq!(
-            r.done_fields("RemoveExpiredMembersWorker")
-                ["extra.remove_expired_members_worker.result"]["status"],
-            "limit_reached"
-        );
-        assert_eq!(
-            r.to_json()["next_cursor"],
-            json!({"expires_at": "2025-03-01", "id": 9})
-        );
-        assert_eq!(
-            crate::metrics::named(&r.metrics()),
-            vec![
-                ("processed", 2.0),
-                ("skipped", 1.0),
-                ("failed", 0.0),
-                ("items", 3.0),
-                ("updated_rows", 2.0),
-                ("skipped_rows", 1.0),
-                ("failed_rows", 0.0)
-            ]
-        );
     }
 }

@@ -12,12 +12,9 @@ crate::statements::statements! {
      WHERE expires_at IS NOT NULL AND expires_at <= $1::date AND isfinite(expires_at)
        AND (expires_at, id) < ($2::date, $3::bigint)
      ORDER BY expires_at DESC, id DESC LIMIT $4";
-    /// The rest of a page within the cursor's date, by the primary key (behaviour §B38.4's
-    /// order within one date is `id DESC`): the rows of date `$1::date` (expired on
-    /// `$5::date`) among the `$3` highest ids below `$2::bigint`, in page order, at most
-    /// `$4`. When it returns a whole page it is exactly the page [`PAGE_AFTER`] returns
-    /// (every row of that date with a higher id is inside the window), without reading
-    /// and sorting the whole date through `index_members_on_expires_at`.
+    /// The rest of a page within the cursor's date, by the primary key: the rows of date
+    /// `$1::date` (expired on `$5::date`) among the `$3` highest ids below `$2::bigint`,
+    /// in page order, at most `$4`; a whole page is exactly [`PAGE_AFTER`]'s.
     PAGE_SAME_DATE = "SELECT expires_at, id FROM (
        SELECT id::bigint AS id, expires_at FROM members
        WHERE id < $2::bigint ORDER BY id DESC LIMIT $3
@@ -44,26 +41,14 @@ crate::statements::statements! {
     /// on the values); ends with the transaction.
     GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan";
     /// Step 1 of a group's lock order (behaviour §7.2 (d), §7.3), and steps 2 and 4 of
-    /// every member that needs no per-member rule, in one statement.
-    ///
-    /// `locked`: the row locks of every member of `$1::bigint[]` still expired on
-    /// `$2::date`, and of every membership of a project bot among them (phase 1 deletes
-    /// those too), in ascending id order. Each row says whether it is one of the group's
-    /// expired members, whether its user is a project bot, and whether it is an owner
-    /// candidate of behaviour §2.5 (an active owner membership of a group whose user
-    /// exists and is not a bot, in any state: a blocked or deactivated sole owner is
-    /// protected).
-    ///
-    /// `del`: the group's expired members that are neither a bot's nor an owner
-    /// candidate are deleted by the row version `locked` holds (`ctid`: no second index
-    /// probe; the lock keeps the version in place). A row a concurrent transaction
-    /// changed before the lock was granted is locked in its new version, which this
-    /// statement's snapshot does not see: it is not deleted here and runs through the
-    /// per-member steps, which read it again. Each deleted member's notification setting
-    /// for its source goes in the same statement.
-    ///
-    /// One row per locked row, ascending: id, user, in the group, bot, owner candidate,
-    /// source id, deleted, source type.
+    /// every member that needs no per-member rule, in one statement. `locked`: the row
+    /// locks, ascending, of every member of `$1::bigint[]` still expired on `$2::date`
+    /// and of every membership of a project bot among them, each flagged in the group,
+    /// bot, or owner candidate of behaviour §2.5. `del`: the others are deleted by the
+    /// `ctid` `locked` holds, with their notification settings; a row changed before its
+    /// lock was granted is invisible to this snapshot and goes the per-member way. One
+    /// row per locked row: id, user, in the group, bot, owner candidate, source id,
+    /// deleted, source type.
     LOCK_AND_DELETE_PLAIN = "
     WITH locked AS MATERIALIZED (
       SELECT m.ctid AS row_version, m.id::bigint AS id, m.user_id::bigint AS user_id,

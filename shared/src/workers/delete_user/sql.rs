@@ -37,10 +37,8 @@ crate::statements::statements! {
     DELETE_NAMESPACES = "DELETE FROM namespaces WHERE type = 'User' AND owner_id = $1::bigint";
     /// Step 7: user `$1`'s migration row.
     DELETE_MIGRATION = "DELETE FROM ghost_user_migrations WHERE user_id = $1::bigint";
-    /// Step 7: user `$1`'s remaining project authorizations. `project_authorizations.user_id`
-    /// is a loose foreign key in GitLab (no database FK): GitLab's destroy removes
-    /// access at once through the membership callbacks, never leaving it to the
-    /// loose-FK cleanup.
+    /// Step 7: user `$1`'s remaining project authorizations (a loose foreign key in
+    /// GitLab, whose destroy removes them at once).
     DELETE_AUTHORIZATIONS = "DELETE FROM project_authorizations WHERE user_id = $1::bigint";
     /// Step 7: user `$1` (GitLab's `users_loose_fk_trigger` records the delete in
     /// `loose_foreign_keys_deleted_records` for GitLab's cleanup of what is left to it).

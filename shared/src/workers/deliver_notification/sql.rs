@@ -12,11 +12,9 @@ crate::statements::statements! {
         crate::gitlab::notifications::can_receive_notifications!(),
         " FROM users u WHERE u.id = $1::bigint"
     );
-    /// The hook row (`$1`) as read at delivery time: subscribed, URL and token with
-    /// their IVs, TLS verification, the auto-disabling state, and GitLab's outbound
-    /// settings of the highest-id settings row (GitLab's current one; false without
-    /// one, GitLab's defaults): `allow_local_requests_from_web_hooks_and_services` (the
-    /// setting project and group hooks follow) and `deny_all_requests_except_allowed`.
+    /// The hook row (`$1`) at delivery time: subscribed, URL and token with their IVs,
+    /// TLS verification, the auto-disabling state, and GitLab's current outbound
+    /// settings (false without a settings row, GitLab's defaults).
     HOOK = "SELECT w.type IN ('ProjectHook', 'GroupHook') AND w.resource_access_token_events, \
                 w.encrypted_url, w.encrypted_url_iv, w.encrypted_token, w.encrypted_token_iv, \
                 COALESCE(w.enable_ssl_verification, true), w.recent_failures::int2, \

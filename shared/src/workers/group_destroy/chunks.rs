@@ -1,12 +1,10 @@
-//! The chunk steps of `group-destroy` (behaviour §B51.4.2–§B51.4.4): each chunk is one
-//! transaction that first re-checks, under the locks a restore or a transfer also
-//! takes, that the group is still scheduled as the message says and that its project
-//! or subgroup still lies under the group; then it deletes one slice of the subtree
-//! (up to `CONTRIBUTION_BATCH` contributions of one table, one project, or one group
-//! with its orphan project namespaces) and sends the `delete-user` messages of the
-//! bots it removed before COMMIT. A project or group chunk first deletes the rows GitLab
-//! deletes in the database before the parent (`gitlab::blockers`). It decides nothing about order or budgets: the walk
-//! in the parent module does.
+//! The chunk steps of `group-destroy` (behaviour §B51.4.2–§B51.4.4).
+//!
+//! Owns: each chunk, one transaction that first re-checks under the locks a restore or
+//! a transfer also takes that the group is still scheduled and the slice still lies
+//! under it, then deletes the slice (contributions of one table, one project, or one
+//! group) and sends the removed bots' `delete-user` messages before COMMIT. Order and
+//! budgets are the parent module's.
 
 use chrono::NaiveDate;
 use tokio_postgres::GenericClient;
@@ -87,18 +85,11 @@ pub(super) enum Chunk {
     NotEmpty(Vec<String>),
 }
 
-/// What every chunk re-checks first (one transaction, under locks that a transfer or a
-/// restore also takes): the root's schedule row `FOR SHARE`, still the message's user and
-/// still due under the cutoff evaluated at verification. A restore deletes the row: it
-/// waits for the running chunk, and once it has committed no further chunk starts. (A
-/// restore still waiting when a chunk commits can lose the freed row lock to the next
-/// chunk, since PostgreSQL does not queue row locks across a commit; it then commits at
-/// a later chunk boundary.)
-///
-/// On [`DeletionModel::ScheduledAt`] the root's `namespace_details` row is taken
-/// `FOR SHARE` first (a restore locks it `FOR UPDATE` before the schedule row): when its
-/// `deletion_scheduled_at` is set, that schedule (its UTC date, the user in
-/// `state_metadata`) is the one the message must still match.
+/// What every chunk re-checks first: the root's schedule row `FOR SHARE`, still the
+/// message's user and still due under the cutoff evaluated at verification, so once a
+/// restore (which deletes the row) has committed no further chunk starts. On
+/// [`DeletionModel::ScheduledAt`] the root's `namespace_details` row is taken
+/// `FOR SHARE` first (a restore's order) and its schedule is the one to match.
 async fn still_scheduled<C: GenericClient>(
     c: &C,
     p: &GroupDestroyRun,
@@ -116,8 +107,7 @@ async fn still_scheduled<C: GenericClient>(
         .is_some_and(|s| s.user_id == p.user_id && s.marked_for_deletion_on <= recheck.cutoff))
 }
 
-/// What every chunk re-checks the schedule against: the cutoff evaluated at
-/// verification and the database's deletion-state model.
+/// What every chunk re-checks the schedule against.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Recheck {
     /// The cutoff evaluated at verification.
@@ -126,10 +116,9 @@ pub(super) struct Recheck {
     pub model: DeletionModel,
 }
 
-/// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: a transfer
-/// of the project, or of any group above it, updates one of the two rows, since moving
-/// a group rewrites the `traversal_ids` of everything below it), then tell whether it
-/// still lies under `root`.
+/// Lock project `project` (`FOR UPDATE`) and its namespace row (`FOR SHARE`: any
+/// transfer above it updates one of the two), then tell whether it still lies under
+/// `root`.
 async fn lock_project<C: GenericClient>(c: &C, root: i64, project: i64) -> Result<ProjectLock> {
     let Some(row) = c.query_opt(sql::LOCK_PROJECT, &[&project]).await? else {
         return Ok(ProjectLock::Gone);
@@ -149,8 +138,7 @@ async fn lock_project<C: GenericClient>(c: &C, root: i64, project: i64) -> Resul
 }
 
 /// Chunk "contributions t of p": at most `CONTRIBUTION_BATCH` rows, lowest ids first,
-/// in one transaction, only while p is locked and still under the group, and the group
-/// is still scheduled.
+/// while p is locked and still under the still scheduled group.
 pub(super) async fn contributions_chunk<C>(
     client: &mut C,
     p: &GroupDestroyRun,
@@ -283,10 +271,8 @@ where
     Ok(Chunk::Deleted(1))
 }
 
-/// Chunk "group g" (behaviour §B51.4.4): g locked and still under the group being destroyed (the
-/// root itself always is), its orphan project namespaces deleted with it, and nothing
-/// else left below it (what a transfer brought in after the listing waits for the next
-/// pass).
+/// Chunk "group g" (behaviour §B51.4.4): g locked and still under the group being
+/// destroyed, deleted with its orphan project namespaces when nothing else is below it.
 pub(super) async fn group_chunk<C>(
     inv: &Invocation<'_>,
     env: &Envelope,

@@ -1,35 +1,15 @@
 //! B51 `group-destroy` (behaviour §B51.4, §D14–§D16).
 //!
 //! Owns: the per-group try-lock, the re-verification of every precondition at
-//! execution time (group, schedule, same user, still due under the current period,
-//! user exists and is active, still allowed `remove_group`; permission lost means
-//! restore), and the depth-first destruction in chunks, each chunk one transaction:
-//! a project's issues, merge requests and notes in statements of 1000 rows, then the
-//! project with its memberships, bots (phase 1 of user removal), notification
-//! settings, authorizations, hooks, routes and project namespace; then each group,
-//! deepest first. Under its budget it re-sends the same message (same key, `hop + 1`).
-//! Idempotent: rows already gone are simply not found again. It touches no storage
-//! (behaviour §D15).
-//!
-//! It never deletes what has left the group: every chunk, contributions included, runs
-//! in its own transaction that first takes the root's schedule row `FOR SHARE` (a
-//! restore deletes it: the invocation stops as soon as it is gone or no longer the
-//! message's) and then the row a transfer must also take — the project row and its
-//! namespace row, or the subgroup's row — and re-checks that it still lies under the
-//! group; a project or subgroup that moved away is skipped with a warning. Orphan
-//! project namespaces (type 'Project' without a `projects` row) directly below a group
-//! are deleted with it, with their routes. Anything else still below a group after a
-//! pass (moved in after the listing) gets another pass; a pass that deletes nothing
-//! ends the message as `blocked` with an error line naming the rows, never a retry
-//! loop (docs/gitlab-differences.md). Before its first chunk, every invocation scans
-//! the tree for rows only GitLab's services can delete (`gitlab::blockers`: container
-//! images, Debian uploads, registry cache files): any such row ends the message as
-//! `blocked` with nothing deleted, and so does a chunk that violates one of those keys
-//! because such a row appeared since the scan (its transaction rolled back).
-//!
-//! Layout: this module holds the job, the re-verification and the walk over the
-//! subtree; `chunks` the chunk steps, `sql` their statements, `report` the
-//! typed `done` results.
+//! execution time (permission lost means restore), and the depth-first destruction in
+//! chunks of one transaction each, re-sent under its budget (same key, `hop + 1`).
+//! Key rule: it never deletes what has left the group. Every chunk first takes the
+//! root's schedule row `FOR SHARE` (a restore deletes it), then the row a transfer must
+//! also take, and re-checks that it still lies under the group. Rows only GitLab's
+//! services can delete (`gitlab::blockers`) end the message as `blocked` with nothing
+//! deleted, and so does a pass that deletes nothing (docs/gitlab-differences.md). It
+//! touches no storage (behaviour §D15). `chunks` holds the chunk steps, `sql` their
+//! statements, `report` the typed `done` results.
 
 use tokio_postgres::GenericClient;
 
@@ -180,13 +160,9 @@ where
     ))
 }
 
-/// behaviour §B51.4.2: the subtree, deepest first, chunk by chunk, under the budget. The subtree is
-/// listed at the start of a pass; every chunk then re-checks under its locks that the
-/// group is still scheduled as the message says (otherwise the invocation stops) and
-/// that its project or subgroup still lies under the group (otherwise it is skipped with
-/// a log line). A pass that leaves the root in place (something was moved in after the
-/// listing) is followed by another; a pass that changed nothing ends the message as
-/// blocked, with a line naming what blocks the deletion.
+/// behaviour §B51.4.2: the subtree, deepest first, chunk by chunk, under the budget,
+/// listed at the start of each pass. A pass that leaves the root in place is followed
+/// by another; a pass that changed nothing ends the message as blocked.
 async fn destroy<C>(
     inv: &Invocation<'_>,
     env: &Envelope,
@@ -312,9 +288,8 @@ where
     }
 }
 
-/// When `found` holds rows that need an outside service: the one error line naming
-/// each key, its rows and the operator action, and how many rows block. `violated`
-/// is the key a chunk violated, if that is how they were found.
+/// When `found` holds rows that need an outside service: the error line naming them
+/// and the operator action, and how many rows block.
 fn blocked_by_service(
     p: &GroupDestroyRun,
     found: &[blockers::Found],
@@ -345,9 +320,7 @@ fn blocked_by_service(
     Some(u64::try_from(rows).unwrap_or(0))
 }
 
-/// A chunk failed with `e`: a foreign-key violation of a blocking key (rows created
-/// since the scan) ends the message as blocked, never a retry; anything else is the
-/// error.
+/// A chunk failed with `e`: a violated blocking key ends the message as blocked.
 async fn raced<C>(
     client: &mut C,
     p: &GroupDestroyRun,
@@ -405,8 +378,7 @@ where
     }
 }
 
-/// The `group-destroy` job: one invocation per group at a time, re-sent while the
-/// destruction goes on.
+/// The `group-destroy` job, re-sent while the destruction goes on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GroupDestroy;
 

@@ -53,9 +53,8 @@ pub enum Outcome {
     /// The schedule went away or changed during the destroy: stopped.
     #[serde(rename = "not_scheduled")]
     Unscheduled,
-    /// Rows only GitLab's services can delete refer to the group (found before the
-    /// first chunk, or by a chunk that violated their key), or a pass deleted nothing
-    /// and the group is still there.
+    /// Rows only GitLab's services can delete refer to the group, or a pass deleted
+    /// nothing and the group is still there.
     Blocked,
     /// The group itself is gone.
     Destroyed,
@@ -170,64 +169,5 @@ impl GroupDestroyLocked {
 impl Done for GroupDestroyLocked {
     fn status(&self) -> Status {
         Status::Skipped
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runtime::Report;
-    use serde_json::json;
-
-    fn msg() -> GroupDestroyRun {
-        GroupDestroyRun {
-            group_id: 100,
-            user_id: 11,
-            marked_for_deletion_on: "2025-03-03".parse().unwrap(),
-        }
-    }
-
-    #[test]
-    fn the_done_line_keeps_its_fields_and_status() {
-        let n = Deleted {
-            projects: 2,
-            groups: 1,
-            contributions: 7,
-            blocking_rows: 0,
-        };
-        for (outcome, status, name, metrics) in [
-            (Outcome::GroupNotFound, "stale", "group_not_found", false),
-            (Outcome::NotScheduled, "stale", "not_scheduled", false),
-            (Outcome::UserChanged, "stale", "user_changed", false),
-            (Outcome::NotDue, "stale", "not_due", false),
-            (Outcome::UserNotFound, "stale", "user_not_found", false),
-            (Outcome::UserNotActive, "failed", "user_not_active", false),
-            (Outcome::Restored, "restored", "restored", false),
-            (Outcome::Continuing, "limit_reached", "continuing", true),
-            (Outcome::Unscheduled, "stale", "not_scheduled", true),
-            (Outcome::Blocked, "blocked", "blocked", true),
-            (Outcome::Destroyed, "completed", "destroyed", true),
-        ] {
-            let r = Report::new(GroupDestroyDone::new(&msg(), outcome, n));
-            assert_eq!(
-                r.to_json(),
-                json!({"status": status, "group_id": 100, "user_id": 11, "outcome": name,
-                       "projects_deleted": 2, "groups_deleted": 1, "contributions_deleted": 7})
-            );
-            let blocked = if outcome == Outcome::Blocked {
-                1.0
-            } else {
-                0.0
-            };
-            let mut expected = vec![("groups_blocked", blocked), ("blocking_rows", 0.0)];
-            if metrics {
-                expected.extend([("projects_deleted", 2.0), ("groups_deleted", 1.0)]);
-            }
-            assert_eq!(crate::metrics::named(&r.metrics()), expected, "{name}");
-        }
-        assert_eq!(
-            Report::new(GroupDestroyLocked::new(100)).to_json(),
-            json!({"status": "skipped", "group_id": 100, "outcome": "locked"})
-        );
     }
 }
