@@ -264,9 +264,32 @@ impl Cluster {
     /// free again.
     pub fn stop_previous(&self) -> Result<()> {
         if self.base.join("data/postmaster.pid").exists() {
-            self.stop(&pg_bin()?)?;
+            let bin = pg_bin()?;
+            if self.running(&bin) {
+                self.stop(&bin)?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether a server runs on this cluster's data: `pg_ctl status` says so and the
+    /// port its `postmaster.pid` names is taken. A pid file left by a server that was
+    /// killed (its process gone, or a zombie nobody reaped) or by a machine that
+    /// restarted is not one.
+    fn running(&self, bin: &Path) -> bool {
+        let data = self.base.join("data").to_string_lossy().to_string();
+        let listening = std::fs::read_to_string(self.base.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|pid| {
+                pid.lines()
+                    .nth(3)
+                    .and_then(|p| p.trim().parse::<u16>().ok())
+            })
+            .is_none_or(|port| !port_is_free(port));
+        listening
+            && pg_cmd(&bin.join("pg_ctl"), &["-D", &data, "status"])
+                .output()
+                .is_ok_and(|o| o.status.success())
     }
 
     /// [`Cluster::up_with`] with the server binaries in `bin`.
@@ -353,7 +376,10 @@ impl Cluster {
     /// (`data/PG_VERSION` and `sock/`) is left alone.
     pub fn down(&self) -> Result<()> {
         if self.base.join("data/postmaster.pid").exists() {
-            self.stop(&pg_bin()?)?;
+            let bin = pg_bin()?;
+            if self.running(&bin) {
+                self.stop(&bin)?;
+            }
         }
         if self.base.join("data/PG_VERSION").exists() && self.base.join("sock").is_dir() {
             std::fs::remove_dir_all(&self.base)

@@ -1,6 +1,7 @@
 //! `hk` at 3 a.m. against real PostgreSQL: `hk run` as quiet as `hk demo` unless
 //! `--verbose`; a connection error says its cause once; `hk db up` takes a free port
-//! when 54329 is taken and `hk db down` removes the cluster it made; `hk demo` refuses
+//! when 54329 is taken, starts over a server that was killed, and `hk db down` removes
+//! the cluster it made; `hk demo` refuses
 //! a server older than PostgreSQL 16 in one line.
 
 use std::net::TcpListener;
@@ -117,6 +118,54 @@ fn db_up_takes_a_free_port_when_54329_is_taken_and_down_removes_the_cluster() {
     assert!(hk::pg::port_is_free(port), "the server is stopped");
     // A second `down` has nothing to do.
     assert!(hk(&["db", "down"], &env).status.success());
+}
+
+/// A cluster whose server was killed (or whose machine restarted) leaves its
+/// `postmaster.pid`: `hk db up` starts a new one there and `hk db down` removes it.
+#[test]
+fn db_up_and_down_after_the_server_was_killed() {
+    let base = std::env::temp_dir().join(format!("hk-night-{}", uuid::Uuid::new_v4().simple()));
+    let port = hk::pg::free_port().unwrap().to_string();
+    let env = [
+        ("HK_PG_BASE", base.to_str().unwrap()),
+        ("HK_PG_PORT", &port),
+    ];
+    let kill_server = || {
+        let pid_file = std::fs::read_to_string(base.join("data/postmaster.pid")).unwrap();
+        let pid = pid_file.lines().next().unwrap().trim().to_string();
+        assert!(Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .unwrap()
+            .success());
+        // The server is gone once its process is, or is a zombie nobody reaped yet.
+        let status = format!("/proc/{pid}/status");
+        let alive = || std::fs::read_to_string(&status).is_ok_and(|s| !s.contains("State:\tZ"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while alive() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!alive(), "the killed server {pid} is gone");
+        assert!(
+            base.join("data/postmaster.pid").exists(),
+            "the stale pid file stays"
+        );
+    };
+    assert!(hk(&["db", "up", "--json"], &env).status.success());
+    kill_server();
+    let o = hk(&["db", "up", "--json"], &env);
+    assert!(o.status.success(), "hk db up over a stale postmaster.pid");
+    let up: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let url = up["database_url"].as_str().unwrap();
+    assert!(hk(&["migrate", "--json"], &[("DATABASE_URL", url)])
+        .status
+        .success());
+    kill_server();
+    assert!(
+        hk(&["db", "down"], &env).status.success(),
+        "hk db down over a stale pid"
+    );
+    assert!(!base.exists(), "hk db down removes {}", base.display());
 }
 
 #[test]
