@@ -74,66 +74,10 @@ fn remove_expired_members_done_line_carries_the_counters_and_the_cursor() {
 
 #[test]
 fn pat_expiring_hook_body_is_gitlabs_format() {
-    let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
-    let token = ClaimedToken {
-        id: 20,
-        name: "T20".into(),
-        created_at: "2025-01-02T09:00:00".parse().unwrap(),
-        expires_at: "2025-03-16".parse().unwrap(),
-        last_used_at: None,
-        user_id: 20,
-    };
-    let project = Resource::Project {
-        id: 200,
-        name: "site".into(),
-        description: None,
-        visibility_level: 0,
-        ci_config_path: None,
-        namespace_name: "web".into(),
-        full_path: "acme/web/site".into(),
-    };
-    let expected = json!({
-      "object_kind": "access_token",
-      "project": {
-        "id": 200, "name": "site", "description": null,
-        "web_url": "https://gitlab.example.com/acme/web/site", "avatar_url": null,
-        "git_ssh_url": "git@gitlab.example.com:acme/web/site.git",
-        "git_http_url": "https://gitlab.example.com/acme/web/site.git",
-        "namespace": "web", "visibility_level": 0,
-        "path_with_namespace": "acme/web/site", "default_branch": null,
-        "ci_config_path": null,
-        "homepage": "https://gitlab.example.com/acme/web/site",
-        "url": "git@gitlab.example.com:acme/web/site.git",
-        "ssh_url": "git@gitlab.example.com:acme/web/site.git",
-        "http_url": "https://gitlab.example.com/acme/web/site.git"
-      },
-      "object_attributes": {
-        "user_id": 20, "created_at": "2025-01-02 09:00:00 UTC", "id": 20,
-        "name": "T20", "expires_at": "2025-03-16", "last_used_at": null
-      },
-      "event_name": "expiring_access_token"
-    });
-    assert_eq!(hook_body(&project, &token, &instance), expected);
-    let used = ClaimedToken {
-        last_used_at: Some("2025-03-01T12:30:05Z".parse().unwrap()),
-        ..token
-    };
-    let group = Resource::Group {
-        id: 101,
-        name: "web".into(),
-        path: "web".into(),
-        full_path: "acme/web".into(),
-        traversal_ids: vec![100, 101],
-    };
-    let b = hook_body(&group, &used, &instance);
+    let (instance, token, project) = t20("acme/web/site".into());
     assert_eq!(
-        b["group"],
-        json!({"group_name":"web","group_path":"web","group_id":101,"full_path":"acme/web"})
-    );
-    assert!(b.get("project").is_none());
-    assert_eq!(
-        b["object_attributes"]["last_used_at"],
-        "2025-03-01 12:30:05 UTC"
+        hook_body(&project, &token, &instance),
+        crate::pat_expiring::t20_body()
     );
 }
 
@@ -374,9 +318,9 @@ fn pat_expiring_done_line_keeps_its_fields_and_declares_its_metrics() {
     );
 }
 
-/// The notices of bot U20's token T20 (7 days) for project P200 "site" at `full_path`,
-/// with one hook and two owners.
-fn notices_for_path(full_path: String) -> Vec<OutMessage> {
+/// Bot U20's token T20 (expiring 2025-03-16) of project P200 "site" at `full_path`, on
+/// the instance https://gitlab.example.com.
+fn t20(full_path: String) -> (Instance, ClaimedToken, Resource) {
     let instance = Instance::new("https://gitlab.example.com", None, "18.0.0").unwrap();
     let token = ClaimedToken {
         id: 20,
@@ -395,6 +339,13 @@ fn notices_for_path(full_path: String) -> Vec<OutMessage> {
         namespace_name: "web".into(),
         full_path,
     };
+    (instance, token, project)
+}
+
+/// The notices of bot U20's token T20 (7 days) for project P200 "site" at `full_path`,
+/// with one hook and two owners.
+fn notices_for_path(full_path: String) -> Vec<OutMessage> {
+    let (instance, token, project) = t20(full_path);
     let now = "2025-03-10T01:00:00Z".parse().unwrap();
     let ctx = (project, vec![1], vec![11, 12]);
     bot_notices(Interval::SevenDays, 20, &token, &ctx, &instance, "r", now)
