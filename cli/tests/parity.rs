@@ -7,12 +7,15 @@
 //! meanwhile, an id reused) is reported exactly, with its exit code.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hk::parity::PlanFile;
 use integration_tests::state::demo_without_ghost;
 use integration_tests::{t, TestDb};
 use serde_json::Value;
+
+mod common;
+use common::hk_on;
 
 const NOW: &str = "2026-03-01T00:10:00Z";
 /// A day after the plan's clock: a change someone made in between.
@@ -41,9 +44,8 @@ const CRONS: [(&str, &[&str]); 5] = [
 ];
 
 fn hk(db: &TestDb, args: &[&str]) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+    let o = hk_on(&db.url)
         .args(args)
-        .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "error")
         .output()
         .expect("hk runs");

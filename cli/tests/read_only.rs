@@ -6,7 +6,7 @@
 //! data; a database whose schema model is not recognised is refused.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use hk::local::{Plan, Run, Runner};
 use hk::shadow::{self, Copied, ReadOnlySnapshot};
@@ -14,6 +14,9 @@ use integration_tests::{t, TestDb};
 use serde_json::Value;
 use shared::Function;
 use tokio_postgres::Client;
+
+mod common;
+use common::hk_on;
 
 const NOW: &str = "2026-03-01T00:10:00Z";
 
@@ -243,10 +246,8 @@ async fn rows_in_tables_the_copy_lacks_are_looked_up_on_the_live_database() {
 }
 
 fn hk(url: &str, args: &[&str], tmp: &std::path::Path) -> Output {
-    let o = Command::new(env!("CARGO_BIN_EXE_hk"))
+    let o = hk_on(url)
         .args(args)
-        .env("DATABASE_URL", url)
-        .env("RUST_LOG", "warn")
         .env("TMPDIR", tmp)
         .output()
         .expect("hk runs");
