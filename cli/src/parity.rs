@@ -225,12 +225,7 @@ fn timestamp(v: &Value) -> Option<DateTime<Utc>> {
 
 /// Compare `plan` with the database `c` is connected to, in one read-only snapshot.
 pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
-    let tx = c
-        .build_transaction()
-        .read_only(true)
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .start()
-        .await?;
+    let tx = crate::shadow::read_only_transaction(c).await?;
     let mut ids: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for d in &plan.decisions {
         if table_rule(&d.table).is_none() {

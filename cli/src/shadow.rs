@@ -44,6 +44,18 @@ pub const APPROXIMATIONS: [&str; 4] = [
      plan (`hk parity` reports it as changed meanwhile)",
 ];
 
+/// A `REPEATABLE READ READ ONLY` transaction on `c`: every read sees one snapshot, and
+/// the server refuses any write.
+pub async fn read_only_transaction(
+    c: &mut Client,
+) -> std::result::Result<Transaction<'_>, tokio_postgres::Error> {
+    c.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
 /// The live database as [`recognise`] found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -205,12 +217,7 @@ impl<'a> ReadOnlySnapshot<'a> {
     /// the copy never queues long behind a lock another session waits for.
     pub async fn begin(live: &'a mut Client) -> Result<ReadOnlySnapshot<'a>> {
         let started = Instant::now();
-        let tx = live
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
+        let tx = read_only_transaction(live).await?;
         tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
         let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
         let source = recognise(&tx).await?;
@@ -392,12 +399,7 @@ pub async fn live_blockers(
     if groups.is_empty() {
         return Ok(Vec::new());
     }
-    let tx = live
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await?;
+    let tx = read_only_transaction(live).await?;
     let keys: Vec<_> = blockers::keys(&tx)
         .await?
         .into_iter()
