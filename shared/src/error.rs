@@ -43,6 +43,16 @@ pub enum Error {
         /// What failed, without addresses, URLs or tokens.
         message: String,
     },
+    /// A retryable failure of a storage service (`storage-cleanup`: Gitaly, the
+    /// container registry, object storage): `kind` is its `error_class`. The text
+    /// names the item, never a token.
+    #[error("{kind}: {message}")]
+    Storage {
+        /// `gitaly`, `registry` or `s3`.
+        kind: &'static str,
+        /// What failed and on which item.
+        message: String,
+    },
 }
 
 fn db_message(e: &tokio_postgres::Error) -> String {
@@ -66,6 +76,7 @@ impl Error {
             Error::Invariant(_) => "invariant",
             Error::Retryable(_) => "retryable",
             Error::Delivery { class, .. } => class,
+            Error::Storage { kind, .. } => kind,
         }
     }
 

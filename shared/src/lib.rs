@@ -26,6 +26,7 @@ pub mod queue;
 pub mod random;
 pub mod runtime;
 pub mod statements;
+pub mod storage;
 pub mod telemetry;
 pub mod workers;
 

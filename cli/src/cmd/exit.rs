@@ -83,7 +83,9 @@ pub(crate) fn code_for(e: &anyhow::Error) -> u8 {
         if let Some(se) = cause.downcast_ref::<shared::error::Error>() {
             use shared::error::Error as E;
             return match se {
-                E::Retryable(_) | E::Delivery { .. } | E::Transport(_) => RETRYABLE,
+                E::Retryable(_) | E::Delivery { .. } | E::Storage { .. } | E::Transport(_) => {
+                    RETRYABLE
+                }
                 E::Db(_) if se.is_transient() || se.is_connection_lost() => RETRYABLE,
                 E::Db(pe) => pg_code(pe),
                 E::Malformed(_) | E::Config(_) | E::Invariant(_) => PERMANENT,

@@ -1,0 +1,1 @@
+//! (gitaly client: being built.)

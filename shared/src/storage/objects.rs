@@ -1,0 +1,1 @@
+//! (objects client: being built.)

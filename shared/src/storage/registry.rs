@@ -1,0 +1,1 @@
+//! (registry client: being built.)
