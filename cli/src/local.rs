@@ -153,6 +153,7 @@ pub struct Runner {
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
     notifier: Option<Arc<Notifier>>,
+    storage: Option<Arc<shared::storage::Storage>>,
     observer: Option<Observer>,
     /// With [`Runner::with_kept_sessions`]: each function's session, kept across runs.
     kept: Option<Vec<(Function, Session)>>,
@@ -184,6 +185,7 @@ impl Runner {
             chaos: None,
             planned: VecDeque::new(),
             notifier: None,
+            storage: None,
             observer: None,
             kept: None,
             handoff: None,
@@ -255,6 +257,12 @@ impl Runner {
     /// Give the B28 functions their instance and delivery means.
     pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Runner {
         self.notifier = Some(notifier);
+        self
+    }
+
+    /// Give `storage-cleanup` its clients (Gitaly, registry, object storage).
+    pub fn with_storage(mut self, storage: Arc<shared::storage::Storage>) -> Runner {
+        self.storage = Some(storage);
         self
     }
 
@@ -331,6 +339,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
             notifier: self.notifier.as_deref(),
+            storage: self.storage.as_deref(),
             decisions: None,
         };
         let meta = RecordMeta {
@@ -461,6 +470,8 @@ impl Runner {
         let mut tx = client.transaction().await?;
         // No email and no web-hook request either (behaviour §11).
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
+        // Nor any storage removed: storage-cleanup re-checks and reports.
+        let dry_storage = shared::storage::Storage::dry_run();
         let inv = Invocation {
             function,
             now,
@@ -468,6 +479,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
             notifier: dry_notifier.as_ref(),
+            storage: Some(&dry_storage),
             decisions: None,
         };
         let meta = RecordMeta {

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub fn from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
     let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
     let region = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION"));
-    let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER"]
+    let custom_endpoint = ["", "SQS", "SCHEDULER", "SECRETS_MANAGER", "S3"]
         .iter()
         .any(|s| service_endpoint(get, s).is_some());
     let mut b = aws_config::SdkConfig::builder()

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod notify;
+pub mod storage;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
@@ -72,6 +73,9 @@ pub struct Settings {
     /// `remove-expired-members`' members per grouped transaction (default
     /// [`MEMBER_GROUP_SIZE`]; not read from the environment: `hk bench` varies it).
     pub member_group_size: usize,
+    /// `STORAGE_GITALY`, `STORAGE_REGISTRY`, `STORAGE_OBJECTS`: what `group-destroy`
+    /// does with each kind of storage (default `off`: blocked).
+    pub storage: storage::StorageModes,
 }
 
 impl Default for Settings {
@@ -89,6 +93,7 @@ impl Settings {
             pat_expiring_budget: secs(get, "PAT_EXPIRING_BUDGET_S", 180)?,
             group_destroy_budget: secs(get, "GROUP_DESTROY_BUDGET_S", 600)?,
             member_group_size: MEMBER_GROUP_SIZE,
+            storage: storage::StorageModes::from_lookup(get)?,
         })
     }
 }
@@ -113,6 +118,8 @@ pub struct Config {
     pub settings: Settings,
     /// B28 notification settings (instance, email, web hooks).
     pub notify: notify::NotifyConfig,
+    /// Where `storage-cleanup` reaches Gitaly, the registry and the buckets.
+    pub storage: storage::StorageConfig,
     /// `SERVICE_NAME`: the metrics' `Service` dimension (the stack). Required under
     /// Lambda (`TRANSPORT=sqs`); `local` in `hk` and tests.
     pub service: String,
@@ -205,6 +212,7 @@ impl Config {
             scheduler,
             settings,
             notify: notify::NotifyConfig::from_lookup(&get)?,
+            storage: storage::StorageConfig::from_lookup(&get)?,
             service,
         })
     }

@@ -99,6 +99,16 @@ pub trait Job: Default + Send + Sync + 'static {
         async { Ok(None) }
     }
 
+    /// `storage-cleanup`'s clients, built once at cold start into `Deps::storage`
+    /// (secrets behind ARNs read through `aws`); nothing for the other functions.
+    fn storage(
+        cfg: &crate::config::Config,
+        aws: &aws_config::SdkConfig,
+    ) -> impl Future<Output = Result<Option<crate::storage::Storage>>> + Send {
+        let _ = (cfg, aws);
+        async { Ok(None) }
+    }
+
     /// The lock that keeps two runs apart: by default the function's own for a cron
     /// function (one overlap guard per cron, behaviour §9.10), none for a child.
     fn overlap(payload: &Self::Payload) -> Overlap {

@@ -46,6 +46,8 @@ pub struct Deps {
     /// B28's instance and delivery means (mailer, web-hook client, keys), built once;
     /// `None` for functions that send no notification.
     pub notifier: Option<crate::notify::Notifier>,
+    /// `storage-cleanup`'s clients, built once; `None` for the other functions.
+    pub storage: Option<crate::storage::Storage>,
 }
 
 /// An error that fails the whole invocation (never a single record's failure).
@@ -105,9 +107,11 @@ impl Deps {
             Arc::new(SystemClock),
         );
         let notifier = H::notifier(&config.notify, &aws).await?;
+        let storage = H::storage(&config, &aws).await?;
         Ok(Deps {
             function,
             notifier,
+            storage,
             session: Session::new(connector, function.name()),
             config,
             queue: Arc::new(queue),
@@ -286,6 +290,7 @@ pub async fn handle_event_with<H: Handler>(
                 deps.config.settings.deadline_margin,
             ),
             notifier: deps.notifier.as_ref(),
+            storage: deps.storage.as_ref(),
             decisions: None,
         };
         let body = rec.body.as_deref().unwrap_or("");

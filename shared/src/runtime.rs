@@ -82,6 +82,8 @@ pub struct Invocation<'a> {
     pub deadline: Deadline,
     /// B28's instance facts and delivery means; `None` for the other functions.
     pub notifier: Option<&'a crate::notify::Notifier>,
+    /// `storage-cleanup`'s clients; `None` for the other functions.
+    pub storage: Option<&'a crate::storage::Storage>,
     /// Where `hk`'s plan records each decision; `None` in Lambda.
     pub decisions: Option<&'a dyn Decisions>,
 }

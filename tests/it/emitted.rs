@@ -134,6 +134,7 @@ async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
             queue: queue.clone(),
             clock: std::sync::Arc::new(shared::clock::FixedClock(t(NOW))),
             notifier: None,
+            storage: None,
         };
         let refused = SchemaGate::new().check(&deps).await;
         assert!(

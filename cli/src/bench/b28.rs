@@ -167,6 +167,7 @@ pub async fn ours(
             settings: &settings,
             deadline: Deadline::in_(F.timeout(), settings.deadline_margin),
             notifier: Some(&notifier),
+            storage: None,
             decisions: None,
         };
         let meta = RecordMeta {

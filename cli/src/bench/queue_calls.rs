@@ -127,6 +127,7 @@ async fn produce(
         settings: &settings,
         deadline: Deadline::in_(function.timeout(), Duration::from_secs(60)),
         notifier: None,
+        storage: None,
         decisions: None,
     };
     let body = Envelope::cron(function, "bench", opts.now).to_body();

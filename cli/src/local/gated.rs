@@ -50,6 +50,7 @@ impl Runner {
             now,
             queue: &queue,
             notifier: self.notifier.as_deref(),
+            storage: self.storage.as_deref(),
             decisions: None,
             settings: &self.settings,
             deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),

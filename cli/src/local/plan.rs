@@ -339,6 +339,7 @@ impl Runner {
         let body = p.message.envelope.to_body();
         let f = p.message.receiver;
         let now = recorder.now();
+        let dry_storage = shared::storage::Storage::dry_run();
         let inv = Invocation {
             function: f,
             now,
@@ -346,6 +347,7 @@ impl Runner {
             settings: &self.settings,
             deadline: Deadline::in_(f.timeout(), self.settings.deadline_margin),
             notifier,
+            storage: Some(&dry_storage),
             decisions: Some(decisions),
         };
         let meta = RecordMeta {

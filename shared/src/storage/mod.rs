@@ -29,3 +29,80 @@ impl Removal {
         }
     }
 }
+
+use crate::config::storage::{SecretRef, StorageConfig, StorageModes};
+use crate::error::Result;
+
+/// The clients of the kinds switched `on`, built once at cold start of
+/// `storage-cleanup` (`Deps::storage`); a kind not `on` has none.
+#[derive(Debug, Default)]
+pub struct Storage {
+    /// Gitaly, when `STORAGE_GITALY=on`.
+    pub gitaly: Option<gitaly::Gitaly>,
+    /// The registry, when `STORAGE_REGISTRY=on`.
+    pub registry: Option<registry::Registry>,
+    /// Object storage, when `STORAGE_OBJECTS=on`.
+    pub objects: Option<objects::Objects>,
+    /// A dry run (`hk run --dry-run`, the plan): every re-check runs, no service is
+    /// called and nothing is deleted.
+    pub dry_run: bool,
+}
+
+/// A secret's value: given, or read from Secrets Manager.
+async fn resolve(s: &SecretRef, aws: &aws_config::SdkConfig) -> Result<String> {
+    match s {
+        SecretRef::Value(v) => Ok(v.clone()),
+        SecretRef::Arn { var, arn } => crate::aws::read_secret(Some(aws), var, arn).await,
+    }
+}
+
+impl Storage {
+    /// The storage of a dry run: no client, nothing removed.
+    pub fn dry_run() -> Storage {
+        Storage {
+            dry_run: true,
+            ..Storage::default()
+        }
+    }
+
+    /// The clients of the kinds `modes` switches on, from `cfg` (secrets read through
+    /// `aws`). A kind on without its configuration is refused by variable name.
+    pub async fn build(
+        modes: &StorageModes,
+        cfg: &StorageConfig,
+        aws: &aws_config::SdkConfig,
+    ) -> Result<Storage> {
+        use crate::config::storage::Mode;
+        cfg.require(modes)?;
+        let mut s = Storage::default();
+        if let (Mode::On, Some(g)) = (modes.gitaly, &cfg.gitaly) {
+            let token = match &g.token {
+                Some(t) => Some(resolve(t, aws).await?),
+                None => None,
+            };
+            s.gitaly = Some(gitaly::Gitaly::new(&gitaly::GitalyConfig {
+                storages: gitaly::parse_addresses(&g.addresses)?,
+                token,
+                timeout: g.timeout,
+            })?);
+        }
+        if let (Mode::On, Some(r)) = (modes.registry, &cfg.registry) {
+            s.registry = Some(registry::Registry::new(&registry::RegistryConfig {
+                api_url: r.api_url.clone(),
+                issuer: r.issuer.clone(),
+                service: r.service.clone(),
+                key_pem: resolve(&r.key, aws).await?,
+                ca_bundle: r.ca_bundle.clone(),
+                timeout: r.timeout,
+            })?);
+        }
+        if modes.objects == Mode::On {
+            s.objects = Some(objects::Objects::new(
+                aws,
+                cfg.s3_endpoint.clone(),
+                &cfg.objects,
+            ));
+        }
+        Ok(s)
+    }
+}

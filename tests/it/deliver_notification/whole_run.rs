@@ -178,6 +178,7 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
         queue: Arc::new(queue.clone()),
         clock: Arc::new(shared::clock::FixedClock(t(NOW))),
         notifier,
+        storage: None,
     };
     let cfg = notify_config(&[]);
     let batch = Notifier::for_function(F, &cfg, None).await.unwrap();

@@ -91,6 +91,7 @@ async fn sixty_due_groups_go_to_sqs_up_to_index_45_and_to_one_time_schedules_aft
     let settings = Settings::default();
     let inv = Invocation {
         notifier: None,
+        storage: None,
         decisions: None,
         function: CRON,
         now: t(NOW),

@@ -30,6 +30,7 @@ async fn fifteen_hundred_placeholders_get_fifteen_hundred_children_sent_ten_per_
     let settings = Settings::default();
     let inv = Invocation {
         notifier: None,
+        storage: None,
         decisions: None,
         function: F,
         now: t(NOW),

@@ -74,6 +74,7 @@ fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
     ]);
     Deps {
         notifier: None,
+        storage: None,
         function,
         session: Session::new(db.connector(), function.name()),
         config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),

@@ -117,6 +117,7 @@ async fn the_lambda_events_of_both_functions_are_processed() {
     let queue = LocalQueue::new(t(NOW));
     let deps = |function: Function| Deps {
         notifier: None,
+        storage: None,
         function,
         session: Session::new(db.connector(), function.name()),
         config: Config::from_lookup(|k| match k {

@@ -46,6 +46,7 @@ fn deps(db: &TestDb, queue: Arc<LocalQueue>) -> Deps {
         queue,
         clock: Arc::new(FixedClock(t(NOW))),
         notifier: None,
+        storage: None,
     }
 }
 

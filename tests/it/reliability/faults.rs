@@ -283,6 +283,7 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
         now: t(NOW),
         queue: &queue,
         notifier: None,
+        storage: None,
         decisions: None,
         settings: &settings,
         deadline: Deadline::in_(f.timeout(), settings.deadline_margin),

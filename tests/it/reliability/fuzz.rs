@@ -321,6 +321,7 @@ async fn deps(db: &TestDb, function: Function) -> Deps {
         notifier: Notifier::for_function(function, &notify, None)
             .await
             .unwrap(),
+        storage: None,
     }
 }
 

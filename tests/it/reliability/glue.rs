@@ -42,6 +42,7 @@ fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
         queue,
         clock: Arc::new(FixedClock(t(NOW))),
         notifier: None,
+        storage: None,
     }
 }
 

@@ -86,6 +86,7 @@ async fn an_unreachable_database_fails_a_record_of_every_function_with_the_stack
             queue: Arc::new(LocalQueue::new(t(NOW))),
             clock: Arc::new(FixedClock(t(NOW))),
             notifier: None,
+            storage: None,
         };
         let event: SqsEvent = serde_json::from_value(json!({"Records": [{
             "messageId": "m-1",
@@ -143,6 +144,7 @@ async fn a_panicking_handler_emits_its_metric_line() {
         settings: &settings,
         deadline: Deadline::in_(f.timeout(), settings.deadline_margin),
         notifier: None,
+        storage: None,
         decisions: None,
     };
     let mut client = db.session().await;

@@ -175,6 +175,7 @@ fn deps(connector: Connector) -> Deps {
         queue: Arc::new(LocalQueue::new(t(NOW))),
         clock: Arc::new(FixedClock(t(NOW))),
         notifier: None,
+        storage: None,
     }
 }
 

@@ -3,7 +3,7 @@
 //! Owns: the `Deserialize` of every payload type, which goes through its one validating
 //! decoder, and the decoder of a run whose one field is its cursor. The rules are in
 //! [`fields`]; the types in [`members`] (B38, B43), [`groups`] (B51), [`placeholders`]
-//! (B70) and [`pat_expiring`] (B28).
+//! (B70), [`pat_expiring`] (B28) and [`storage`] (`storage-cleanup`).
 
 use serde::{Deserialize, Deserializer};
 
@@ -15,6 +15,7 @@ mod groups;
 mod members;
 mod pat_expiring;
 mod placeholders;
+mod storage;
 
 pub use fields::{
     Fields, Payload, PayloadError, ANCESTORS_MAX, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
@@ -32,6 +33,7 @@ pub use pat_expiring::{
 pub use placeholders::{
     DeletePlaceholderUserRun, DetailCursor, PlaceholderUserCleanupRun, ATTEMPT_MAX,
 };
+pub use storage::{Bucket, StorageCleanupRun, StorageItem, StorageKind};
 
 /// `Deserialize` through the validating decoder, so no path decodes a payload unchecked.
 macro_rules! validated_deserialize {
@@ -82,4 +84,5 @@ validated_deserialize!(
     PatExpiringRun,
     EmailNotification,
     WebhookNotification,
+    StorageCleanupRun,
 );
