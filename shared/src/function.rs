@@ -78,7 +78,19 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
-                sends_to: [GroupDestroy, DeleteUser],
+                sends_to: [GroupDestroy, DeleteUser, StorageCleanup],
+            }
+            /// B51 child: removes one storage item of a destroyed project (a Git
+            /// repository through Gitaly, a container repository through the registry,
+            /// an object from S3), idempotently.
+            StorageCleanup = "storage-cleanup" {
+                job: workers::storage_cleanup::StorageCleanup,
+                class: "Projects::DestroyService",
+                messages: ["storage-cleanup.remove"],
+                cron: None,
+                timeout_s: 300,
+                max_hops: 0,
+                sends_to: [],
             }
             /// B70 cron batch.
             PlaceholderUserCleanup = "placeholder-user-cleanup" {

@@ -101,6 +101,7 @@ const B51_WORKER: Emitters = Emitters::Only(&[F::GroupDestroy]);
 const B70: Emitters = Emitters::Only(&[F::PlaceholderUserCleanup]);
 const B28_CRON: Emitters = Emitters::Only(&[F::PatExpiring]);
 const DELIVERY: Emitters = Emitters::Only(&[F::DeliverNotification]);
+const STORAGE: Emitters = Emitters::Only(&[F::StorageCleanup]);
 
 /// Declares each metric as a `pub const` documented by its help text, and [`CATALOGUE`].
 macro_rules! metrics {
@@ -172,6 +173,27 @@ metrics! {
     /// registry cache files), counted when they block a group's deletion.
     BLOCKING_ROWS = Count("blocking_rows", B51_WORKER,
         "rows blocking a group deletion until an operator acts");
+    /// Storage items of destroyed projects handed to `storage-cleanup`.
+    STORAGE_ITEMS_SENT = Count("storage_items_sent", B51_WORKER,
+        "storage items sent to storage-cleanup");
+    /// Storage items left in place (`STORAGE_*=leave`, or files on local disk).
+    STORAGE_ITEMS_LEFT = Count("storage_items_left", B51_WORKER,
+        "storage items of destroyed projects left in place");
+    // storage-cleanup: one item per record, by kind and result.
+    GITALY_REMOVED = Count("gitaly_removed", STORAGE, "Git repositories removed through Gitaly");
+    GITALY_ALREADY_GONE = Count("gitaly_already_gone", STORAGE, "Git repositories already gone");
+    /// A failed attempt; the record is retried, then reaches the DLQ.
+    GITALY_FAILED = Count("gitaly_failed", STORAGE, "Git repository removals failed");
+    REGISTRY_REMOVED = Count("registry_removed", STORAGE,
+        "container repositories removed from the registry");
+    REGISTRY_ALREADY_GONE = Count("registry_already_gone", STORAGE,
+        "container repositories already gone");
+    /// A failed attempt; the record is retried, then reaches the DLQ.
+    REGISTRY_FAILED = Count("registry_failed", STORAGE, "container repository removals failed");
+    OBJECTS_REMOVED = Count("objects_removed", STORAGE, "objects removed from object storage");
+    OBJECTS_ALREADY_GONE = Count("objects_already_gone", STORAGE, "objects already gone");
+    /// A failed attempt; the record is retried, then reaches the DLQ.
+    OBJECTS_FAILED = Count("objects_failed", STORAGE, "object removals failed");
     // B70.
     MAX_ATTEMPTS_REACHED = Count("max_attempts_reached", B70,
         "placeholder users at their final deletion attempt");

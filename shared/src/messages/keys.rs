@@ -63,3 +63,16 @@ pub fn webhook_event_key(bot_user_id: i64, token_id: i64) -> String {
 pub fn webhook_key(event_key: &str, hook_id: i64) -> String {
     format!("{event_key}:hook:{hook_id}")
 }
+
+/// The key of `storage-cleanup.remove`: `storage-cleanup:<project_id>:<kind>:<h>`, h
+/// the first 32 hex digits of the SHA-256 of the item's path (paths hold characters a
+/// key cannot).
+pub fn storage_cleanup_key(project_id: i64, item: &super::StorageItem) -> String {
+    use sha2::Digest;
+    let h = hex::encode(sha2::Sha256::digest(item.path().as_bytes()));
+    format!(
+        "storage-cleanup:{project_id}:{}:{}",
+        item.kind().as_str(),
+        &h[..32]
+    )
+}

@@ -16,7 +16,7 @@ mod strict;
 pub use envelope::{Envelope, Malformed, VERSION};
 pub use keys::{
     bot_email_key, delete_placeholder_user_key, delete_user_key, group_destroy_key,
-    prune_deletions_key, user_email_key, webhook_event_key, webhook_key,
+    prune_deletions_key, storage_cleanup_key, user_email_key, webhook_event_key, webhook_key,
 };
 pub use message::{unknown_type, FromMessage, Notification};
 pub use payloads::{

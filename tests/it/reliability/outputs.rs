@@ -238,6 +238,8 @@ fn group_destroy_done_line_keeps_its_fields_and_status() {
         groups: 1,
         contributions: 7,
         blocking_rows: 0,
+        storage_sent: 0,
+        storage_left: 0,
     };
     for (outcome, status, name, metrics) in [
         (Outcome::GroupNotFound, "stale", "group_not_found", false),
@@ -248,6 +250,12 @@ fn group_destroy_done_line_keeps_its_fields_and_status() {
         (Outcome::UserNotActive, "failed", "user_not_active", false),
         (Outcome::Restored, "restored", "restored", false),
         (Outcome::Continuing, "limit_reached", "continuing", true),
+        (
+            Outcome::WaitingForRegistry,
+            "limit_reached",
+            "waiting_for_registry",
+            true,
+        ),
         (Outcome::Unscheduled, "stale", "not_scheduled", true),
         (Outcome::Blocked, "blocked", "blocked", true),
         (Outcome::Destroyed, "completed", "destroyed", true),
@@ -265,7 +273,12 @@ fn group_destroy_done_line_keeps_its_fields_and_status() {
         };
         let mut expected = vec![("groups_blocked", blocked), ("blocking_rows", 0.0)];
         if metrics {
-            expected.extend([("projects_deleted", 2.0), ("groups_deleted", 1.0)]);
+            expected.extend([
+                ("projects_deleted", 2.0),
+                ("groups_deleted", 1.0),
+                ("storage_items_sent", 0.0),
+                ("storage_items_left", 0.0),
+            ]);
         }
         assert_eq!(metrics::named(&r.metrics()), expected, "{name}");
     }

@@ -10,13 +10,18 @@ use chrono::NaiveDate;
 use tokio_postgres::GenericClient;
 
 use super::sql;
+use crate::config::storage::Mode;
 use crate::error::Result;
+use crate::function::Function;
 use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
+use crate::gitlab::storage;
 use crate::gitlab::user_removal::{self, RemovalRequest};
-use crate::messages::{Envelope, GroupDestroyRun};
+use crate::messages::{
+    storage_cleanup_key, Envelope, GroupDestroyRun, StorageCleanupRun, StorageItem,
+};
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
 
@@ -81,8 +86,50 @@ pub(super) enum Chunk {
     Left,
     /// The group's schedule is gone or no longer the message's: stop the invocation.
     Unscheduled,
-    /// The group still holds namespaces or projects this pass did not delete.
+    /// The group still holds namespaces or projects this pass did not delete (or a
+    /// project holds storage its kind's mode does not let go).
     NotEmpty(Vec<String>),
+    /// The project waits for its container repositories to leave the registry
+    /// (`storage-cleanup` deletes their rows).
+    Waiting,
+}
+
+/// What a project's chunk handed to `storage-cleanup` or left in place.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct StorageSent {
+    /// Items sent.
+    pub sent: u64,
+    /// Items left in place.
+    pub left: u64,
+}
+
+/// How long a container repository's deletion may be under way before its
+/// `storage-cleanup` message is sent again (a DLQ'd or lost attempt).
+pub const REGISTRY_RESEND_S: i64 = 3600;
+
+/// The `storage-cleanup.remove` message of `item` of project `project`.
+fn cleanup_message(
+    inv: &Invocation<'_>,
+    env: &Envelope,
+    msg: &GroupDestroyRun,
+    project: i64,
+    item: StorageItem,
+) -> OutMessage {
+    OutMessage::new(
+        Function::StorageCleanup,
+        0,
+        Envelope::new(
+            "storage-cleanup.remove",
+            storage_cleanup_key(project, &item),
+            &env.run_id,
+            inv.now,
+            StorageCleanupRun {
+                group_id: msg.group_id,
+                project_id: project,
+                item,
+            },
+        ),
+    )
 }
 
 /// What every chunk re-checks first: the root's schedule row `FOR SHARE`, still the
@@ -226,28 +273,99 @@ pub(super) async fn project_chunk<C>(
     recheck: Recheck,
     p: i64,
     keys: &[Key],
-) -> Result<Chunk>
+) -> Result<(Chunk, StorageSent)>
 where
     C: GenericClient + Send + Sync,
 {
+    let none = StorageSent::default();
     let user_id = msg.user_id;
     let tx = client.transaction().await?;
     if !still_scheduled(&tx, msg, recheck).await? {
         tx.commit().await?;
-        return Ok(Chunk::Unscheduled);
+        return Ok((Chunk::Unscheduled, none));
     }
     let project_namespace = match lock_project(&tx, msg.group_id, p).await? {
         ProjectLock::Gone => {
             tx.commit().await?;
-            return Ok(Chunk::Nothing);
+            return Ok((Chunk::Nothing, none));
         }
         ProjectLock::Left => {
             tx.commit().await?;
-            return Ok(Chunk::Left);
+            return Ok((Chunk::Left, none));
         }
         ProjectLock::Under { project_namespace } => project_namespace,
     };
+    let modes = inv.settings.storage;
     let mut outbox = Vec::new();
+    // The registry first: the rows of its repositories hold the project back (their
+    // key is NO ACTION), and storage-cleanup deletes them after the images. With the
+    // registry off they are the blocking keys' (`gitlab::blockers`).
+    if modes.registry == Mode::On {
+        let repos = storage::container_repositories(&tx, p).await?;
+        if !repos.is_empty() {
+            let due: Vec<&storage::ContainerRepository> = repos
+                .iter()
+                .filter(|r| {
+                    r.delete_started_at
+                        .is_none_or(|t| (inv.now - t).num_seconds() >= REGISTRY_RESEND_S)
+                })
+                .collect();
+            let ids: Vec<i64> = due.iter().map(|r| r.id).collect();
+            for r in &due {
+                let item = StorageItem::ContainerRepository {
+                    id: r.id,
+                    path: r.path.clone(),
+                };
+                outbox.push(cleanup_message(inv, env, msg, p, item));
+            }
+            if !ids.is_empty() {
+                storage::mark_container_repositories(&tx, &ids, inv.now).await?;
+            }
+            inv.queue.send(&outbox).await?;
+            tx.commit().await?;
+            tracing::info!(
+                group_id = msg.group_id,
+                project_id = p,
+                container_repositories = repos.len(),
+                sent = ids.len(),
+                "Group destroy waiting: the project's container images are being deleted from the registry"
+            );
+            let sent = StorageSent {
+                sent: ids.len() as u64,
+                left: 0,
+            };
+            return Ok((Chunk::Waiting, sent));
+        }
+    }
+    // The manifest, then the rows (send-then-commit: a crash before COMMIT leaves the
+    // project, and storage-cleanup waits for its rows to go).
+    let manifest = storage::take_manifest(&tx, p, &modes).await?;
+    if !manifest.blocked.is_empty() {
+        tx.rollback().await?;
+        return Ok((Chunk::NotEmpty(manifest.blocked), none));
+    }
+    let sent = StorageSent {
+        sent: manifest.remove.len() as u64,
+        left: manifest.left.len() as u64,
+    };
+    for item in manifest.remove {
+        outbox.push(cleanup_message(inv, env, msg, p, item));
+    }
+    if !manifest.left.is_empty() {
+        let shown: Vec<String> = manifest
+            .left
+            .iter()
+            .take(10)
+            .map(|i| i.describe())
+            .collect();
+        tracing::warn!(
+            group_id = msg.group_id,
+            project_id = p,
+            storage_items_left = manifest.left.len(),
+            items = shown.join("; ").as_str(),
+            "Group destroy left storage in place (STORAGE_*=leave, or files on local disk)"
+        );
+    }
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
     delete_source_rows(&tx, "Project", p).await?;
     tx.execute(sql::DELETE_PROJECT_AUTHORIZATIONS, &[&p])
@@ -268,7 +386,7 @@ where
     // Send-then-commit (behaviour §9.5).
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
-    Ok(Chunk::Deleted(1))
+    Ok((Chunk::Deleted(1), sent))
 }
 
 /// Chunk "group g" (behaviour §B51.4.4): g locked and still under the group being

@@ -18,7 +18,7 @@ use crate::function::Function;
 use crate::gitlab::blockers::{self, Key};
 use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::group_deletion::{self, Expected, Restore};
-use crate::gitlab::{hierarchy, permissions};
+use crate::gitlab::{hierarchy, permissions, storage};
 use crate::job::{Job, Next, Overlap, Step};
 use crate::messages::{Envelope, GroupDestroyRun};
 use crate::retry_transient;
@@ -31,6 +31,9 @@ pub(crate) mod sql;
 use chunks::{Chunk, Contribution, Recheck};
 pub use chunks::{CONTRIBUTION_BATCH, REMOVAL_REASON};
 pub use report::{Deleted, GroupDestroyDone, GroupDestroyLocked, Outcome};
+
+/// How long a group whose projects wait for the registry waits before the next pass.
+pub const REGISTRY_WAIT_S: u32 = 60;
 
 /// The try-lock key of one group (behaviour §7.3).
 pub fn lock_key_string(group_id: i64) -> String {
@@ -185,8 +188,23 @@ where
     let keys = blockers::keys(&*client).await?;
     let tree = blockers::tree(&*client, p.group_id).await?;
     let found = blockers::scan(&*client, &keys, &tree).await?;
+    let modes = inv.settings.storage;
+    let found = without_registry_rows(found, &modes);
     if let Some(rows) = blocked_by_service(p, &found, None) {
         n.blocking_rows = rows;
+        return Ok((Outcome::Blocked, n));
+    }
+    // Storage the configured modes neither remove nor leave: blocked, nothing deleted.
+    let held = storage::tree_counts(&*client, &tree.projects).await?;
+    let lines = storage::blocking(&modes, &held);
+    if !lines.is_empty() {
+        tracing::error!(
+            group_id = p.group_id,
+            blocking = lines.join("; ").as_str(),
+            "Group destroy blocked: the group's projects hold storage this deployment does not remove; nothing was deleted. Do what each entry says, then the group deletion resumes at the next cron run"
+        );
+        n.blocking_rows =
+            u64::try_from(held.repositories + held.remote_files + held.local_files).unwrap_or(0);
         return Ok((Outcome::Blocked, n));
     }
     // A chunk that deleted rows is one unit of progress; only after one may we stop.
@@ -194,6 +212,7 @@ where
     let stop = |progressed: bool| progressed && (budget.exhausted() || inv.deadline.reached());
     loop {
         let mut pass_progress = false;
+        let mut waiting = false;
         let mut blockers: Vec<String> = Vec::new();
         let groups = hierarchy::descendant_groups_deepest_first(&*client, p.group_id).await?;
         if groups.is_empty() {
@@ -215,7 +234,7 @@ where
                                 pass_progress = true;
                             }
                             // This table is finished for the project: not a unit.
-                            Chunk::Nothing | Chunk::NotEmpty(_) => break,
+                            Chunk::Nothing | Chunk::NotEmpty(_) | Chunk::Waiting => break,
                             Chunk::Left => {
                                 left_project(p, project);
                                 continue 'project;
@@ -230,10 +249,12 @@ where
                 let chunk = retry_transient!(
                     chunks::project_chunk(inv, env, client, p, recheck, project, &keys).await
                 );
-                let chunk = match chunk {
+                let (chunk, storage_sent) = match chunk {
                     Ok(c) => c,
                     Err(e) => return raced(client, p, &keys, e, n).await,
                 };
+                n.storage_sent += storage_sent.sent;
+                n.storage_left += storage_sent.left;
                 match chunk {
                     Chunk::Deleted(_) => {
                         n.projects += 1;
@@ -242,7 +263,12 @@ where
                     }
                     Chunk::Left => left_project(p, project),
                     Chunk::Unscheduled => return Ok(unscheduled(p, n)),
-                    Chunk::Nothing | Chunk::NotEmpty(_) => {}
+                    Chunk::Waiting => waiting = true,
+                    Chunk::NotEmpty(what) => blockers.extend(
+                        what.into_iter()
+                            .map(|w| format!("{w} in project {project}")),
+                    ),
+                    Chunk::Nothing => {}
                 }
             }
             if stop(progressed) {
@@ -274,8 +300,12 @@ where
                 Chunk::NotEmpty(what) => {
                     blockers.extend(what.into_iter().map(|w| format!("{w} in group {g}")))
                 }
-                Chunk::Nothing => {}
+                Chunk::Nothing | Chunk::Waiting => {}
             }
+        }
+        if waiting && !pass_progress {
+            // Nothing else to do until the registry is done: come back later.
+            return Ok((Outcome::WaitingForRegistry, n));
         }
         if !pass_progress {
             tracing::error!(
@@ -318,6 +348,21 @@ fn blocked_by_service(
         ),
     }
     Some(u64::try_from(rows).unwrap_or(0))
+}
+
+/// With the registry `on`, container repositories are storage-cleanup's to remove,
+/// not blocking rows.
+fn without_registry_rows(
+    found: Vec<blockers::Found>,
+    modes: &crate::config::storage::StorageModes,
+) -> Vec<blockers::Found> {
+    if modes.registry != crate::config::storage::Mode::On {
+        return found;
+    }
+    found
+        .into_iter()
+        .filter(|f| !(f.key.table == "container_repositories" && f.key.column == "project_id"))
+        .collect()
 }
 
 /// A chunk failed with `e`: a violated blocking key ends the message as blocked.
@@ -437,6 +482,11 @@ impl Job for GroupDestroy {
                 outcome: done,
                 next: Next::Resend,
                 delay_s: 0,
+            },
+            Outcome::WaitingForRegistry => Step::Continue {
+                outcome: done,
+                next: Next::Resend,
+                delay_s: REGISTRY_WAIT_S,
             },
             Outcome::UserNotActive => Step::Retry {
                 outcome: done,

@@ -24,6 +24,13 @@ pub struct Deleted {
     /// message ended as blocked by them (not a deletion; absent from `done` when 0).
     #[serde(skip_serializing_if = "is_zero")]
     pub blocking_rows: u64,
+    /// Storage items handed to `storage-cleanup` (container repositories and the
+    /// deleted projects' manifests; absent when 0).
+    #[serde(rename = "storage_items_sent", skip_serializing_if = "is_zero")]
+    pub storage_sent: u64,
+    /// Storage items left in place (`STORAGE_*=leave`; absent when 0).
+    #[serde(rename = "storage_items_left", skip_serializing_if = "is_zero")]
+    pub storage_left: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -56,6 +63,9 @@ pub enum Outcome {
     /// Rows only GitLab's services can delete refer to the group, or a pass deleted
     /// nothing and the group is still there.
     Blocked,
+    /// Projects wait for their container repositories to leave the registry
+    /// (`storage-cleanup`): the message was re-sent with a delay.
+    WaitingForRegistry,
     /// The group itself is gone.
     Destroyed,
 }
@@ -65,7 +75,7 @@ impl Outcome {
     /// ended; `None` while it goes on.
     pub(super) fn decision(self) -> Option<(&'static str, &'static str)> {
         Some(match self {
-            Outcome::Continuing => return None,
+            Outcome::Continuing | Outcome::WaitingForRegistry => return None,
             Outcome::Destroyed => ("destroyed", "destroyed"),
             Outcome::Restored => ("restored", "permission_lost"),
             Outcome::Blocked => ("blocked", "blocked"),
@@ -82,7 +92,11 @@ impl Outcome {
     fn destroying(self) -> bool {
         matches!(
             self,
-            Outcome::Continuing | Outcome::Unscheduled | Outcome::Blocked | Outcome::Destroyed
+            Outcome::Continuing
+                | Outcome::WaitingForRegistry
+                | Outcome::Unscheduled
+                | Outcome::Blocked
+                | Outcome::Destroyed
         )
     }
 }
@@ -124,7 +138,7 @@ impl Done for GroupDestroyDone {
             | Outcome::Unscheduled => Status::Stale,
             Outcome::UserNotActive => Status::Failed,
             Outcome::Restored => Status::Restored,
-            Outcome::Continuing => Status::LimitReached,
+            Outcome::Continuing | Outcome::WaitingForRegistry => Status::LimitReached,
             Outcome::Blocked => Status::Blocked,
             Outcome::Destroyed => Status::Completed,
         }
@@ -142,6 +156,14 @@ impl Done for GroupDestroyDone {
         if self.outcome.destroying() {
             m.push((metrics::PROJECTS_DELETED, self.deleted.projects as f64));
             m.push((metrics::GROUPS_DELETED, self.deleted.groups as f64));
+            m.push((
+                metrics::STORAGE_ITEMS_SENT,
+                self.deleted.storage_sent as f64,
+            ));
+            m.push((
+                metrics::STORAGE_ITEMS_LEFT,
+                self.deleted.storage_left as f64,
+            ));
         }
         m
     }

@@ -1,0 +1,115 @@
+//! The SQL of [`crate::gitlab::storage`]: where a project's storage lives (GitLab's
+//! paths and keys, computed in the database), what a group's tree holds of each kind,
+//! and the rows the manifest removes with the project. The SHA-256 of an id is
+//! `encode(sha256(id::text::bytea), 'hex')`, as GitLab's hashed storage computes it.
+
+/// GitLab's hashed disk path of project `p` (`@hashed/<h[0..1]>/<h[2..3]>/<h>`).
+macro_rules! hashed {
+    ($p:literal) => {
+        concat!(
+            "(SELECT '@hashed/' || substr(h, 1, 2) || '/' || substr(h, 3, 2) || '/' || h
+               FROM (SELECT encode(sha256((",
+            $p,
+            ")::text::bytea), 'hex') AS h) x)"
+        )
+    };
+}
+
+crate::statements::statements! {
+    /// Project `$1`'s container repositories: id, registry path (the project's full
+    /// path, then the name when it has one, lower case) and `delete_started_at`.
+    CONTAINER_REPOSITORIES = "SELECT c.id::bigint,
+                    lower(COALESCE(pr.path, nr.path || '/' || p.path)
+                          || CASE WHEN c.name = '' THEN '' ELSE '/' || c.name END),
+                    c.delete_started_at
+               FROM container_repositories c
+               JOIN projects p ON p.id = c.project_id
+               LEFT JOIN routes pr ON pr.source_type = 'Project' AND pr.source_id = p.id
+               LEFT JOIN routes nr ON nr.source_type = 'Namespace' AND nr.source_id = p.namespace_id
+              WHERE c.project_id = $1::bigint
+              ORDER BY c.id";
+    /// Mark container repositories `$1` delete-scheduled (status 0) at `$2`, as GitLab
+    /// does before its registry cleanup.
+    MARK_CONTAINER_REPOSITORIES = "UPDATE container_repositories
+                SET status = 0, delete_started_at = $2, status_updated_at = $2
+              WHERE id = ANY($1::bigint[])";
+    /// Container repository `$1` of project `$2` locked, if it still exists.
+    LOCK_CONTAINER_REPOSITORY = "SELECT id::bigint FROM container_repositories
+              WHERE id = $1::bigint AND project_id = $2::bigint FOR UPDATE";
+    /// Container repository `$1`'s row.
+    DELETE_CONTAINER_REPOSITORY = "DELETE FROM container_repositories WHERE id = $1::bigint";
+    /// Project `$1`'s Git repositories (project, wiki, design) and its snippets'
+    /// repositories: storage name and path relative to it.
+    REPOSITORIES = "SELECT s.name::text, r.disk_path || x.sfx
+               FROM project_repositories r
+               JOIN shards s ON s.id = r.shard_id
+              CROSS JOIN (VALUES ('.git'), ('.wiki.git'), ('.design.git')) AS x(sfx)
+              WHERE r.project_id = $1::bigint
+             UNION ALL
+             SELECT s.name::text, sr.disk_path || '.git'
+               FROM snippets sn
+               JOIN snippet_repositories sr ON sr.snippet_id = sn.id
+               JOIN shards s ON s.id = sr.shard_id
+              WHERE sn.project_id = $1::bigint
+              ORDER BY 1, 2";
+    /// The LFS objects project `$1` links and no other project does, locked (a link
+    /// from another project takes the row `FOR KEY SHARE` and waits): id, oid, whether
+    /// in object storage.
+    LFS_ONLY_OF_PROJECT = "SELECT o.id::bigint, o.oid::text, COALESCE(o.file_store, 1) = 2
+               FROM lfs_objects o
+              WHERE o.id IN (SELECT lfs_object_id FROM lfs_objects_projects WHERE project_id = $1::bigint)
+                AND NOT EXISTS (SELECT 1 FROM lfs_objects_projects op
+                                 WHERE op.lfs_object_id = o.id AND op.project_id <> $1::bigint)
+              ORDER BY o.id
+                FOR UPDATE OF o";
+    /// Project `$1`'s files: bucket, object key, and whether in object storage (uploads
+    /// of the project, then its package files).
+    OBJECTS = concat!("SELECT 'uploads'::text,
+                    CASE WHEN u.uploader = 'FileUploader' AND u.path NOT LIKE '@hashed/%'
+                         THEN ", hashed!("u.model_id"), " || '/' || u.path
+                         WHEN u.uploader = 'FileUploader' THEN u.path
+                         ELSE regexp_replace(u.path, '^uploads/-/system/', '') END,
+                    u.store = 2
+               FROM uploads u
+              WHERE u.model_type = 'Project' AND u.model_id = $1::bigint
+             UNION ALL
+             SELECT 'packages'::text,
+                    substr(h, 1, 2) || '/' || substr(h, 3, 2) || '/' || h || '/packages/' || pk.id
+                      || '/files/' || f.id || '/' || f.file,
+                    COALESCE(f.file_store, 1) = 2
+               FROM packages_packages pk
+               JOIN packages_package_files f ON f.package_id = pk.id
+              CROSS JOIN LATERAL (SELECT encode(sha256(pk.project_id::text::bytea), 'hex') AS h) x
+              WHERE pk.project_id = $1::bigint
+              ORDER BY 1, 2");
+    /// Project `$1`'s links to LFS objects.
+    DELETE_LFS_LINKS = "DELETE FROM lfs_objects_projects WHERE project_id = $1::bigint";
+    /// LFS objects `$1` (no project links them any more).
+    DELETE_LFS_OBJECTS = "DELETE FROM lfs_objects WHERE id = ANY($1::bigint[])";
+    /// Project `$1`'s upload rows (polymorphic: no foreign key removes them).
+    DELETE_UPLOADS = "DELETE FROM uploads WHERE model_type = 'Project' AND model_id = $1::bigint";
+    /// What projects `$1` hold of each kind: repositories (project and snippet),
+    /// container repositories, files in object storage, files on GitLab's local disk.
+    TREE_COUNTS = "WITH files AS (
+          SELECT u.store AS stored FROM uploads u
+           WHERE u.model_type = 'Project' AND u.model_id = ANY($1::bigint[])
+          UNION ALL
+          SELECT COALESCE(f.file_store, 1) FROM packages_packages pk
+            JOIN packages_package_files f ON f.package_id = pk.id
+           WHERE pk.project_id = ANY($1::bigint[])
+          UNION ALL
+          SELECT COALESCE(o.file_store, 1) FROM lfs_objects o
+           WHERE o.id IN (SELECT lfs_object_id FROM lfs_objects_projects WHERE project_id = ANY($1::bigint[]))
+             AND NOT EXISTS (SELECT 1 FROM lfs_objects_projects op
+                              WHERE op.lfs_object_id = o.id AND op.project_id <> ALL($1::bigint[])))
+        SELECT (SELECT count(*) FROM project_repositories WHERE project_id = ANY($1::bigint[]))
+                 + (SELECT count(*) FROM snippets sn JOIN snippet_repositories sr ON sr.snippet_id = sn.id
+                     WHERE sn.project_id = ANY($1::bigint[])),
+               (SELECT count(*) FROM container_repositories WHERE project_id = ANY($1::bigint[])),
+               (SELECT count(*) FROM files WHERE stored = 2),
+               (SELECT count(*) FROM files WHERE stored <> 2)";
+    /// Whether project `$1` exists.
+    PROJECT_EXISTS = "SELECT EXISTS (SELECT 1 FROM projects WHERE id = $1::bigint)";
+    /// Whether an LFS object with oid `$1` exists.
+    LFS_OID_EXISTS = "SELECT EXISTS (SELECT 1 FROM lfs_objects WHERE oid = $1)";
+}

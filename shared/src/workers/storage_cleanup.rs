@@ -1,0 +1,340 @@
+//! `storage-cleanup` (issue 37, docs/storage-cleanup.md): removes one storage item of
+//! a project `group-destroy` deletes — a Git repository through Gitaly, a container
+//! repository through the registry (then its row), or an object from S3.
+//!
+//! Owns: the re-check before every removal (at-least-once delivery: the database says
+//! whether the item is still to go) and the removal through the item's client,
+//! idempotently (already gone = done). A repository or object goes only once its
+//! project's row is gone (the manifest is sent before `group-destroy` commits); a
+//! project still there waits while its group is scheduled for deletion and is kept once
+//! the group is restored. An LFS object goes only while no `lfs_objects` row has its
+//! oid again. A container repository goes while its row exists and its group is still
+//! scheduled; the row is deleted after the registry in the same transaction that locked
+//! it. A failure is re-sent with a growing delay ([`BACKOFF_S`]), then the record fails
+//! and reaches the DLQ with the item named. The `done` result is [`StorageCleanupDone`].
+
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+use crate::function::Function;
+use crate::gitlab::deletion_model;
+use crate::gitlab::group_deletion;
+use crate::gitlab::storage;
+use crate::job::{Job, Next, Step};
+use crate::messages::{Bucket, Envelope, StorageCleanupRun, StorageItem, StorageKind};
+use crate::metrics::{self, Metric};
+use crate::retry_transient;
+use crate::runtime::{Done, Invocation, Status};
+use crate::storage::{Removal, Storage};
+
+/// The delays of the re-sends after a failed removal, by hop: past the last, the record
+/// fails and SQS's redrive takes it to the DLQ.
+pub const BACKOFF_S: [u32; 6] = [30, 60, 120, 300, 600, 900];
+
+/// How one message ended: the `outcome` field of `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The item existed and was removed.
+    Removed,
+    /// The item was already gone.
+    AlreadyGone,
+    /// Dry run: the item would be removed.
+    WouldRemove,
+    /// The project still exists and its group is scheduled: retried later.
+    ProjectPresent,
+    /// The project still exists and its group is no longer scheduled: kept.
+    Kept,
+    /// An LFS object with this oid exists again (linked or uploaded since): kept.
+    Reused,
+    /// The removal failed: re-sent later, or failed for the DLQ.
+    Failed,
+}
+
+/// The `done` result of one item.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StorageCleanupDone {
+    /// The group being destroyed.
+    pub group_id: i64,
+    /// The item's project.
+    pub project_id: i64,
+    /// The item's kind.
+    pub kind: StorageKind,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Registry: manifests deleted.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub manifests_deleted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Done for StorageCleanupDone {
+    fn status(&self) -> Status {
+        match self.outcome {
+            Outcome::Removed | Outcome::AlreadyGone | Outcome::WouldRemove => Status::Completed,
+            Outcome::Kept | Outcome::Reused => Status::Stale,
+            Outcome::ProjectPresent => Status::LimitReached,
+            Outcome::Failed => Status::Failed,
+        }
+    }
+
+    fn metrics(&self) -> Vec<(Metric, f64)> {
+        let [removed, gone, failed] = match self.kind {
+            StorageKind::Gitaly => [
+                metrics::GITALY_REMOVED,
+                metrics::GITALY_ALREADY_GONE,
+                metrics::GITALY_FAILED,
+            ],
+            StorageKind::Registry => [
+                metrics::REGISTRY_REMOVED,
+                metrics::REGISTRY_ALREADY_GONE,
+                metrics::REGISTRY_FAILED,
+            ],
+            StorageKind::Objects => [
+                metrics::OBJECTS_REMOVED,
+                metrics::OBJECTS_ALREADY_GONE,
+                metrics::OBJECTS_FAILED,
+            ],
+        };
+        let one = |o: Outcome| if self.outcome == o { 1.0 } else { 0.0 };
+        vec![
+            (removed, one(Outcome::Removed)),
+            (gone, one(Outcome::AlreadyGone)),
+            (failed, one(Outcome::Failed)),
+        ]
+    }
+}
+
+/// Whether the group `p` belongs to is still scheduled for deletion.
+async fn group_scheduled<C: GenericClient>(c: &C, group_id: i64) -> Result<bool> {
+    let model = deletion_model::probe(c).await?;
+    Ok(group_deletion::schedule_of(c, model, group_id)
+        .await?
+        .is_some())
+}
+
+/// The re-check of a repository or an object: `None` when it may go.
+async fn recheck<C: GenericClient>(c: &C, p: &StorageCleanupRun) -> Result<Option<Outcome>> {
+    if storage::project_exists(c, p.project_id).await? {
+        return Ok(Some(if group_scheduled(c, p.group_id).await? {
+            Outcome::ProjectPresent
+        } else {
+            Outcome::Kept
+        }));
+    }
+    if let StorageItem::Object {
+        bucket: Bucket::Lfs,
+        key,
+    } = &p.item
+    {
+        if storage::lfs_oid_exists(c, &storage::lfs_oid(key)).await? {
+            return Ok(Some(Outcome::Reused));
+        }
+    }
+    Ok(None)
+}
+
+fn client<'a, T>(c: Option<&'a T>, var: &str) -> Result<&'a T> {
+    c.ok_or_else(|| {
+        Error::Config(format!(
+            "storage-cleanup received an item of a kind that is not on: set {var}=on (the item is kept for a replay)"
+        ))
+    })
+}
+
+/// Remove `p`'s item; the outcome and registry manifests deleted.
+async fn remove<C>(
+    inv: &Invocation<'_>,
+    client_db: &mut C,
+    s: &Storage,
+    p: &StorageCleanupRun,
+) -> Result<(Outcome, u64)>
+where
+    C: GenericClient + Send + Sync,
+{
+    let done = |r: Removal| match r {
+        Removal::Removed => Outcome::Removed,
+        Removal::AlreadyGone => Outcome::AlreadyGone,
+    };
+    match &p.item {
+        StorageItem::ContainerRepository { id, path } => {
+            let tx = client_db.transaction().await?;
+            if !storage::lock_container_repository(&tx, *id, p.project_id).await? {
+                tx.commit().await?;
+                return Ok((Outcome::AlreadyGone, 0));
+            }
+            if !group_scheduled(&tx, p.group_id).await? {
+                tx.commit().await?;
+                return Ok((Outcome::Kept, 0));
+            }
+            if s.dry_run {
+                tx.commit().await?;
+                return Ok((Outcome::WouldRemove, 0));
+            }
+            let registry = client(s.registry.as_ref(), "STORAGE_REGISTRY")?;
+            let r = registry.delete_repository(path, inv.now).await?;
+            storage::delete_container_repository(&tx, *id).await?;
+            tx.commit().await?;
+            Ok((done(r.removal), r.manifests_deleted))
+        }
+        StorageItem::Repository {
+            storage: name,
+            relative_path,
+        } => {
+            if let Some(o) = recheck(&*client_db, p).await? {
+                return Ok((o, 0));
+            }
+            if s.dry_run {
+                return Ok((Outcome::WouldRemove, 0));
+            }
+            let gitaly = client(s.gitaly.as_ref(), "STORAGE_GITALY")?;
+            let r = gitaly
+                .remove_repository(name, relative_path, inv.now)
+                .await?;
+            Ok((done(r), 0))
+        }
+        StorageItem::Object { bucket, key } => {
+            if let Some(o) = recheck(&*client_db, p).await? {
+                return Ok((o, 0));
+            }
+            if s.dry_run {
+                return Ok((Outcome::WouldRemove, 0));
+            }
+            let objects = client(s.objects.as_ref(), "STORAGE_OBJECTS")?;
+            Ok((done(objects.delete(*bucket, key).await?), 0))
+        }
+    }
+}
+
+/// The `storage-cleanup` job: one item per message, never continued except to retry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StorageCleanup;
+
+impl Job for StorageCleanup {
+    const FUNCTION: Function = Function::StorageCleanup;
+    type Payload = StorageCleanupRun;
+    type Outcome = StorageCleanupDone;
+
+    async fn storage(
+        cfg: &crate::config::Config,
+        aws: &aws_config::SdkConfig,
+    ) -> Result<Option<Storage>> {
+        Ok(Some(
+            Storage::build(&cfg.settings.storage, &cfg.storage, aws).await?,
+        ))
+    }
+
+    async fn run<C>(
+        inv: &Invocation<'_>,
+        client: &mut C,
+        env: &Envelope,
+        p: StorageCleanupRun,
+    ) -> Result<Step<StorageCleanupDone, StorageCleanupRun>>
+    where
+        C: GenericClient + Send + Sync,
+    {
+        let s = inv
+            .storage
+            .ok_or_else(|| Error::Config("storage-cleanup has no storage configuration".into()))?;
+        let item = p.item.describe();
+        let report = |outcome: Outcome, manifests_deleted: u64| StorageCleanupDone {
+            group_id: p.group_id,
+            project_id: p.project_id,
+            kind: p.item.kind(),
+            outcome,
+            manifests_deleted,
+        };
+        let backoff = |outcome: Outcome, error: Error| {
+            let hop = usize::try_from(env.hop).unwrap_or(usize::MAX);
+            match BACKOFF_S.get(hop) {
+                Some(&delay_s) => Step::Continue {
+                    outcome: report(outcome, 0),
+                    next: Next::Resend,
+                    delay_s,
+                },
+                None => Step::Retry {
+                    outcome: report(outcome, 0),
+                    error,
+                },
+            }
+        };
+        match retry_transient!(remove(inv, client, s, &p).await) {
+            Ok((Outcome::ProjectPresent, _)) => {
+                tracing::info!(
+                    group_id = p.group_id,
+                    project_id = p.project_id,
+                    item = item.as_str(),
+                    "Storage cleanup waiting: the project's rows are not deleted yet"
+                );
+                Ok(backoff(
+                    Outcome::ProjectPresent,
+                    Error::Retryable(format!(
+                        "project {} still exists; item {item} kept for a replay",
+                        p.project_id
+                    )),
+                ))
+            }
+            Ok((outcome, manifests)) => {
+                match outcome {
+                    Outcome::Kept => tracing::warn!(
+                        group_id = p.group_id,
+                        project_id = p.project_id,
+                        item = item.as_str(),
+                        "Storage cleanup skipped: the group is no longer scheduled for deletion"
+                    ),
+                    Outcome::Reused => tracing::warn!(
+                        project_id = p.project_id,
+                        item = item.as_str(),
+                        "Storage cleanup skipped: an LFS object with this oid exists again"
+                    ),
+                    Outcome::WouldRemove => tracing::info!(
+                        project_id = p.project_id,
+                        item = item.as_str(),
+                        "Storage not removed: dry run"
+                    ),
+                    o => {
+                        inv.decide(
+                            "storage",
+                            p.project_id,
+                            if o == Outcome::Removed {
+                                "removed"
+                            } else {
+                                "already_gone"
+                            },
+                            p.item.kind().as_str(),
+                        );
+                        tracing::info!(
+                            project_id = p.project_id,
+                            item = item.as_str(),
+                            manifests_deleted = manifests,
+                            result = if o == Outcome::Removed {
+                                "removed"
+                            } else {
+                                "already_gone"
+                            },
+                            "Storage removed"
+                        )
+                    }
+                }
+                Ok(Step::Done(report(outcome, manifests)))
+            }
+            Err(e @ (Error::Storage { .. } | Error::Config(_))) => {
+                tracing::error!(
+                    group_id = p.group_id,
+                    project_id = p.project_id,
+                    item = item.as_str(),
+                    error = %e,
+                    error_class = e.class(),
+                    hop = env.hop,
+                    "Storage cleanup failed"
+                );
+                Ok(backoff(Outcome::Failed, e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
