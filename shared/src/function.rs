@@ -82,14 +82,15 @@ macro_rules! with_functions {
             }
             /// B51 child: removes one storage item of a destroyed project (a Git
             /// repository through Gitaly, a container repository through the registry,
-            /// an object from S3), idempotently.
+            /// an object from S3), idempotently; a failure is re-sent once per
+            /// `BACKOFF_S` delay (so `max_hops` is its length).
             StorageCleanup = "storage-cleanup" {
                 job: workers::storage_cleanup::StorageCleanup,
                 class: "Projects::DestroyService",
                 messages: ["storage-cleanup.remove"],
                 cron: None,
                 timeout_s: 300,
-                max_hops: 0,
+                max_hops: 6,
                 sends_to: [],
             }
             /// B70 cron batch.

@@ -1,5 +1,9 @@
 //! Integration tests: one binary, one fresh database per test (see `integration_tests`).
 
+// Deep async state machines (a storage-cleanup run inside the whole-pipeline
+// futures) pass the default query depth of 128.
+#![recursion_limit = "256"]
+
 mod architecture;
 mod assert;
 mod common_rules;

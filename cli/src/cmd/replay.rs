@@ -169,6 +169,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             {
                 runner = runner.with_notifier(notifier_for(*f, throwaway).await?);
             }
+            runner = runner.with_storage(super::run::storage_for(&config).await?);
             // What the replay cannot deliver is handed on, as in `hk run` (behaviour §11).
             let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "replay")?;
             runner = runner

@@ -123,6 +123,18 @@ pub(crate) async fn notifier_for(function: Function, demo_defaults: bool) -> Res
     Ok(Arc::new(Notifier::full(&cfg, None).await?))
 }
 
+/// `storage-cleanup`'s clients for a local run, from the same variables as in Lambda
+/// (`STORAGE_*`, `GITALY_ADDRESSES`, `REGISTRY_*`, `OBJECT_STORAGE_BUCKET_*`); a
+/// kind on without its service is refused by variable name.
+pub(crate) async fn storage_for(
+    config: &shared::config::Config,
+) -> Result<Arc<shared::storage::Storage>> {
+    let aws = shared::aws::from_env(|k| std::env::var(k).ok());
+    Ok(Arc::new(
+        shared::storage::Storage::build(&config.settings.storage, &config.storage, &aws).await?,
+    ))
+}
+
 /// The plan of `--dry-run --until-idle`: every run, then per table what would
 /// change and the removed users, groups and projects.
 pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
@@ -362,6 +374,9 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
         Function::PatExpiring | Function::DeliverNotification
     ) {
         runner = runner.with_notifier(notifier_for(function, throwaway || a.dry_run).await?);
+    }
+    if !a.dry_run {
+        runner = runner.with_storage(storage_for(&config).await?);
     }
     if let Some(dir) = a.outbox.clone() {
         runner = runner.with_outbox(dir)?;

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::messages::{Bucket, StorageKind};
-use crate::storage::objects::ObjectsConfig;
 
 /// What `group-destroy` does with one kind of storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -171,10 +170,17 @@ pub struct StorageConfig {
     pub gitaly: Option<GitalySource>,
     /// The registry.
     pub registry: Option<RegistrySource>,
-    /// The buckets (`OBJECT_STORAGE_BUCKET_*`) and `AWS_ENDPOINT_URL_S3`.
-    pub objects: ObjectsConfig,
-    /// `AWS_ENDPOINT_URL_S3` (S3-compatible stores, moto).
-    pub s3_endpoint: Option<String>,
+    /// The bucket of each kind of file (`OBJECT_STORAGE_BUCKET_*`).
+    pub buckets: BTreeMap<Bucket, String>,
+}
+
+/// The variable naming `b`'s bucket.
+pub fn bucket_variable(b: Bucket) -> &'static str {
+    match b {
+        Bucket::Uploads => "OBJECT_STORAGE_BUCKET_UPLOADS",
+        Bucket::Lfs => "OBJECT_STORAGE_BUCKET_LFS",
+        Bucket::Packages => "OBJECT_STORAGE_BUCKET_PACKAGES",
+    }
 }
 
 fn secs(get: &impl Fn(&str) -> Option<String>, var: &str, default: u64) -> Result<Duration> {
@@ -218,15 +224,14 @@ impl StorageConfig {
         };
         let mut buckets = BTreeMap::new();
         for b in Bucket::ALL {
-            if let Some(name) = get(ObjectsConfig::variable(b)) {
+            if let Some(name) = get(bucket_variable(b)) {
                 buckets.insert(b, name.trim().to_string());
             }
         }
         Ok(StorageConfig {
             gitaly,
             registry,
-            objects: ObjectsConfig { buckets },
-            s3_endpoint: crate::aws::service_endpoint(get, "S3"),
+            buckets,
         })
     }
 
@@ -246,11 +251,11 @@ impl StorageConfig {
         if modes.objects == Mode::On {
             if let Some(b) = Bucket::ALL
                 .into_iter()
-                .find(|b| !self.objects.buckets.contains_key(b))
+                .find(|b| !self.buckets.contains_key(b))
             {
                 return Err(Error::Config(format!(
                     "STORAGE_OBJECTS=on needs {} (and the other OBJECT_STORAGE_BUCKET_* variables)",
-                    ObjectsConfig::variable(b)
+                    bucket_variable(b)
                 )));
             }
         }

@@ -97,11 +97,8 @@ impl Storage {
             })?);
         }
         if modes.objects == Mode::On {
-            s.objects = Some(objects::Objects::new(
-                aws,
-                cfg.s3_endpoint.clone(),
-                &cfg.objects,
-            ));
+            let endpoint = crate::aws::service_endpoint(|k| std::env::var(k).ok(), "S3");
+            s.objects = Some(objects::Objects::new(aws, endpoint, &cfg.buckets));
         }
         Ok(s)
     }

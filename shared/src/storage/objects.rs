@@ -1,10 +1,10 @@
 //! Object storage: the files of a destroyed project in GitLab's buckets (uploads, LFS
 //! objects, package files), deleted through S3.
 //!
-//! Owns: [`ObjectsConfig`] (the bucket of each kind, GitLab's `object_store`
-//! configuration) and [`Objects`], whose [`Objects::delete`] is idempotent: a `HEAD`
-//! first tells a removal from an object already gone (S3's `DELETE` answers 204 for
-//! both), then the `DELETE`. Failures are [`Error::Storage`] with kind `s3`, naming the
+//! Owns: [`Objects`] (the S3 client and the bucket of each kind, GitLab's
+//! `object_store` configuration), whose [`Objects::delete`] is idempotent: a ranged
+//! `GET` first tells a removal from an object already gone (S3's `DELETE` answers 204
+//! for both), then the `DELETE`. Failures are [`Error::Storage`] with kind `s3`, naming the
 //! bucket and key.
 
 use std::collections::BTreeMap;
@@ -14,25 +14,6 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use super::Removal;
 use crate::error::{Error, Result};
 use crate::messages::Bucket;
-
-/// The bucket GitLab stores each kind of file in (`OBJECT_STORAGE_BUCKET_<KIND>`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ObjectsConfig {
-    /// Bucket name by kind; a kind without a bucket cannot be removed (its items fail,
-    /// naming the variable).
-    pub buckets: BTreeMap<Bucket, String>,
-}
-
-impl ObjectsConfig {
-    /// The variable naming `b`'s bucket.
-    pub fn variable(b: Bucket) -> &'static str {
-        match b {
-            Bucket::Uploads => "OBJECT_STORAGE_BUCKET_UPLOADS",
-            Bucket::Lfs => "OBJECT_STORAGE_BUCKET_LFS",
-            Bucket::Packages => "OBJECT_STORAGE_BUCKET_PACKAGES",
-        }
-    }
-}
 
 /// The S3 client and GitLab's buckets.
 #[derive(Debug, Clone)]
@@ -47,7 +28,7 @@ impl Objects {
     pub fn new(
         aws: &aws_config::SdkConfig,
         endpoint: Option<String>,
-        cfg: &ObjectsConfig,
+        buckets: &BTreeMap<Bucket, String>,
     ) -> Objects {
         let mut conf = aws_sdk_s3::config::Builder::from(aws);
         if let Some(url) = endpoint {
@@ -55,7 +36,7 @@ impl Objects {
         }
         Objects {
             client: aws_sdk_s3::Client::from_conf(conf.build()),
-            buckets: cfg.buckets.clone(),
+            buckets: buckets.clone(),
         }
     }
 
@@ -69,58 +50,51 @@ impl Objects {
                 message: format!(
                     "no bucket configured for {} objects: set {}",
                     b.as_str(),
-                    ObjectsConfig::variable(b)
+                    crate::config::storage::bucket_variable(b)
                 ),
             })
     }
 
     /// Delete `key` from `b`'s bucket: `Removed`, or `AlreadyGone` when no such object.
     pub async fn delete(&self, b: Bucket, key: &str) -> Result<Removal> {
-        let bucket = self.bucket(b)?;
-        let fail = |op: &str, e: String| Error::Storage {
-            kind: "s3",
-            message: format!("{op} s3://{bucket}/{key}: {e}"),
-        };
-        match self
-            .client
-            .head_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(_) => {}
-            Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 404 => {
-                return Ok(Removal::AlreadyGone)
-            }
-            Err(e) => return Err(fail("HEAD", describe(&e))),
+        if !self.exists(b, key).await? {
+            return Ok(Removal::AlreadyGone);
         }
+        let bucket = self.bucket(b)?;
         self.client
             .delete_object()
             .bucket(bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| fail("DELETE", describe(&e)))?;
+            .map_err(|e| Error::Storage {
+                kind: "s3",
+                message: format!("DELETE s3://{bucket}/{key}: {}", describe(&e)),
+            })?;
         Ok(Removal::Removed)
     }
 
-    /// Whether `key` exists in `b`'s bucket (dry runs and tests).
+    /// Whether `key` exists in `b`'s bucket. A one-byte ranged `GET`, not a `HEAD`: a
+    /// `HEAD` answers a missing bucket and a missing key with the same bare 404, and a
+    /// misnamed bucket must fail, never pass for "already gone".
     pub async fn exists(&self, b: Bucket, key: &str) -> Result<bool> {
         let bucket = self.bucket(b)?;
-        match self
+        let got = self
             .client
-            .head_object()
+            .get_object()
             .bucket(bucket)
             .key(key)
+            .range("bytes=0-0")
             .send()
-            .await
-        {
+            .await;
+        match got {
             Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 404 => Ok(false),
+            Err(SdkError::ServiceError(se)) if se.err().is_no_such_key() => Ok(false),
+            // An empty object has no byte 0.
+            Err(SdkError::ServiceError(se)) if se.raw().status().as_u16() == 416 => Ok(true),
             Err(e) => Err(Error::Storage {
                 kind: "s3",
-                message: format!("HEAD s3://{bucket}/{key}: {}", describe(&e)),
+                message: format!("GET s3://{bucket}/{key}: {}", describe(&e)),
             }),
         }
     }

@@ -338,3 +338,15 @@ impl Job for StorageCleanup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backoff_delay_is_one_hop_within_the_limit() {
+        assert_eq!(BACKOFF_S.len() as u32, Function::StorageCleanup.max_hops());
+        assert!(BACKOFF_S.windows(2).all(|w| w[0] < w[1]));
+        assert!(BACKOFF_S.iter().all(|&d| d <= 900), "SQS delays, no schedule");
+    }
+}

@@ -438,6 +438,28 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             "user_details",
             Some("user_details WHERE user_id BETWEEN 3001 AND 3006".into()),
         ),
+        // Storage rows (issue 37): this tree holds none, and none may be left.
+        ("shards", None),
+        (
+            "project_repositories",
+            Some(format!("project_repositories WHERE project_id = ANY({p})")),
+        ),
+        ("snippets", Some(format!("snippets WHERE project_id = ANY({p})"))),
+        ("snippet_repositories", Some("snippet_repositories".into())),
+        (
+            "uploads",
+            Some(format!("uploads WHERE model_type = 'Project' AND model_id = ANY({p})")),
+        ),
+        ("lfs_objects", Some("lfs_objects".into())),
+        (
+            "lfs_objects_projects",
+            Some(format!("lfs_objects_projects WHERE project_id = ANY({p})")),
+        ),
+        (
+            "packages_packages",
+            Some(format!("packages_packages WHERE project_id = ANY({p})")),
+        ),
+        ("packages_package_files", Some("packages_package_files".into())),
         (
             "organization_users",
             Some("organization_users WHERE user_id BETWEEN 3001 AND 3006".into()),

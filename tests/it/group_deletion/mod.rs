@@ -14,6 +14,8 @@
 //! * `blockers`: rows only GitLab's services can delete block a group whole; rows GitLab
 //!   deletes in the database go with their parent.
 //! * `at_scale`: 60 due groups through SQS and the Scheduler; a large tree until idle.
+//! * `storage`: the project's repositories, images and files removed through
+//!   `storage-cleanup` (issue 37), or the group blocked when a kind is off.
 //! * `state_model`: groups scheduled as GitLab 18.10+ schedules them (and restored as
 //!   18.8 and 18.10+ restore them); a group scheduled both ways handled once.
 //!
@@ -40,6 +42,7 @@ mod group_destroy;
 mod restore;
 mod stale_messages;
 mod state_model;
+mod storage;
 
 const NOW: &str = "2025-03-10T02:00:00Z";
 

@@ -88,7 +88,8 @@ crate::statements::statements! {
     DELETE_LFS_OBJECTS = "DELETE FROM lfs_objects WHERE id = ANY($1::bigint[])";
     /// Project `$1`'s upload rows (polymorphic: no foreign key removes them).
     DELETE_UPLOADS = "DELETE FROM uploads WHERE model_type = 'Project' AND model_id = $1::bigint";
-    /// What projects `$1` hold of each kind: repositories (project and snippet),
+    /// What projects `$1` hold of each kind: repositories (project, wiki and design per
+    /// project repository row, and snippets'),
     /// container repositories, files in object storage, files on GitLab's local disk.
     TREE_COUNTS = "WITH files AS (
           SELECT u.store AS stored FROM uploads u
@@ -102,7 +103,7 @@ crate::statements::statements! {
            WHERE o.id IN (SELECT lfs_object_id FROM lfs_objects_projects WHERE project_id = ANY($1::bigint[]))
              AND NOT EXISTS (SELECT 1 FROM lfs_objects_projects op
                               WHERE op.lfs_object_id = o.id AND op.project_id <> ALL($1::bigint[])))
-        SELECT (SELECT count(*) FROM project_repositories WHERE project_id = ANY($1::bigint[]))
+        SELECT 3 * (SELECT count(*) FROM project_repositories WHERE project_id = ANY($1::bigint[]))
                  + (SELECT count(*) FROM snippets sn JOIN snippet_repositories sr ON sr.snippet_id = sn.id
                      WHERE sn.project_id = ANY($1::bigint[])),
                (SELECT count(*) FROM container_repositories WHERE project_id = ANY($1::bigint[])),
