@@ -180,6 +180,15 @@ pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         ids(&plan.removed_projects)
     );
     println!("dead-lettered messages: {}", plan.dead_letters);
+    if plan.storage.kinds.is_empty() {
+        println!("storage removed by storage-cleanup: none");
+    }
+    for (kind, (n, first)) in &plan.storage.kinds {
+        println!(
+            "storage removed by storage-cleanup, {kind}: {n} (first: {})",
+            first.join(", ")
+        );
+    }
     println!(
         "slices: {} (rolled-back transactions{}); locks: at most {} held, the plan stops at {} \
          (half of the server's lock table: {})",

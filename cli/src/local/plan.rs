@@ -96,6 +96,49 @@ pub struct Plan {
     pub gitlab: Value,
     /// Every decision the handlers made, in order (one per function, table and id).
     pub decisions: Vec<PlannedDecision>,
+    /// The storage `storage-cleanup` would remove, by kind (issue 37).
+    pub storage: StoragePlan,
+}
+
+/// The storage items a plan's `storage-cleanup` messages name, by kind: how many
+/// (each message key once) and the first [`StoragePlan::SHOWN`] paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoragePlan {
+    /// By kind (`gitaly`, `registry`, `objects`): count and first paths.
+    pub kinds: BTreeMap<&'static str, (u64, Vec<String>)>,
+    seen: BTreeSet<String>,
+}
+
+impl StoragePlan {
+    /// Paths shown per kind.
+    pub const SHOWN: usize = 5;
+
+    /// Count the item of a `storage-cleanup` message (once per message key).
+    fn add(&mut self, env: &Envelope) {
+        if !self.seen.insert(env.message_key.clone()) {
+            return;
+        }
+        let Ok(run) =
+            serde_json::from_value::<shared::messages::StorageCleanupRun>(env.payload.clone())
+        else {
+            return;
+        };
+        let e = self.kinds.entry(run.item.kind().as_str()).or_default();
+        e.0 += 1;
+        if e.1.len() < Self::SHOWN {
+            e.1.push(run.item.path());
+        }
+    }
+
+    /// `{"gitaly": {"count": n, "first": [...]}, …}`.
+    pub fn to_json(&self) -> Value {
+        Value::Object(
+            self.kinds
+                .iter()
+                .map(|(k, (n, first))| (k.to_string(), json!({"count": n, "first": first})))
+                .collect(),
+        )
+    }
 }
 
 impl Plan {
@@ -121,6 +164,7 @@ impl Plan {
                 "now": self.now.map(shared::clock::rfc3339),
                 "gitlab": self.gitlab,
                 "decisions": self.decisions.iter().map(PlannedDecision::to_json).collect::<Vec<_>>(),
+                "storage": self.storage.to_json(),
             }
         })
     }
@@ -251,6 +295,7 @@ impl Runner {
         let first = self.runs.len();
         let mut totals = Totals::default();
         let (mut slices, mut most_locks, mut stopped) = (0, 0, None);
+        let mut storage = StoragePlan::default();
         loop {
             slices += 1;
             let mut tx = client.transaction().await?;
@@ -261,6 +306,9 @@ impl Runner {
                 if closing && keyset_continuation(&p, function) {
                     held.push(p);
                     continue;
+                }
+                if p.message.receiver == Function::StorageCleanup {
+                    storage.add(&p.message.envelope);
                 }
                 self.plan_delivery(&mut tx, &recorder, p, dry_notifier.as_ref(), &decider)
                     .await?;
@@ -323,6 +371,7 @@ impl Runner {
             now: Some(start),
             gitlab,
             decisions: decisions::last_of_each(planned),
+            storage,
         })
     }
 

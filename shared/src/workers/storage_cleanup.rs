@@ -172,6 +172,9 @@ where
                 return Ok((Outcome::Kept, 0));
             }
             if s.dry_run {
+                // The row goes as it would after the registry (a dry run is rolled
+                // back), so the plan goes on to the project's deletion.
+                storage::delete_container_repository(&tx, *id).await?;
                 tx.commit().await?;
                 return Ok((Outcome::WouldRemove, 0));
             }
@@ -347,6 +350,9 @@ mod tests {
     fn every_backoff_delay_is_one_hop_within_the_limit() {
         assert_eq!(BACKOFF_S.len() as u32, Function::StorageCleanup.max_hops());
         assert!(BACKOFF_S.windows(2).all(|w| w[0] < w[1]));
-        assert!(BACKOFF_S.iter().all(|&d| d <= 900), "SQS delays, no schedule");
+        assert!(
+            BACKOFF_S.iter().all(|&d| d <= 900),
+            "SQS delays, no schedule"
+        );
     }
 }

@@ -60,14 +60,23 @@ fn p200_keys() -> Vec<(Bucket, String)> {
         ),
         (
             Bucket::Packages,
-            format!("{}/{}/{h}/packages/40/files/41/pkg-1.0.tgz", &h[..2], &h[2..4]),
+            format!(
+                "{}/{}/{h}/packages/40/files/41/pkg-1.0.tgz",
+                &h[..2],
+                &h[2..4]
+            ),
         ),
     ]
 }
 
 /// The key of the shared LFS object (must survive).
 fn shared_lfs_key() -> String {
-    format!("{}/{}/{}", &OID_SHARED[..2], &OID_SHARED[2..4], &OID_SHARED[4..])
+    format!(
+        "{}/{}/{}",
+        &OID_SHARED[..2],
+        &OID_SHARED[2..4],
+        &OID_SHARED[4..]
+    )
 }
 
 /// P200's storage rows: its repository on storage `default` (wiki and design beside

@@ -60,7 +60,8 @@ async fn leave_deletes_the_rows_and_logs_every_item_left_in_place() {
         r.runs.iter().all(|run| run.function != SF),
         "nothing for storage-cleanup"
     );
-    let left = log.one("Group destroy left storage in place (STORAGE_*=leave, or files on local disk)");
+    let left =
+        log.one("Group destroy left storage in place (STORAGE_*=leave, or files on local disk)");
     assert_eq!(left["project_id"], 200);
     assert_eq!(left["storage_items_left"], 8, "4 repositories and 4 files");
     let items = left["items"].as_str().unwrap();
@@ -71,7 +72,8 @@ async fn leave_deletes_the_rows_and_logs_every_item_left_in_place() {
     // The rows no foreign key removes went with the project; the shared object stayed.
     assert!(!db.exists("uploads").await);
     assert_eq!(
-        db.scalar::<String>("SELECT string_agg(oid, ',') FROM lfs_objects").await,
+        db.scalar::<String>("SELECT string_agg(oid, ',') FROM lfs_objects")
+            .await,
         OID_SHARED
     );
     assert_eq!(db.count("lfs_objects_projects").await, 1);
@@ -99,7 +101,11 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
             let item = &e.payload["item"];
             match item["kind"].as_str().unwrap() {
                 "repository" => item["relative_path"].as_str().unwrap().to_string(),
-                _ => format!("{}:{}", item["bucket"].as_str().unwrap(), item["key"].as_str().unwrap()),
+                _ => format!(
+                    "{}:{}",
+                    item["bucket"].as_str().unwrap(),
+                    item["key"].as_str().unwrap()
+                ),
             }
         })
         .collect();
@@ -123,6 +129,46 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
     for e in &sent {
         assert_eq!(e.payload["group_id"], 100);
         assert_eq!(e.payload["project_id"], 200);
-        assert!(e.message_key.starts_with("storage-cleanup:200:"), "{}", e.message_key);
+        assert!(
+            e.message_key.starts_with("storage-cleanup:200:"),
+            "{}",
+            e.message_key
+        );
     }
+}
+
+#[tokio::test]
+async fn a_dry_run_until_idle_lists_the_storage_per_kind_and_changes_nothing() {
+    let db = storage_fixture().await;
+    db.exec(
+        "INSERT INTO container_repositories (id, project_id, name, created_at, updated_at)
+         VALUES (7, 200, 'app', '2025-03-01', '2025-03-01')",
+    )
+    .await;
+    let before = db.snapshot().await;
+    // No client at all: a dry run calls no service.
+    let mut r = db.runner_with(t(NOW), with_modes(StorageModes::ALL_ON));
+    let plan = r
+        .plan_until_idle(GD, &destroy_body(100, 11, "2025-03-03"))
+        .await
+        .unwrap();
+    assert_eq!(db.snapshot().await, before, "rolled back");
+    assert_eq!(plan.removed_groups, vec![100, 101]);
+    let kinds = &plan.storage.kinds;
+    assert_eq!(kinds["gitaly"].0, 4);
+    assert_eq!(kinds["objects"].0, 4);
+    assert_eq!(
+        kinds["registry"],
+        (
+            1,
+            vec!["acme-deletion_scheduled-100/web/site/app".to_string()]
+        )
+    );
+    assert_eq!(
+        kinds["gitaly"].1[0],
+        format!("default:{}.design.git", disk_path(200)),
+        "sorted by storage and path"
+    );
+    let json = plan.to_json();
+    assert_eq!(json["plan"]["storage"]["objects"]["count"], 4);
 }

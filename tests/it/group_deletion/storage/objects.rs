@@ -57,7 +57,9 @@ async fn a_destroyed_projects_files_leave_s3_and_a_shared_lfs_object_stays() {
         .filter(|m| m["function"] == "storage-cleanup")
         .collect();
     assert_eq!(emf.len(), 4);
-    assert!(emf.iter().all(|m| m["objects_removed"] == 1.0 && m["objects_failed"] == 0.0));
+    assert!(emf
+        .iter()
+        .all(|m| m["objects_removed"] == 1.0 && m["objects_failed"] == 0.0));
 }
 
 #[tokio::test]
@@ -72,7 +74,9 @@ async fn a_replayed_object_message_finds_it_already_gone() {
         .with_storage(storage_with(Some(objects(&b).await)));
     let (log, _g) = capture();
     for expected in ["removed", "already_gone"] {
-        r.invoke(SF, &object_body(bucket, &key, 0), 1).await.unwrap();
+        r.invoke(SF, &object_body(bucket, &key, 0), 1)
+            .await
+            .unwrap();
         assert_eq!(log.done()["outcome"], expected);
     }
     assert_eq!(log.with_message("Storage removed").len(), 2);
@@ -89,15 +93,24 @@ async fn an_item_whose_project_still_exists_is_re_sent_later_and_kept_once_resto
         .runner_with(t(NOW), with_modes(OBJECTS_ON))
         .with_storage(storage_with(Some(objects(&b).await)));
     let (log, _g) = capture();
-    let (run, _) = r.invoke(SF, &object_body(bucket, &key, 0), 1).await.unwrap();
+    let (run, _) = r
+        .invoke(SF, &object_body(bucket, &key, 0), 1)
+        .await
+        .unwrap();
     assert_eq!(run.outcome, "success");
     assert_eq!(log.done()["outcome"], "project_present");
     let resent = &run.sent[0].message;
-    assert_eq!((resent.receiver, resent.delay_s), (SF, 30), "re-sent after 30 s");
+    assert_eq!(
+        (resent.receiver, resent.delay_s),
+        (SF, 30),
+        "re-sent after 30 s"
+    );
     assert!(s3.exists(bucket, &key).await.unwrap(), "not removed");
     // The group restored: the item is kept for good.
     db.exec("DELETE FROM group_deletion_schedules").await;
-    r.invoke(SF, &object_body(bucket, &key, 1), 1).await.unwrap();
+    r.invoke(SF, &object_body(bucket, &key, 1), 1)
+        .await
+        .unwrap();
     assert_eq!(log.done()["outcome"], "kept");
     assert!(s3.exists(bucket, &key).await.unwrap(), "kept");
 }
@@ -113,8 +126,14 @@ async fn an_lfs_oid_uploaded_again_keeps_its_object() {
         .runner_with(t(NOW), with_modes(OBJECTS_ON))
         .with_storage(storage_with(Some(objects(&b).await)));
     let (log, _g) = capture();
-    r.invoke(SF, &object_body(Bucket::Lfs, &key, 0), 1).await.unwrap();
-    assert_eq!(log.done()["outcome"], "reused", "lfs_objects row 1 still has the oid");
+    r.invoke(SF, &object_body(Bucket::Lfs, &key, 0), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        log.done()["outcome"],
+        "reused",
+        "lfs_objects row 1 still has the oid"
+    );
     assert!(objects(&b).await.exists(Bucket::Lfs, &key).await.unwrap());
 }
 
@@ -131,7 +150,10 @@ async fn a_failing_bucket_is_retried_with_growing_delays_then_fails_naming_the_i
     let (log, _g) = capture();
     let mut delays = Vec::new();
     for hop in 0..=6u64 {
-        let (run, _) = r.invoke(SF, &object_body(bucket, &key, hop), 1).await.unwrap();
+        let (run, _) = r
+            .invoke(SF, &object_body(bucket, &key, hop), 1)
+            .await
+            .unwrap();
         match run.sent.first() {
             Some(s) => delays.push(s.message.delay_s),
             None => {
@@ -145,9 +167,15 @@ async fn a_failing_bucket_is_retried_with_growing_delays_then_fails_naming_the_i
     assert_eq!(e.len(), 7);
     assert_eq!(e[0]["error_class"], "s3");
     assert!(
-        e[0]["item"].as_str().unwrap().starts_with("objects uploads:@hashed/"),
+        e[0]["item"]
+            .as_str()
+            .unwrap()
+            .starts_with("objects uploads:@hashed/"),
         "{}",
         e[0]["item"]
     );
-    assert!(e[0]["error"].as_str().unwrap().contains("no-such-bucket-anywhere"));
+    assert!(e[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("no-such-bucket-anywhere"));
 }
