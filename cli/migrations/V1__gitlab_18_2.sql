@@ -987,6 +987,7 @@ CREATE TABLE project_repositories (
 );
 CREATE UNIQUE INDEX index_project_repositories_on_disk_path ON project_repositories (disk_path);
 CREATE UNIQUE INDEX index_project_repositories_on_project_id ON project_repositories (project_id);
+CREATE INDEX index_project_repositories_on_shard_id_and_project_id ON project_repositories (shard_id, project_id);
 ALTER TABLE ONLY project_repositories
     ADD CONSTRAINT fk_rails_c3258dc63b FOREIGN KEY (shard_id) REFERENCES shards(id) ON DELETE RESTRICT;
 ALTER TABLE ONLY project_repositories
@@ -1016,6 +1017,7 @@ CREATE TABLE snippet_repositories (
     disk_path character varying(80) NOT NULL
 );
 CREATE UNIQUE INDEX index_snippet_repositories_on_disk_path ON snippet_repositories (disk_path);
+CREATE INDEX index_snippet_repositories_on_shard_id ON snippet_repositories (shard_id);
 ALTER TABLE ONLY snippet_repositories
     ADD CONSTRAINT fk_rails_f21f899728 FOREIGN KEY (shard_id) REFERENCES shards(id) ON DELETE RESTRICT;
 ALTER TABLE ONLY snippet_repositories

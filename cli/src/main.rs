@@ -4,6 +4,10 @@
 //! the command's code (`cmd::exit`: 0, 1 retryable, 2 permanent or usage, 3 items failed
 //! inside a run that ended). It holds no SQL of its own.
 
+// Deep async state machines (every handler, storage-cleanup's clients included, inside
+// the runner's futures) pass the default query depth of 128 in the test build.
+#![recursion_limit = "256"]
+
 mod cmd;
 
 use std::process::ExitCode;

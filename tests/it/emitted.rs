@@ -4,7 +4,8 @@
 //!
 //! [`emitted_metrics`] runs the five cron functions until idle on the demo data set
 //! (so every child runs too: delete-user, prune-deletions, group-destroy,
-//! delete-placeholder-user, deliver-notification with real SMTP and HTTP sinks), plus
+//! delete-placeholder-user, deliver-notification with real SMTP and HTTP sinks), one
+//! storage-cleanup item of each kind (no storage client: the failure path), plus
 //! one malformed record per function, with the `hk` local runner, then the cold-start
 //! schema gate of every function against a schema it refuses (the alarm on
 //! `schema_incompatible` reads it), and collects every EMF line written.
@@ -106,6 +107,14 @@ pub async fn emitted_metrics() -> Emitted {
         let body = r.cron_message(*f).to_body();
         r.run_until_idle(*f, &body).await.expect("the run ends");
     }
+    // storage-cleanup, one item of each kind of a project that is gone, with no client
+    // (storage off): its per-kind metrics.
+    let mut r = r.with_storage(std::sync::Arc::new(shared::storage::Storage::default()));
+    for body in storage_items() {
+        r.invoke(Function::StorageCleanup, &body, 1)
+            .await
+            .expect("invoked");
+    }
     for f in Function::ALL {
         r.invoke(*f, &malformed(*f), 1).await.expect("invoked");
     }
@@ -142,6 +151,41 @@ async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
             "{f}: the gate let an incompatible schema through"
         );
     }
+}
+
+/// One `storage-cleanup.remove` per kind, for project 999999 (never there).
+fn storage_items() -> Vec<String> {
+    use shared::messages::{storage_cleanup_key, Bucket, StorageCleanupRun, StorageItem};
+    [
+        StorageItem::Repository {
+            storage: "default".into(),
+            relative_path: "@hashed/aa/bb/cc.git".into(),
+        },
+        StorageItem::ContainerRepository {
+            id: 999_999,
+            path: "gone/project".into(),
+        },
+        StorageItem::Object {
+            bucket: Bucket::Uploads,
+            key: "gone/key".into(),
+        },
+    ]
+    .into_iter()
+    .map(|item| {
+        Envelope::new(
+            "storage-cleanup.remove",
+            storage_cleanup_key(999_999, &item),
+            "r-storage",
+            t(NOW),
+            StorageCleanupRun {
+                group_id: 999_999,
+                project_id: 999_999,
+                item,
+            },
+        )
+        .to_body()
+    })
+    .collect()
 }
 
 /// A record of `f` that does not parse as an envelope (version 2): malformed.

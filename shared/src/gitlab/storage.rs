@@ -25,8 +25,6 @@ pub mod sql;
 pub struct TreeStorage {
     /// Git repositories (project, and snippets'), as GitLab records them.
     pub repositories: i64,
-    /// Container repositories.
-    pub container_repositories: i64,
     /// Files in object storage.
     pub remote_files: i64,
     /// Files on the local disk of GitLab's nodes (`store`/`file_store` 1).
@@ -41,9 +39,8 @@ pub async fn tree_counts<C: GenericClient>(c: &C, projects: &[i64]) -> Result<Tr
     let r = c.query_one(sql::TREE_COUNTS, &[&projects]).await?;
     Ok(TreeStorage {
         repositories: r.get(0),
-        container_repositories: r.get(1),
-        remote_files: r.get(2),
-        local_files: r.get(3),
+        remote_files: r.get(1),
+        local_files: r.get(2),
     })
 }
 
@@ -238,7 +235,6 @@ mod tests {
     fn modes_block_what_they_cannot_remove_or_leave() {
         let t = TreeStorage {
             repositories: 3,
-            container_repositories: 1,
             remote_files: 2,
             local_files: 1,
         };

@@ -59,6 +59,16 @@ async fn public_holds_exactly_the_modelled_gitlab_tables() {
         "packages_debian_project_distributions",
         "project_requirement_compliance_statuses",
         "project_saved_replies",
+        // Where a project's storage lives (issue 37).
+        "lfs_objects",
+        "lfs_objects_projects",
+        "packages_package_files",
+        "packages_packages",
+        "project_repositories",
+        "shards",
+        "snippet_repositories",
+        "snippets",
+        "uploads",
     ];
     // Created by GitLab 18.5.
     if integration_tests::db::gitlab_version() != hk::migrate::GitlabVersion::V18_2 {

@@ -89,8 +89,8 @@ crate::statements::statements! {
     /// Project `$1`'s upload rows (polymorphic: no foreign key removes them).
     DELETE_UPLOADS = "DELETE FROM uploads WHERE model_type = 'Project' AND model_id = $1::bigint";
     /// What projects `$1` hold of each kind: repositories (project, wiki and design per
-    /// project repository row, and snippets'),
-    /// container repositories, files in object storage, files on GitLab's local disk.
+    /// project repository row, and snippets'), files in object storage, files on
+    /// GitLab's local disk. (Container repositories are the blocking keys' to count.)
     TREE_COUNTS = "WITH files AS (
           SELECT u.store AS stored FROM uploads u
            WHERE u.model_type = 'Project' AND u.model_id = ANY($1::bigint[])
@@ -106,7 +106,6 @@ crate::statements::statements! {
         SELECT 3 * (SELECT count(*) FROM project_repositories WHERE project_id = ANY($1::bigint[]))
                  + (SELECT count(*) FROM snippets sn JOIN snippet_repositories sr ON sr.snippet_id = sn.id
                      WHERE sn.project_id = ANY($1::bigint[])),
-               (SELECT count(*) FROM container_repositories WHERE project_id = ANY($1::bigint[])),
                (SELECT count(*) FROM files WHERE stored = 2),
                (SELECT count(*) FROM files WHERE stored <> 2)";
     /// Whether project `$1` exists.
