@@ -242,3 +242,32 @@ async fn wiki_and_design_repositories_are_removed_the_same_way() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_server_that_never_answers_fails_after_the_configured_timeout() {
+    // Accepts connections (the kernel's backlog) but never speaks HTTP/2.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("tcp://{}", silent.local_addr().unwrap());
+    let gitaly = Gitaly::new(&GitalyConfig {
+        storages: [("default".to_string(), address)].into(),
+        token: None,
+        timeout: Duration::from_millis(300),
+    })
+    .unwrap();
+
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(20),
+        gitaly.remove_repository("default", PROJECT, Utc::now()),
+    )
+    .await
+    .expect("the call is bounded by the configured timeout");
+    let msg = storage_error(outcome);
+
+    let elapsed = started.elapsed();
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    // tonic's per-request deadline: Cancelled "Timeout expired".
+    assert!(msg.contains("Cancelled") && msg.contains(PROJECT), "{msg}");
+    drop(silent);
+}
