@@ -8,10 +8,11 @@
 //! is generated at build time from `shared/proto/gitaly/repository.proto` (build.rs).
 //!
 //! Gitaly's behaviour relied on (its `internal/gitaly/service/repository/remove.go`,
-//! `internal/gitaly/repoutil/remove.go`, `internal/gitaly/config/locator.go` and
-//! `auth/token.go`): OK when the repository was removed; `NotFound` "repository does
-//! not exist" (or "… concurrently removed"; Praefect: "repository not found") when
-//! there was none, which is [`Removal::AlreadyGone`]; `InvalidArgument` "storage name
+//! `internal/gitaly/repoutil/remove.go`, `internal/gitaly/config/locator.go`,
+//! `internal/praefect/remove_repository.go` and `auth/token.go`): OK when the
+//! repository was removed; `NotFound` "repository does not exist" (Gitaly and
+//! Praefect alike; "… concurrently removed" in a race) when there was none, which is
+//! [`Removal::AlreadyGone`]; `InvalidArgument` "storage name
 //! not found" for a storage it does not serve; `Unauthenticated` without a token and
 //! `PermissionDenied` for a wrong or stale one (tokens are valid ±30 s around the
 //! server's clock).
