@@ -10,11 +10,13 @@
 #   python3-venv                           .venv for moto, cargo-lambda, SAM CLI, checkov
 #   openssl                                certificates for the database TLS test
 #   git ca-certificates                    clones; TLS roots
+#   golang-gitaly-proto-dev                Gitaly's published .proto files: the Gitaly
+#                                          stand-in and the proto conformance test
 #
 # As root it runs apt-get for the missing ones (CI machines are root); otherwise it
 # prints the apt-get line and fails. Usage: bash scripts/system-packages.sh [--check]
 set -euo pipefail
-PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer python3-venv openssl git ca-certificates)
+PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer python3-venv openssl git ca-certificates golang-gitaly-proto-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
