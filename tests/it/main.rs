@@ -17,6 +17,7 @@ mod reliability;
 mod remove_expired_members;
 mod schema;
 mod shares;
+mod storage;
 
 /// The Lambda glue with every function's handler: what a function binary does with
 /// its own handler, for tests that drive several functions through one `Deps`.

@@ -1,9 +1,11 @@
 //! Real local servers for B28's delivery tests, all on 127.0.0.1: an SMTP sink with
 //! STARTTLS or implicit TLS (aiosmtpd, a child process), an HTTP(S) receiver, and the throwaway certificates they
 //! serve. A test network maps public names and addresses to the local receiver, so
-//! the target check sees a public address while nothing leaves the machine.
+//! the target check sees a public address while nothing leaves the machine. And a
+//! container registry (Debian's `docker-registry`) for the storage-cleanup tests.
 
 pub mod certs;
 pub mod http;
 pub mod net;
+pub mod registry;
 pub mod smtp;
