@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use shared::storage::registry::token::{Access, SigningKey};
 use shared::storage::registry::{RegistryConfig, MANIFEST_ACCEPT};
 
+use super::certs::Leaf;
 use crate::wait;
 
 /// The registry binary of the Debian package.
@@ -41,6 +42,8 @@ const SCHEMA2: &str = "application/vnd.docker.distribution.manifest.v2+json";
 pub struct TestRegistry {
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// `http`, or `https` for a registry started with [`TestRegistry::start_tls`].
+    scheme: &'static str,
     dir: PathBuf,
     child: Child,
     key: SigningKey,
@@ -113,6 +116,17 @@ fn sha256(data: &[u8]) -> String {
 impl TestRegistry {
     /// Start a registry on a free port; waits, bounded, until `GET /v2/` answers.
     pub async fn start() -> TestRegistry {
+        Self::start_with(None).await
+    }
+
+    /// Start a registry serving HTTPS with `leaf` (a certificate of the test CA for
+    /// 127.0.0.1); waits, bounded, until it accepts connections. The helpers speak
+    /// plain HTTP only: tests of this registry use the client alone.
+    pub async fn start_tls(leaf: &Leaf) -> TestRegistry {
+        Self::start_with(Some(leaf)).await
+    }
+
+    async fn start_with(tls: Option<&Leaf>) -> TestRegistry {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} missing: install the docker-registry package (scripts/system-packages.sh)"
@@ -123,7 +137,20 @@ impl TestRegistry {
         let (key_pem, cert_pem) = key_and_certificate();
         std::fs::write(dir.join("root.crt"), cert_pem).unwrap();
         let port = free_port();
-        std::fs::write(dir.join("config.yml"), config(&dir, port)).unwrap();
+        let mut yml = config(&dir, port);
+        if let Some(leaf) = tls {
+            std::fs::write(dir.join("tls.crt"), &leaf.cert_pem).unwrap();
+            std::fs::write(dir.join("tls.key"), &leaf.key_pem).unwrap();
+            yml = yml.replace(
+                "http:\n",
+                &format!(
+                    "http:\n  tls:\n    certificate: {}\n    key: {}\n",
+                    dir.join("tls.crt").display(),
+                    dir.join("tls.key").display()
+                ),
+            );
+        }
+        std::fs::write(dir.join("config.yml"), yml).unwrap();
         let log = std::fs::File::create(dir.join("registry.log")).unwrap();
         let child = Command::new(BINARY)
             .arg("serve")
@@ -135,6 +162,7 @@ impl TestRegistry {
             .expect("start docker-registry");
         let reg = TestRegistry {
             port,
+            scheme: if tls.is_some() { "https" } else { "http" },
             dir,
             child,
             key: SigningKey::from_pem(&key_pem).unwrap(),
@@ -144,6 +172,20 @@ impl TestRegistry {
                 .build()
                 .unwrap(),
         };
+        if tls.is_some() {
+            wait::until(
+                "docker-registry to listen",
+                Duration::from_secs(20),
+                || async move {
+                    tokio::net::TcpStream::connect(("127.0.0.1", port))
+                        .await
+                        .ok()
+                        .map(drop)
+                },
+            )
+            .await;
+            return reg;
+        }
         let url = reg.url("/v2/");
         let http = reg.http.clone();
         wait::until("docker-registry to answer", Duration::from_secs(20), || {
@@ -158,9 +200,9 @@ impl TestRegistry {
         reg
     }
 
-    /// `http://127.0.0.1:<port><path>`.
+    /// `http://127.0.0.1:<port><path>` (`https` for a TLS registry).
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
     }
 
     /// The signing key's PEM (PKCS#1), GitLab's `registry.key`.

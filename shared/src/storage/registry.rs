@@ -321,7 +321,8 @@ impl Registry {
         ))
     }
 
-    /// The repository's tags, every page (`Link` pagination), or `None` when the
+    /// The repository's tags, every page (`Link` pagination, which Distribution 3 and
+    /// GitLab's registry use; Distribution 2.8 answers with one page), or `None` when the
     /// registry does not know the repository (`404 NAME_UNKNOWN`). Read-only, with a
     /// `pull` token.
     pub async fn tags(&self, path: &str, now: DateTime<Utc>) -> Result<Option<Vec<String>>> {

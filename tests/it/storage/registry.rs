@@ -3,6 +3,7 @@
 //! deleting a repository's images, replays, unknown repositories, a token the registry
 //! refuses, a registry that is down, nested paths, and what the catalogue shows.
 
+use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::registry::{key_and_certificate, TestRegistry};
 use integration_tests::t;
 use shared::error::Error;
@@ -243,6 +244,36 @@ async fn an_expired_token_is_refused() {
     assert_eq!(e.class(), "registry", "{e}");
     assert!(e.to_string().contains("401"), "{e}");
     assert!(reg.manifest_exists(path, "v1").await);
+}
+
+#[tokio::test]
+async fn https_with_the_ca_bundle_works_and_without_it_fails() {
+    let ca = TestCa::new();
+    let reg = TestRegistry::start_tls(&ca.issue(&[], &["127.0.0.1"])).await;
+    let dir =
+        std::env::temp_dir().join(format!("hk-registry-ca-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bundle = dir.join("ca.pem");
+    std::fs::write(&bundle, ca.cert_pem()).unwrap();
+    let trusting = Registry::new(&RegistryConfig {
+        ca_bundle: Some(bundle),
+        ..reg.client_config()
+    })
+    .unwrap();
+    // A full exchange over TLS: the token is accepted, the repository unknown.
+    assert_eq!(
+        trusting.tags("group/project/app", now()).await.unwrap(),
+        None,
+        "registry log:\n{}",
+        reg.log()
+    );
+    let e = client(&reg)
+        .tags("group/project/app", now())
+        .await
+        .unwrap_err();
+    assert_eq!(e.class(), "registry", "{e}");
+    assert!(e.to_string().contains("no response"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[tokio::test]
