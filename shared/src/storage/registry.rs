@@ -353,7 +353,15 @@ impl Registry {
                 tags.extend(list.iter().filter_map(|t| t.as_str().map(str::to_string)));
             }
             match r.next {
-                Some(next) => target = next,
+                // A registry repeating the same page would loop forever.
+                Some(next) if next.trim_start_matches('/') != target => {
+                    target = next.trim_start_matches('/').to_string()
+                }
+                Some(_) => {
+                    return Err(storage(format!(
+                        "GET tags/list {path}: the next page is the same page"
+                    )))
+                }
                 None => break,
             }
         }
