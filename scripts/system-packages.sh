@@ -9,6 +9,8 @@
 #   nodejs npm                             scripts/pg-versions.sh installs PostgreSQL 16/17
 #   python3-venv                           .venv for moto, cargo-lambda, SAM CLI, checkov
 #   openssl                                certificates for the database TLS test
+#   docker-registry                        the container registry (Distribution 2.8) of the
+#                                          registry client's tests; its service stays off
 #   git ca-certificates                    clones; TLS roots
 #   golang-gitaly-proto-dev                Gitaly's published .proto files: the Gitaly
 #                                          stand-in and the proto conformance test
@@ -16,7 +18,7 @@
 # As root it runs apt-get for the missing ones (CI machines are root); otherwise it
 # prints the apt-get line and fails. Usage: bash scripts/system-packages.sh [--check]
 set -euo pipefail
-PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer python3-venv openssl git ca-certificates golang-gitaly-proto-dev)
+PACKAGES=(build-essential pkg-config libssl-dev perl make postgresql-15 pgbouncer python3-venv openssl docker-registry golang-gitaly-proto-dev git ca-certificates)
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -44,4 +46,9 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # their own on a free port and need none running.
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet pgbouncer 2>/dev/null; then
   systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+fi
+# docker-registry's package enables a registry service on :5000; the registry tests start
+# their own on a free port of 127.0.0.1 and need none running.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+  systemctl disable --now docker-registry >/dev/null 2>&1 || true
 fi

@@ -2,10 +2,12 @@
 //! STARTTLS or implicit TLS (aiosmtpd, a child process), an HTTP(S) receiver, and the throwaway certificates they
 //! serve. A test network maps public names and addresses to the local receiver, so
 //! the target check sees a public address while nothing leaves the machine. Also the
-//! Gitaly stand-in of the storage tests (grpcio, a child process).
+//! Gitaly stand-in of the storage tests (grpcio, a child process) and a container
+//! registry (Debian's `docker-registry`) for the storage-cleanup tests.
 
 pub mod certs;
 pub mod gitaly;
 pub mod http;
 pub mod net;
+pub mod registry;
 pub mod smtp;

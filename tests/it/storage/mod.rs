@@ -1,6 +1,8 @@
 //! The storage clients of `storage-cleanup` against real local servers: Gitaly's
-//! RemoveRepository against the Gitaly stand-in (`gitaly.rs`), and the project's Gitaly
-//! proto subset checked against Gitaly's published protos (`conformance.rs`).
+//! RemoveRepository against the Gitaly stand-in (`gitaly.rs`), the project's Gitaly
+//! proto subset checked against Gitaly's published protos (`conformance.rs`), and the
+//! container registry (Debian's `docker-registry`, `registry.rs`).
 
 mod conformance;
 mod gitaly;
+mod registry;
