@@ -5,7 +5,8 @@
 //! [`emitted_metrics`] runs the five cron functions until idle on the demo data set
 //! (so every child runs too: delete-user, prune-deletions, group-destroy,
 //! delete-placeholder-user, deliver-notification with real SMTP and HTTP sinks), plus
-//! one malformed record per function, with the `hk` local runner, then the cold-start
+//! one malformed record per function, one storage-cleanup item of each kind (a dry
+//! run: the demo's storage modes are off), with the `hk` local runner, then the cold-start
 //! schema gate of every function against a schema it refuses (the alarm on
 //! `schema_incompatible` reads it), and collects every EMF line written.
 
@@ -109,8 +110,51 @@ pub async fn emitted_metrics() -> Emitted {
     for f in Function::ALL {
         r.invoke(*f, &malformed(*f), 1).await.expect("invoked");
     }
+    storage_cleanup_of_each_kind(&db).await;
     refuse_the_schema_in_every_function(&db).await;
     collect(&log.lines())
+}
+
+/// storage-cleanup, which the demo never reaches (its storage modes are all `off`):
+/// one item of each kind of a project that does not exist, in a dry run (no service
+/// is called), so each kind's `done` line and metrics are written.
+async fn storage_cleanup_of_each_kind(db: &integration_tests::TestDb) {
+    use shared::messages::{storage_cleanup_key, Bucket, StorageCleanupRun, StorageItem};
+    let mut r = db
+        .runner(t(NOW))
+        .with_storage(std::sync::Arc::new(shared::storage::Storage::dry_run()));
+    let h = "0a".repeat(32);
+    for item in [
+        StorageItem::Repository {
+            storage: "default".into(),
+            relative_path: format!("@hashed/0a/0a/{h}.git"),
+        },
+        StorageItem::ContainerRepository {
+            id: 999_999,
+            path: "gone/project".into(),
+        },
+        StorageItem::Object {
+            bucket: Bucket::Uploads,
+            key: format!("@hashed/0a/0a/{h}/0123456789abcdef/a.png"),
+        },
+    ] {
+        let key = storage_cleanup_key(999_999, &item);
+        let body = Envelope::new(
+            "storage-cleanup.remove",
+            key,
+            "r-storage",
+            t(NOW),
+            StorageCleanupRun {
+                group_id: 999_999,
+                project_id: 999_999,
+                item,
+            },
+        )
+        .to_body();
+        r.invoke(Function::StorageCleanup, &body, 1)
+            .await
+            .expect("invoked");
+    }
 }
 
 /// Each function's cold-start schema gate (shared/src/lambda.rs) on a schema it
