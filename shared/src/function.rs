@@ -91,7 +91,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 6,
-                sends_to: [],
+                sends_to: [StorageCleanup],
             }
             /// B70 cron batch.
             PlaceholderUserCleanup = "placeholder-user-cleanup" {

@@ -71,7 +71,7 @@ def parameter_values(
 ) -> dict[str, str]:
     """The parameter set: 'defaults' (only the required ones given) or 'operations'
     (page and ticket topics set, every …ScheduleEnabled false, VPC set, x86_64, a
-    KMS key for the secrets)."""
+    KMS key for the secrets, storage removal on with its services and buckets)."""
     values = {}
     for name, p in t.get("Parameters", {}).items():
         if "Default" not in p:
@@ -87,6 +87,22 @@ def parameter_values(
         values["Architecture"] = "x86_64"
         if "SecretsKmsKeyArn" in t.get("Parameters", {}):
             values["SecretsKmsKeyArn"] = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+        # Storage removal on (issue 37): storage-cleanup's conditional grants deploy too.
+        storage = {
+            "StorageGitaly": "on",
+            "StorageRegistry": "on",
+            "StorageObjects": "on",
+            "GitalyAddresses": "default=tcp://gitaly.internal:8075",
+            "GitalyTokenSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:gitaly-token-AbCdEf",
+            "RegistryApiUrl": "http://registry.internal:5000",
+            "RegistryKeySecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:registry-key-AbCdEf",
+            "ObjectStorageBucketUploads": "gitlab-uploads",
+            "ObjectStorageBucketLfs": "gitlab-lfs",
+            "ObjectStorageBucketPackages": "gitlab-packages",
+        }
+        for name, value in storage.items():
+            if name in t.get("Parameters", {}):
+                values[name] = value
     elif which != "defaults":
         raise ValueError(f"unknown parameter set {which}")
     return values

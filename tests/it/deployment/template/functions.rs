@@ -288,3 +288,31 @@ fn cron_functions_have_a_schedule_putting_a_valid_cron_message_on_their_queue() 
         assert_eq!(env.kind, f.run_type());
     }
 }
+
+/// `events/<function>.json`, the sample events for `sam local invoke -e`: each names a
+/// function of the table, and every record's body is a message that function accepts,
+/// payload included.
+#[test]
+fn every_sample_event_is_a_valid_message_of_its_function() {
+    let mut seen = BTreeSet::new();
+    for e in std::fs::read_dir(root().join("events")).unwrap() {
+        let path = e.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        let f = Function::from_name(&stem)
+            .unwrap_or_else(|| panic!("events/{stem}.json: not a function's name"));
+        let ev: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let records = ev["Records"].as_array().unwrap();
+        assert!(!records.is_empty(), "{stem}");
+        for r in records {
+            assert_eq!(r["eventSource"], "aws:sqs", "{stem}");
+            let body = r["body"].as_str().unwrap();
+            let env = Envelope::parse(body, f).unwrap_or_else(|m| panic!("{stem}: {}", m.error));
+            assert!(f.accepts().contains(&env.kind.as_str()), "{stem}");
+        }
+        seen.insert(f);
+    }
+    // A worker's sample too: storage-cleanup's item.
+    assert!(seen.contains(&Function::StorageCleanup), "{seen:?}");
+    assert!(seen.len() >= 10, "{seen:?}");
+}

@@ -13,7 +13,19 @@ use shared::metrics::{
 
 /// Alarms whose OK notification helps: their cause can end without anyone acting.
 fn notifies_ok(alarm: &str) -> bool {
-    alarm.ends_with("HeartbeatAlarm") || alarm == "SchemaRefusedAlarm"
+    alarm.ends_with("HeartbeatAlarm") || schema_alarms().iter().any(|a| a == alarm)
+}
+
+/// The schema pages: the functions' `schema_incompatible` ten to an alarm (CloudWatch's
+/// hard limit on the metrics of one alarm): `SchemaRefusedAlarm`, then
+/// `SchemaRefused2Alarm`, ….
+fn schema_alarms() -> Vec<String> {
+    (0..Function::ALL.len().div_ceil(10))
+        .map(|i| match i {
+            0 => "SchemaRefusedAlarm".to_string(),
+            i => format!("SchemaRefused{}Alarm", i + 1),
+        })
+        .collect()
 }
 
 /// The alarms that must page, from the function catalogue.
@@ -31,13 +43,10 @@ fn expected_pages() -> BTreeSet<String> {
             want.insert(format!("{c}AllItemsFailedAlarm"));
         }
     }
-    for stack_wide in [
-        "SchemaRefusedAlarm",
-        "SchedulerTargetErrorsAlarm",
-        "SchedulerDroppedAlarm",
-    ] {
+    for stack_wide in ["SchedulerTargetErrorsAlarm", "SchedulerDroppedAlarm"] {
         want.insert(stack_wide.to_string());
     }
+    want.extend(schema_alarms());
     want
 }
 
@@ -221,32 +230,53 @@ fn every_worker_pages_when_every_record_failed_for_three_periods() {
 }
 
 #[test]
-fn the_schema_page_reads_every_functions_schema_incompatible() {
+fn the_schema_pages_read_every_functions_schema_incompatible() {
     let t = template();
     let service = service_value(&t);
-    let p = &resource(&t, "SchemaRefusedAlarm")["Properties"];
-    let queries = p["Metrics"].as_sequence().unwrap();
-    let mut read = BTreeSet::new();
-    let mut ids = Vec::new();
-    for q in queries.iter().filter(|q| !q["MetricStat"].is_null()) {
-        let m = &q["MetricStat"]["Metric"];
-        assert_eq!(m["MetricName"].as_str(), Some(SCHEMA_INCOMPATIBLE.name));
-        let dims = dimensions(&m["Dimensions"]);
-        assert_eq!(dims[SERVICE_DIMENSION], service);
-        read.insert(dims[FUNCTION_DIMENSION].as_str().unwrap().to_string());
-        ids.push(q["Id"].as_str().unwrap().to_string());
-    }
-    let all: BTreeSet<String> = Function::ALL.iter().map(|f| f.name().to_string()).collect();
-    assert_eq!(read, all, "every function's cold-start refusal");
-    let expr = queries.iter().find(|q| q["ReturnData"] == true).unwrap()["Expression"]
-        .as_str()
-        .unwrap();
-    for id in &ids {
+    let mut read = Vec::new();
+    let names = schema_alarms();
+    for name in &names {
+        let p = &resource(&t, name)["Properties"];
+        let queries = p["Metrics"].as_sequence().unwrap();
+        let mut ids = Vec::new();
+        for q in queries.iter().filter(|q| !q["MetricStat"].is_null()) {
+            let m = &q["MetricStat"]["Metric"];
+            assert_eq!(m["MetricName"].as_str(), Some(SCHEMA_INCOMPATIBLE.name));
+            let dims = dimensions(&m["Dimensions"]);
+            assert_eq!(dims[SERVICE_DIMENSION], service);
+            read.push(dims[FUNCTION_DIMENSION].as_str().unwrap().to_string());
+            ids.push(q["Id"].as_str().unwrap().to_string());
+        }
+        // CloudWatch refuses an alarm reading more than ten metrics.
+        assert!(ids.len() <= 10, "{name} reads {} metrics", ids.len());
+        let expr = queries.iter().find(|q| q["ReturnData"] == true).unwrap()["Expression"]
+            .as_str()
+            .unwrap();
+        for id in &ids {
+            assert!(
+                expr.contains(&format!("FILL({id}, 0)")),
+                "{name}: {expr} omits {id}"
+            );
+        }
+        assert_eq!(p["Threshold"].as_u64(), Some(0));
+        assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
         assert!(
-            expr.contains(&format!("FILL({id}, 0)")),
-            "{expr} omits {id}"
+            p["AlarmDescription"]
+                .as_str()
+                .unwrap()
+                .contains("Runbook: docs/runbook.md#schema-refused"),
+            "{name}"
         );
     }
-    assert_eq!(p["Threshold"].as_u64(), Some(0));
-    assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
+    let once: BTreeSet<String> = read.iter().cloned().collect();
+    assert_eq!(once.len(), read.len(), "a function is read twice: {read:?}");
+    let all: BTreeSet<String> = Function::ALL.iter().map(|f| f.name().to_string()).collect();
+    assert_eq!(once, all, "every function's cold-start refusal");
+    // No other schema alarm.
+    let others: Vec<String> = alarms(&t)
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.starts_with("SchemaRefused") && !names.contains(n))
+        .collect();
+    assert!(others.is_empty(), "{others:?}");
 }
