@@ -35,7 +35,6 @@ use crate::error::Result;
 
 /// The clients of the kinds switched `on`, built once at cold start of
 /// `storage-cleanup` (`Deps::storage`); a kind not `on` has none.
-#[derive(Debug, Default)]
 pub struct Storage {
     /// Gitaly, when `STORAGE_GITALY=on`.
     pub gitaly: Option<gitaly::Gitaly>,
@@ -46,6 +45,34 @@ pub struct Storage {
     /// A dry run (`hk run --dry-run`, the plan): every re-check runs, no service is
     /// called and nothing is deleted.
     pub dry_run: bool,
+    /// The clock that dates the services' tokens (Gitaly's v2 token, the registry's
+    /// JWT): the wall clock, because each service checks them against its own clock.
+    /// The database decisions use the invocation's injected `now`; under Lambda both
+    /// are the system clock, while `hk`'s virtual time may run ahead of the wall.
+    pub token_clock: std::sync::Arc<dyn crate::clock::Clock>,
+}
+
+impl Default for Storage {
+    fn default() -> Storage {
+        Storage {
+            gitaly: None,
+            registry: None,
+            objects: None,
+            dry_run: false,
+            token_clock: std::sync::Arc::new(crate::clock::SystemClock),
+        }
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("gitaly", &self.gitaly.is_some())
+            .field("registry", &self.registry.is_some())
+            .field("objects", &self.objects.is_some())
+            .field("dry_run", &self.dry_run)
+            .finish()
+    }
 }
 
 /// A secret's value: given, or read from Secrets Manager.

@@ -148,7 +148,6 @@ fn client<'a, T>(c: Option<&'a T>, var: &str) -> Result<&'a T> {
 
 /// Remove `p`'s item; the outcome and registry manifests deleted.
 async fn remove<C>(
-    inv: &Invocation<'_>,
     client_db: &mut C,
     s: &Storage,
     p: &StorageCleanupRun,
@@ -179,7 +178,7 @@ where
                 return Ok((Outcome::WouldRemove, 0));
             }
             let registry = client(s.registry.as_ref(), "STORAGE_REGISTRY")?;
-            let r = registry.delete_repository(path, inv.now).await?;
+            let r = registry.delete_repository(path, s.token_clock.now()).await?;
             storage::delete_container_repository(&tx, *id).await?;
             tx.commit().await?;
             Ok((done(r.removal), r.manifests_deleted))
@@ -196,7 +195,7 @@ where
             }
             let gitaly = client(s.gitaly.as_ref(), "STORAGE_GITALY")?;
             let r = gitaly
-                .remove_repository(name, relative_path, inv.now)
+                .remove_repository(name, relative_path, s.token_clock.now())
                 .await?;
             Ok((done(r), 0))
         }
@@ -265,7 +264,7 @@ impl Job for StorageCleanup {
                 },
             }
         };
-        match retry_transient!(remove(inv, client, s, &p).await) {
+        match retry_transient!(remove(client, s, &p).await) {
             Ok((Outcome::ProjectPresent, _)) => {
                 tracing::info!(
                     group_id = p.group_id,

@@ -6,6 +6,8 @@
 //!
 //! * `modes`: off blocks whole, leave deletes the rows and logs what stays, on sends the
 //!   manifest; the dry run lists it.
+//! * `end_to_end`: a group destroyed with every kind removed through its real
+//!   service; any kind off blocks it; crashes remove each item once.
 //! * `objects`: files in S3 (uploads, LFS objects only this project links, package
 //!   files), and storage-cleanup's re-checks.
 //!
@@ -21,6 +23,7 @@ use shared::storage::Storage;
 
 use super::*;
 
+mod end_to_end;
 mod modes;
 mod objects;
 
