@@ -147,11 +147,7 @@ fn client<'a, T>(c: Option<&'a T>, var: &str) -> Result<&'a T> {
 }
 
 /// Remove `p`'s item; the outcome and registry manifests deleted.
-async fn remove<C>(
-    client_db: &mut C,
-    s: &Storage,
-    p: &StorageCleanupRun,
-) -> Result<(Outcome, u64)>
+async fn remove<C>(client_db: &mut C, s: &Storage, p: &StorageCleanupRun) -> Result<(Outcome, u64)>
 where
     C: GenericClient + Send + Sync,
 {
@@ -178,7 +174,9 @@ where
                 return Ok((Outcome::WouldRemove, 0));
             }
             let registry = client(s.registry.as_ref(), "STORAGE_REGISTRY")?;
-            let r = registry.delete_repository(path, s.token_clock.now()).await?;
+            let r = registry
+                .delete_repository(path, s.token_clock.now())
+                .await?;
             storage::delete_container_repository(&tx, *id).await?;
             tx.commit().await?;
             Ok((done(r.removal), r.manifests_deleted))
