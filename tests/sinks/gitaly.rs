@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use super::python;
 use crate::wait;
 
 /// One RemoveRepository call as the stub saw it.
@@ -41,14 +42,6 @@ impl Drop for GitalyStub {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The Python that runs the stub: `HK_TEST_PYTHON`, else the repository's `.venv`.
-fn python() -> PathBuf {
-    match std::env::var_os("HK_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"),
     }
 }
 

@@ -11,3 +11,14 @@ pub mod http;
 pub mod net;
 pub mod registry;
 pub mod smtp;
+
+use std::path::{Path, PathBuf};
+
+/// The Python that runs a sink's child (the SMTP sink, the Gitaly stand-in):
+/// `HK_TEST_PYTHON`, else the repository's `.venv`.
+fn python() -> PathBuf {
+    match std::env::var_os("HK_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"),
+    }
+}

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use shared::notify::crypto::decode_m;
 
 use super::certs::TestCa;
+use super::python;
 use crate::wait;
 
 /// How the sink offers TLS.
@@ -124,14 +125,6 @@ impl Drop for SmtpSink {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The Python that runs the sink: `HK_TEST_PYTHON`, else the repository's `.venv`.
-fn python() -> PathBuf {
-    match std::env::var_os("HK_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python"),
     }
 }
 

@@ -56,11 +56,10 @@ async fn world() -> (TestDb, World) {
     let now = Utc::now();
     let marked = (now - chrono::Duration::days(8)).date_naive();
     db.exec(&format!(
-        "UPDATE group_deletion_schedules SET marked_for_deletion_on = '{marked}';
-         INSERT INTO container_repositories (id, project_id, name, created_at, updated_at)
-         VALUES (7, 200, 'app', '2025-03-01', '2025-03-01');"
+        "UPDATE group_deletion_schedules SET marked_for_deletion_on = '{marked}'"
     ))
     .await;
+    container_repository(&db).await;
     let gitaly = GitalyStub::start(&["default"], Some(GITALY_TOKEN)).await;
     for r in repositories() {
         gitaly.create_repo("default", &r);

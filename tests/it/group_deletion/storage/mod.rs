@@ -109,6 +109,15 @@ async fn storage_rows(db: &TestDb) {
     .await;
 }
 
+/// P200's container repository 7, `app` (registry path `<P200's full path>/app`).
+async fn container_repository(db: &TestDb) {
+    db.exec(
+        "INSERT INTO container_repositories (id, project_id, name, created_at, updated_at)
+         VALUES (7, 200, 'app', '2025-03-01', '2025-03-01')",
+    )
+    .await;
+}
+
 /// The fixture of behaviour §B51.9 with P200's storage rows.
 async fn storage_fixture() -> TestDb {
     let db = fixture().await;

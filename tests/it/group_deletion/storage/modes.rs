@@ -28,11 +28,7 @@ async fn with_every_kind_off_a_group_holding_storage_is_blocked_with_nothing_del
 #[tokio::test]
 async fn with_the_registry_off_a_container_image_blocks_the_group_even_with_the_rest_on() {
     let db = storage_fixture().await;
-    db.exec(
-        "INSERT INTO container_repositories (id, project_id, name, created_at, updated_at)
-         VALUES (7, 200, 'app', '2025-03-01', '2025-03-01')",
-    )
-    .await;
+    container_repository(&db).await;
     let before = db.snapshot().await;
     let modes = StorageModes {
         registry: Mode::Off,
@@ -140,11 +136,7 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
 #[tokio::test]
 async fn a_dry_run_until_idle_lists_the_storage_per_kind_and_changes_nothing() {
     let db = storage_fixture().await;
-    db.exec(
-        "INSERT INTO container_repositories (id, project_id, name, created_at, updated_at)
-         VALUES (7, 200, 'app', '2025-03-01', '2025-03-01')",
-    )
-    .await;
+    container_repository(&db).await;
     let before = db.snapshot().await;
     // No client at all: a dry run calls no service.
     let mut r = db.runner_with(t(NOW), with_modes(StorageModes::ALL_ON));
