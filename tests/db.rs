@@ -8,8 +8,8 @@ use tokio_postgres::Client;
 
 use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
 
-/// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2`, `18.8`
-/// or `18.11`), default the newest.
+/// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2`, `18.8`,
+/// `18.11` or `19.5`), default the newest.
 pub fn gitlab_version() -> hk::migrate::GitlabVersion {
     match std::env::var("HK_TEST_GITLAB") {
         Ok(v) if !v.trim().is_empty() => {

@@ -2,7 +2,8 @@
 //!
 //! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates the model of
 //! GitLab's tables the bundle touches, per supported GitLab release ([`GitlabVersion`]:
-//! V1 is GitLab 18.2's model, V2 the changes up to 18.8, V3 those up to 18.11), and the fingerprint of that
+//! V1 is GitLab 18.2's model, V2 the changes up to 18.8, V3 those up to 18.11, V4 those
+//! up to 19.5), and the fingerprint of that
 //! SQL the test harness names its template after ([`fingerprint`]). The runtime code never issues DDL, and `hk migrate` must never be
 //! pointed at a real GitLab database. refinery's history table lives in the separate
 //! schema `hk_meta`, so `public` holds only GitLab's tables (behaviour §S1.1).
@@ -25,33 +26,37 @@ mod embedded {
 /// Where refinery records applied migrations.
 pub const HISTORY_TABLE: &str = "hk_meta.refinery_schema_history";
 
-/// A supported GitLab release the model can be built for: the oldest and the newest
-/// (both GitLab upgrade stops).
+/// A supported GitLab release the model can be built for: the oldest, the newest and
+/// the releases between where the modelled tables changed shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GitlabVersion {
     /// GitLab 18.2 (migration V1 only).
     V18_2,
     /// GitLab 18.8 (V1 and V2).
     V18_8,
-    /// GitLab 18.11 (V1 to V3), the default.
-    #[default]
+    /// GitLab 18.11 (V1 to V3).
     V18_11,
+    /// GitLab 19.5 (V1 to V4), the default.
+    #[default]
+    V19_5,
 }
 
 impl GitlabVersion {
     /// Every supported release, oldest first.
-    pub const ALL: [GitlabVersion; 3] = [
+    pub const ALL: [GitlabVersion; 4] = [
         GitlabVersion::V18_2,
         GitlabVersion::V18_8,
         GitlabVersion::V18_11,
+        GitlabVersion::V19_5,
     ];
 
-    /// `18.2`, `18.8` or `18.11`.
+    /// `18.2`, `18.8`, `18.11` or `19.5`.
     pub fn as_str(self) -> &'static str {
         match self {
             GitlabVersion::V18_2 => "18.2",
             GitlabVersion::V18_8 => "18.8",
             GitlabVersion::V18_11 => "18.11",
+            GitlabVersion::V19_5 => "19.5",
         }
     }
 
@@ -61,6 +66,7 @@ impl GitlabVersion {
             GitlabVersion::V18_2 => 1,
             GitlabVersion::V18_8 => 2,
             GitlabVersion::V18_11 => 3,
+            GitlabVersion::V19_5 => 4,
         }
     }
 }
@@ -72,7 +78,7 @@ impl std::str::FromStr for GitlabVersion {
             .into_iter()
             .find(|v| v.as_str() == s.trim())
             .ok_or_else(|| {
-                format!("unsupported GitLab version {s:?}: expected 18.2, 18.8 or 18.11")
+                format!("unsupported GitLab version {s:?}: expected 18.2, 18.8, 18.11 or 19.5")
             })
     }
 }

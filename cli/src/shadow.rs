@@ -24,7 +24,7 @@ use shared::gitlab::blockers::{self, Handling};
 use shared::gitlab::deletion_model::{self, DeletionModel};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
-use crate::check::database::{release_of, MARKERS};
+use crate::check::database::{release_of, PAST_NEWEST};
 use crate::check::sql::{HAS_SCHEMA_MIGRATIONS, NEWEST_MIGRATION};
 use crate::migrate::GitlabVersion;
 
@@ -60,7 +60,7 @@ pub async fn read_only_transaction(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     /// GitLab's release from its newest `schema_migrations` version (`18.9` stands
-    /// for 18.9 or later, up to 18.11).
+    /// for 18.9 to 18.11).
     pub release: String,
     /// The newest migration version.
     pub newest_migration: String,
@@ -73,19 +73,23 @@ pub struct Source {
 /// The model of `release` with deletion model `deletion`, if the pair is one GitLab
 /// has: 18.2 and 18.3 record deletion in schedules only (model 18.2), 18.4 to 18.9 in
 /// state columns (model 18.8), 18.10 on also in `deletion_scheduled_at` (model 18.11;
-/// no marker of 18.10 is known, so 18.9's stands for it).
+/// no marker of 18.10 is known, so 18.9's stands for it), and 19.0 to 19.5 the same way
+/// (model 19.5: the copy leaves a column 19.5 added and the live release lacks at its
+/// default).
 pub fn model_for(release: &str, deletion: DeletionModel) -> Option<GitlabVersion> {
-    let minor: u32 = release.strip_prefix("18.")?.parse().ok()?;
-    match (minor, deletion) {
-        (2..=3, DeletionModel::Schedules) => Some(GitlabVersion::V18_2),
-        (4..=9, DeletionModel::StateColumns) => Some(GitlabVersion::V18_8),
-        (9, DeletionModel::ScheduledAt) => Some(GitlabVersion::V18_11),
+    let (major, minor) = release.split_once('.')?;
+    let minor: u32 = minor.parse().ok()?;
+    match (major, minor, deletion) {
+        ("18", 2..=3, DeletionModel::Schedules) => Some(GitlabVersion::V18_2),
+        ("18", 4..=9, DeletionModel::StateColumns) => Some(GitlabVersion::V18_8),
+        ("18", 9, DeletionModel::ScheduledAt) => Some(GitlabVersion::V18_11),
+        ("19", 0..=5, DeletionModel::ScheduledAt) => Some(GitlabVersion::V19_5),
         _ => None,
     }
 }
 
 /// Recognise the live database: its release and deletion model, and the model to copy
-/// it into. Anything outside the supported range (18.2 to 18.11), or a release whose
+/// it into. Anything outside the supported range (18.2 to 19.5), or a release whose
 /// columns do not match GitLab's history, is refused: a copy into a model that does
 /// not fit would plan other decisions than the real run makes.
 pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
@@ -93,7 +97,7 @@ pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
     if !table {
         bail!(
             "the live database's schema model is not recognised: no schema_migrations table \
-             (not a GitLab database?); --read-only copies GitLab 18.2 to 18.11 only"
+             (not a GitLab database?); --read-only copies GitLab 18.2 to 19.5 only"
         );
     }
     let newest: Option<String> = c
@@ -105,12 +109,7 @@ pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
         bail!("the live database's schema model is not recognised: schema_migrations is empty");
     };
     let deletion = deletion_model::probe(c).await?;
-    let beyond = MARKERS
-        .iter()
-        .find(|(_, r)| *r == "19.0")
-        .map(|(v, _)| *v)
-        .unwrap_or("99999999999999");
-    let release = release_of(&newest).filter(|_| newest.as_str() < beyond);
+    let release = release_of(&newest).filter(|_| newest.as_str() < PAST_NEWEST);
     let model = release.and_then(|r| model_for(r, deletion));
     match (release, model) {
         (Some(r), Some(model)) => Ok(Source {
@@ -122,7 +121,7 @@ pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
         _ => bail!(
             "the live database's schema model is not recognised: newest migration {newest} \
              (GitLab {}) with the {deletion} deletion model; --read-only copies GitLab 18.2 to \
-             18.11 only, into the model of 18.2, 18.8 or 18.11 (plan on a restored snapshot \
+             19.5 only, into the model of 18.2, 18.8, 18.11 or 19.5 (plan on a restored snapshot \
              instead: docs/shadow.md)",
             release_of(&newest).unwrap_or("before 18.0")
         ),

@@ -188,7 +188,7 @@ async fn migrate_seed_and_demo_print_one_json_object_and_succeed() {
 }
 
 /// `--gitlab` picks the release whose model is built: 18.2 stops after V1, 18.8 applies
-/// V2 on top, 18.11 (the default) V3; another release is a usage error.
+/// V2 on top, 18.11 V3, 19.5 (the default) V4; another release is a usage error.
 #[tokio::test]
 async fn migrate_builds_the_model_of_the_gitlab_release_asked_for() {
     let db = TestDb::empty().await;
@@ -205,10 +205,20 @@ async fn migrate_builds_the_model_of_the_gitlab_release_asked_for() {
         .scalar("SELECT max(version) FROM schema_migrations")
         .await;
     assert_eq!(newest, "20251231013427", "18.8's newest marker");
-    let v = json(&hk_env(&["migrate", "--json"], &env));
-    assert_eq!(v, serde_json::json!({"applied": [3]}), "the default: 18.11");
+    let v = json(&hk_env(&["migrate", "--gitlab", "18.11", "--json"], &env));
+    assert_eq!(v, serde_json::json!({"applied": [3]}));
     assert!(
         db.exists("information_schema.columns WHERE table_name = 'namespace_details' AND column_name = 'deletion_scheduled_at'")
+            .await
+    );
+    let v = json(&hk_env(&["migrate", "--json"], &env));
+    assert_eq!(v, serde_json::json!({"applied": [4]}), "the default: 19.5");
+    let newest: String = db
+        .scalar("SELECT max(version) FROM schema_migrations")
+        .await;
+    assert_eq!(newest, "20260916223000", "19.5's newest marker");
+    assert!(
+        db.exists("information_schema.columns WHERE table_name = 'ghost_user_migrations' AND column_name = 'user_type'")
             .await
     );
     let o = hk_env(&["migrate", "--gitlab", "17.11"], &env);

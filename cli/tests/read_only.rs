@@ -352,6 +352,17 @@ async fn an_unrecognised_schema_model_is_refused() {
         "{err}"
     );
 
+    // Newer than tested: past 19.5's release.
+    let db = TestDb::new().await;
+    db.exec("INSERT INTO schema_migrations (version) VALUES ('20261110000000')")
+        .await;
+    let mut live = db.connector().connect("t").await.unwrap();
+    let e = ReadOnlySnapshot::begin(&mut live).await.err().unwrap();
+    assert!(
+        format!("{e:#}").contains("copies GitLab 18.2 to 19.5 only"),
+        "{e:#}"
+    );
+
     // A release whose columns GitLab never had: 18.2's migrations with the newer
     // deletion columns (or, on the 18.2 model, 18.11's migrations without them).
     let db = TestDb::new().await;
@@ -380,5 +391,8 @@ fn the_model_follows_the_release_and_its_deletion_columns() {
     assert_eq!(shadow::model_for("18.1", Schedules), None);
     assert_eq!(shadow::model_for("18.2", StateColumns), None);
     assert_eq!(shadow::model_for("18.8", ScheduledAt), None);
-    assert_eq!(shadow::model_for("19.0", ScheduledAt), None);
+    assert_eq!(shadow::model_for("19.0", ScheduledAt), Some(V19_5));
+    assert_eq!(shadow::model_for("19.5", ScheduledAt), Some(V19_5));
+    assert_eq!(shadow::model_for("19.0", StateColumns), None);
+    assert_eq!(shadow::model_for("19.6", ScheduledAt), None);
 }

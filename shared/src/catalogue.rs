@@ -6,7 +6,7 @@
 //! `sql` module is listed and PREPARE every entry; `hk check` does the same against an
 //! operator's database. No SQL text lives anywhere else in this crate.
 
-pub use crate::statements::Statement;
+pub use crate::statements::{Column, Statement};
 
 use crate::gitlab::deletion_model::{DeletionModel, Models};
 
@@ -68,25 +68,52 @@ const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
     ),
 ];
 
+/// The statements that need a column some supported releases lack, with that column:
+/// a database PREPAREs and runs them only where it has the column (the caller probes
+/// it, `deletion_model::has_column`). Each list is a nested module of its owner's `sql`.
+const COLUMN_MODULES: &[(&str, Column, StatementList)] = &[(
+    "gitlab::user_removal",
+    ("ghost_user_migrations", "user_type"),
+    crate::gitlab::user_removal::sql::typed::ALL,
+)];
+
 /// Every statement the functions can run, on any model.
 pub fn all() -> Vec<Statement> {
-    let any = MODULES.iter().map(|(m, list)| (*m, Models::ANY, *list));
-    any.chain(MODEL_MODULES.iter().copied())
-        .flat_map(|(module, models, list)| {
+    let any = MODULES
+        .iter()
+        .map(|(m, list)| (*m, Models::ANY, None, *list));
+    let by_model = MODEL_MODULES
+        .iter()
+        .map(|(m, ms, list)| (*m, *ms, None, *list));
+    let by_column = COLUMN_MODULES
+        .iter()
+        .map(|(m, col, list)| (*m, Models::ANY, Some(*col), *list));
+    any.chain(by_model)
+        .chain(by_column)
+        .flat_map(|(module, models, needs, list)| {
             list.iter().map(move |(name, text)| Statement {
                 module,
                 name,
                 text,
                 models,
+                needs,
             })
         })
         .collect()
 }
 
-/// The statements declared for `model`: the ones a database of that model must PREPARE.
-pub fn for_model(model: DeletionModel) -> Vec<Statement> {
+/// The columns some statements need ([`Statement::needs`]), each once.
+pub fn needed_columns() -> Vec<Column> {
+    let mut out: Vec<Column> = COLUMN_MODULES.iter().map(|(_, c, _)| *c).collect();
+    out.dedup();
+    out
+}
+
+/// The statements declared for a database of deletion model `model` that has the
+/// needed columns `has` (of [`needed_columns`]): the ones it must PREPARE.
+pub fn for_model(model: DeletionModel, has: &[Column]) -> Vec<Statement> {
     all()
         .into_iter()
-        .filter(|s| s.models.contains(model))
+        .filter(|s| s.models.contains(model) && s.needs.is_none_or(|c| has.contains(&c)))
         .collect()
 }

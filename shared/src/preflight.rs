@@ -1,13 +1,15 @@
 //! The schema compatibility check every function runs at cold start and `hk check` runs
 //! first (issue 15; behaviour §S4): every statement declared for the database's
-//! deletion-state model ([`crate::catalogue::for_model`]) must PREPARE.
+//! deletion-state model and the columns it has ([`crate::catalogue::for_model`]) must
+//! PREPARE.
 //!
-//! Owns: [`prepare_catalogue`] and [`prepare_one`] (parse-only, but parse analysis takes
+//! Owns: [`declared`] (the statements a database must PREPARE, from its probes),
+//! [`prepare_catalogue`] and [`prepare_one`] (parse-only, but parse analysis takes
 //! the statement's table locks, so it may wait up to `lock_timeout`), [`Incompatible`]
 //! (a failed statement and the object its error names) and its [`Problem`]. No SQL of
 //! its own.
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, GenericClient};
 
 use crate::catalogue;
 use crate::error::Error;
@@ -114,12 +116,27 @@ pub struct Preflight {
     pub failed: Vec<Incompatible>,
 }
 
-/// Probe the deletion-state model, then PREPARE every catalogue statement declared for
-/// it on `client`. An error that is not the server's (the connection broke) is returned
-/// as such: it says nothing about the schema.
+/// The catalogue statements a database of deletion model `model` must PREPARE: the
+/// model's, and those needing a column ([`catalogue::needed_columns`]) it has.
+pub async fn declared<C: GenericClient>(
+    client: &C,
+    model: DeletionModel,
+) -> Result<Vec<catalogue::Statement>, Error> {
+    let mut has = Vec::new();
+    for (table, column) in catalogue::needed_columns() {
+        if deletion_model::has_column(client, table, column).await? {
+            has.push((table, column));
+        }
+    }
+    Ok(catalogue::for_model(model, &has))
+}
+
+/// Probe the deletion-state model and the needed columns, then PREPARE every catalogue
+/// statement declared for them on `client`. An error that is not the server's (the
+/// connection broke) is returned as such: it says nothing about the schema.
 pub async fn prepare_catalogue(client: &Client) -> Result<Preflight, Error> {
     let model = deletion_model::probe(client).await?;
-    let statements = catalogue::for_model(model);
+    let statements = declared(client, model).await?;
     let failed = prepare_all(client, &statements).await?;
     Ok(Preflight {
         model,

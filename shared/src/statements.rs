@@ -17,7 +17,13 @@ pub struct Statement {
     /// The deletion-state models it is declared for: it PREPAREs on those, and only
     /// their databases run it.
     pub models: Models,
+    /// The column (table, column) it needs that not every supported release has: it
+    /// PREPAREs, and runs, only where the column exists; `None` for most.
+    pub needs: Option<Column>,
 }
+
+/// A column of a table, `(table, column)`.
+pub type Column = (&'static str, &'static str);
 
 /// A set of deletion-state models, one bit each (the models, their bits and the named
 /// sets are `crate::gitlab::deletion_model`'s).

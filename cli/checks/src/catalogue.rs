@@ -67,9 +67,10 @@ pub async fn pass(
     notices: &mut UnboundedReceiver<DbError>,
     a: &Client,
 ) -> Result<Pass> {
-    // Only the statements declared for the database's deletion-state model.
+    // Only the statements declared for the database's deletion-state model and the
+    // columns it has.
     let model = shared::gitlab::deletion_model::probe(trees).await?;
-    let all = shared::catalogue::for_model(model);
+    let all = shared::preflight::declared(trees, model).await?;
     let total = all.len();
     let mut schema = Vec::new();
     let mut grants = Vec::new();

@@ -29,12 +29,22 @@ pub const MARKERS: &[(&str, &str)] = &[
     ("20251231013427", "18.8"),
     ("20260117231951", "18.9"),
     ("20260330104732", "19.0"),
+    ("20260604190000", "19.1"),
+    ("20260617120000", "19.2"),
+    ("20260727141402", "19.3"),
+    ("20260818153000", "19.4"),
+    ("20260916223000", "19.5"),
 ];
 
 /// The oldest supported release.
 pub const OLDEST: &str = "18.2";
 /// The newest supported (and tested) release.
-pub const NEWEST: &str = "18.11";
+pub const NEWEST: &str = "19.5";
+/// The first migration version past the newest release's range: no 19.6 marker is
+/// known, so this is the day after 19.5's release (2026-10-15; a migration's version
+/// is the time it was written, and a release ships none written after it). A newer
+/// version means 19.6 or later (docs/gitlab-source-notes.md §A.1).
+pub const PAST_NEWEST: &str = "20261016000000";
 
 fn marker(release: &str) -> &'static str {
     MARKERS
@@ -67,26 +77,26 @@ pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
             } else {
                 "not a GitLab database (no schema_migrations)".to_string()
             },
-            "point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab 18.2 to 18.11",
+            format!("point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab {OLDEST} to {NEWEST}"),
         );
     };
-    // No marker of 18.10 or 18.11 is known: 18.9's marker up to 19.0's is in range.
-    let (old, next) = (marker(OLDEST), marker("19.0"));
+    // No marker of 18.10 or 18.11 is known: 18.9's marker up to 19.0's is 18.9 to 18.11.
+    let (old, next) = (marker(OLDEST), PAST_NEWEST);
     match release_of(v) {
-        Some(r) if v >= old && v < next => Check::pass(
+        Some(_) if v.len() == next.len() && v >= next => Check::fail(
+            name,
+            format!("GitLab newer than {NEWEST} found (newest migration {v}, past {NEWEST}'s release): newer than tested ({range})"),
+            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (below migration {next})"),
+        )
+        .advisory(),
+        Some(r) if v >= old => Check::pass(
             name,
             if r == "18.9" {
-                format!("GitLab 18.9 or later found (newest migration {v}, before 19.0's; {range})")
+                format!("GitLab 18.9 to 18.11 found (newest migration {v}, before 19.0's; {range})")
             } else {
                 format!("GitLab {r} found (newest migration {v}; {range})")
             },
         ),
-        Some(r) if v >= old => Check::fail(
-            name,
-            format!("GitLab {r} found (newest migration {v}): newer than tested ({range})"),
-            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (below migration {next})"),
-        )
-        .advisory(),
         found => Check::fail(
             name,
             format!(
@@ -247,7 +257,14 @@ mod tests {
         assert_eq!(release_of("20251231013427"), Some("18.8"));
         assert_eq!(release_of("20260117000000"), Some("18.8"));
         assert_eq!(release_of("20260117231951"), Some("18.9"));
-        assert_eq!(release_of("20270101000000"), Some("19.0"));
+        assert_eq!(release_of("20260330104732"), Some("19.0"));
+        assert_eq!(release_of("20260604185959"), Some("19.0"));
+        assert_eq!(release_of("20260604190000"), Some("19.1"));
+        assert_eq!(release_of("20260617120000"), Some("19.2"));
+        assert_eq!(release_of("20260727141402"), Some("19.3"));
+        assert_eq!(release_of("20260818153000"), Some("19.4"));
+        assert_eq!(release_of("20260916223000"), Some("19.5"));
+        assert_eq!(release_of("20270101000000"), Some("19.5"));
         assert_eq!(release_of("2025"), None, "not a migration version");
     }
 
@@ -265,12 +282,28 @@ mod tests {
         assert!(c.ok && c.detail.starts_with("GitLab 18.8 found"), "{c:?}");
         let c = schema_version_check(true, Some("20260117231951"));
         assert!(
-            c.ok && c.detail.starts_with("GitLab 18.9 or later found"),
+            c.ok && c.detail.starts_with("GitLab 18.9 to 18.11 found"),
             "18.9 to 18.11: {c:?}"
         );
-        let c = schema_version_check(true, Some("20260330104732"));
+        for (v, r) in [
+            ("20260330104732", "19.0"),
+            ("20260604190000", "19.1"),
+            ("20260617120000", "19.2"),
+            ("20260727141402", "19.3"),
+            ("20260818153000", "19.4"),
+            ("20260916223000", "19.5"),
+            ("20261015235959", "19.5"),
+        ] {
+            let c = schema_version_check(true, Some(v));
+            assert!(
+                c.ok && c.detail.starts_with(&format!("GitLab {r} found")),
+                "{v}: {c:?}"
+            );
+        }
+        let c = schema_version_check(true, Some(PAST_NEWEST));
         assert!(!c.ok && !c.required, "a warning: {c:?}");
         assert!(c.detail.contains("newer than tested"), "{c:?}");
+        assert!(c.detail.contains("GitLab newer than 19.5"), "{c:?}");
         let c = schema_version_check(false, None);
         assert!(!c.ok && c.required);
         assert_eq!(c.detail, "not a GitLab database (no schema_migrations)");

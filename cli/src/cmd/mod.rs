@@ -77,9 +77,9 @@ pub(crate) enum Cmd {
         /// Print `{"applied": [versions]}` instead of the sentence.
         #[arg(long)]
         json: bool,
-        /// The GitLab release to model: `18.2` (the oldest supported), `18.8`, or
-        /// `18.11` (the newest).
-        #[arg(long, default_value = "18.11")]
+        /// The GitLab release to model: `18.2` (the oldest supported), `18.8`,
+        /// `18.11`, or `19.5` (the newest).
+        #[arg(long, default_value = "19.5")]
         gitlab: hk::migrate::GitlabVersion,
     },
     /// Load a data set into $DATABASE_URL.

@@ -1,8 +1,9 @@
 //! Which deletion-state model the connected GitLab has (docs/gitlab-source-notes.md §B).
 //!
-//! Owns: [`DeletionModel`], told apart by the columns the database has ([`probe`]), and
+//! Owns: [`DeletionModel`], told apart by the columns the database has ([`probe`]),
 //! [`Models`], the models a catalogue statement is declared for (ARCHITECTURE.md,
-//! "Statements per deletion model"). Its statement is in `sql`.
+//! "Statements per deletion model"), and the probe of one column ([`has_column`]: the
+//! columns a statement needs, `catalogue::needed_columns`). Its statements are in `sql`.
 
 use tokio_postgres::GenericClient;
 
@@ -101,4 +102,12 @@ pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
         (true, false) => DeletionModel::StateColumns,
         (true, true) => DeletionModel::ScheduledAt,
     })
+}
+
+/// Whether the connected database's table `table` has column `column` (one catalog
+/// query; a missing table has none).
+pub async fn has_column<C: GenericClient>(c: &C, table: &str, column: &str) -> Result<bool> {
+    Ok(c.query_one(sql::HAS_COLUMN, &[&table, &column])
+        .await?
+        .get(0))
 }

@@ -10,7 +10,7 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
-use crate::gitlab::{authz, permissions};
+use crate::gitlab::{authz, deletion_model, permissions};
 use crate::locks;
 use crate::messages::{delete_user_key, DeleteUserRun, Envelope};
 use crate::queue::OutMessage;
@@ -137,9 +137,13 @@ pub async fn schedule_removal<C: GenericClient>(
     authz::refresh(c, u, &affected).await?;
     // Step 6 (behaviour §D10).
     let tokens_revoked = c.execute(sql::REVOKE_TOKENS, &[&u, &now]).await?;
-    // Step 7.
-    c.execute(sql::INSERT_MIGRATION, &[&u, &req.initiator, &now])
-        .await?;
+    // Step 7, with the user's type where the release records it (19.1).
+    let insert = if deletion_model::has_column(c, "ghost_user_migrations", "user_type").await? {
+        sql::typed::INSERT_MIGRATION_TYPED
+    } else {
+        sql::INSERT_MIGRATION
+    };
+    c.execute(insert, &[&u, &req.initiator, &now]).await?;
     // Step 8.
     outbox.push(OutMessage::new(
         Function::DeleteUser,

@@ -116,7 +116,9 @@ async fn a_restored_subgroup_keeps_its_parent_prefix() {
     // column default: 7 days on 18.2, 30 since 18.3).
     let cutoff = match integration_tests::db::gitlab_version() {
         hk::migrate::GitlabVersion::V18_2 => "2025-03-03",
-        hk::migrate::GitlabVersion::V18_8 | hk::migrate::GitlabVersion::V18_11 => "2025-02-08",
+        hk::migrate::GitlabVersion::V18_8
+        | hk::migrate::GitlabVersion::V18_11
+        | hk::migrate::GitlabVersion::V19_5 => "2025-02-08",
     };
     assert_eq!(log.done()["cutoff"], cutoff);
 }

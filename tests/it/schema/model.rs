@@ -32,18 +32,31 @@ async fn the_model_loads_on_every_release_and_preflight_prepares_its_statements(
         let expected_model = match version {
             GitlabVersion::V18_2 => DeletionModel::Schedules,
             GitlabVersion::V18_8 => DeletionModel::StateColumns,
-            GitlabVersion::V18_11 => DeletionModel::ScheduledAt,
+            GitlabVersion::V18_11 | GitlabVersion::V19_5 => DeletionModel::ScheduledAt,
         };
         assert_eq!(p.model, expected_model, "{version}");
         let failed: Vec<String> = p.failed.iter().map(|f| f.to_string()).collect();
         assert!(failed.is_empty(), "on {version}:\n{}", failed.join("\n"));
-        assert_eq!(p.declared, shared::catalogue::for_model(p.model).len());
-        // Every statement not declared for this model needs a newer one: it fails here.
+        // The columns some statements need: 19.1 added ghost_user_migrations.user_type.
+        let has: Vec<_> = if version == GitlabVersion::V19_5 {
+            shared::catalogue::needed_columns()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(
+            p.declared,
+            shared::catalogue::for_model(p.model, &has).len()
+        );
+        // Every statement not declared for this model and its columns needs a newer
+        // release: it fails here.
         let all = shared::catalogue::all();
-        let others: Vec<_> = all.iter().filter(|s| !s.models.contains(p.model)).collect();
+        let others: Vec<_> = all
+            .iter()
+            .filter(|s| !s.models.contains(p.model) || s.needs.is_some_and(|c| !has.contains(&c)))
+            .collect();
         assert_eq!(
             others.is_empty(),
-            p.model == DeletionModel::ScheduledAt,
+            version == GitlabVersion::V19_5,
             "{version}"
         );
         for s in others {
@@ -62,6 +75,7 @@ async fn the_model_loads_on_every_release_and_preflight_prepares_its_statements(
             GitlabVersion::V18_2 => "20250709143510",
             GitlabVersion::V18_8 => "20251231013427",
             GitlabVersion::V18_11 => "20260126124047",
+            GitlabVersion::V19_5 => "20260916223000",
         };
         assert_eq!(newest, expected, "{version}");
     }
@@ -121,6 +135,39 @@ async fn the_releases_differ_where_gitlab_changed_the_tables() {
             .await,
         "0"
     );
+    // 19.x (§A.3): state never NULL, a repository may lack a shard, ghost-user
+    // migrations carry the user's type, uploads are partitioned by model type.
+    let v19 = model(GitlabVersion::V19_5).await;
+    let null_state = "INSERT INTO namespaces (name, path, type, organization_id, state) VALUES ('n', 'n', 'Group', 1, NULL)";
+    newest.exec(&null_state.replace("'n'", "'n1'")).await;
+    let err = v19
+        .client
+        .batch_execute(null_state)
+        .await
+        .expect_err("NOT NULL");
+    assert!(format!("{err:?}").contains("check_9d490f2140"), "{err:?}");
+    let nullable = |t: &str, c: &str| format!("{} AND is_nullable = 'YES'", column(t, c));
+    assert!(
+        !newest
+            .exists(&nullable("project_repositories", "shard_id"))
+            .await
+    );
+    assert!(
+        v19.exists(&nullable("project_repositories", "shard_id"))
+            .await
+    );
+    assert!(
+        !newest
+            .exists(&column("ghost_user_migrations", "user_type"))
+            .await
+    );
+    assert!(
+        v19.exists(&column("ghost_user_migrations", "user_type"))
+            .await
+    );
+    let partitioned = "pg_partitioned_table WHERE partrelid = 'uploads'::regclass";
+    assert!(!newest.exists(partitioned).await);
+    assert!(v19.exists(partitioned).await);
     // projects_limit never has a default: every user insert must give it.
     for db in [&old, &new] {
         let err = db
@@ -138,6 +185,7 @@ async fn a_missing_deletion_period_is_the_default_of_the_installed_release() {
         (GitlabVersion::V18_2, 7),
         (GitlabVersion::V18_8, 30),
         (GitlabVersion::V18_11, 30),
+        (GitlabVersion::V19_5, 30),
     ] {
         let db = model(version).await;
         // No settings row: the column's default.

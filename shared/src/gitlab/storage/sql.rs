@@ -39,10 +39,13 @@ crate::statements::statements! {
     /// Container repository `$1`'s row.
     DELETE_CONTAINER_REPOSITORY = "DELETE FROM container_repositories WHERE id = $1::bigint";
     /// Project `$1`'s Git repositories (project, wiki, design) and its snippets'
-    /// repositories: storage name and path relative to it.
-    REPOSITORIES = "SELECT s.name::text, r.disk_path || x.sfx
+    /// repositories: storage name and path relative to it. A project repository without
+    /// a shard row (GitLab 19.0 made `shard_id` nullable) is on the project's
+    /// `repository_storage`, as GitLab's `Project#repository_storage` says.
+    REPOSITORIES = "SELECT COALESCE(s.name, p.repository_storage)::text, r.disk_path || x.sfx
                FROM project_repositories r
-               JOIN shards s ON s.id = r.shard_id
+               JOIN projects p ON p.id = r.project_id
+               LEFT JOIN shards s ON s.id = r.shard_id
               CROSS JOIN (VALUES ('.git'), ('.wiki.git'), ('.design.git')) AS x(sfx)
               WHERE r.project_id = $1::bigint
              UNION ALL

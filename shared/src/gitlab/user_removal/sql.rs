@@ -23,7 +23,9 @@ crate::statements::statements! {
     /// Step 6: revoke user `$1`'s tokens (`$2` now).
     REVOKE_TOKENS = "UPDATE personal_access_tokens SET revoked = true, updated_at = $2::timestamptz
              WHERE user_id = $1::bigint AND revoked IS DISTINCT FROM true";
-    /// Step 7: the `ghost_user_migrations` row of user `$1` (initiator `$2`, `$3` now).
+    /// Step 7: the `ghost_user_migrations` row of user `$1` (initiator `$2`, `$3` now),
+    /// on a GitLab before 19.1 (no `user_type` column; [`typed::INSERT_MIGRATION_TYPED`]
+    /// from 19.1 on).
     INSERT_MIGRATION = "INSERT INTO ghost_user_migrations
            (user_id, initiator_user_id, hard_delete, consume_after, created_at, updated_at)
          VALUES ($1::bigint, $2::bigint, false, $3::timestamptz, $3::timestamptz, $3::timestamptz)
@@ -65,4 +67,18 @@ crate::statements::statements! {
     /// The ghost namespace `$1`'s route: path `$2`, `$3` now.
     INSERT_GHOST_ROUTE = "INSERT INTO routes (source_id, source_type, path, name, namespace_id, created_at, updated_at)
          VALUES ($1::bigint, 'Namespace', $2, 'Ghost', $1::bigint, $3::timestamptz, $3::timestamptz)";
+}
+
+/// Statements for GitLab 19.1 and later (`ghost_user_migrations.user_type`).
+pub mod typed {
+    crate::statements::statements! {
+        /// Step 7 from GitLab 19.1 on: the row with the user's `user_type`, as GitLab's
+        /// model stamps it on create (its workers pick rows by it: a row without one is
+        /// consumed by neither). `$1` user, `$2` initiator, `$3` now.
+        INSERT_MIGRATION_TYPED = "INSERT INTO ghost_user_migrations
+               (user_id, initiator_user_id, hard_delete, consume_after, created_at, updated_at, user_type)
+             SELECT u.id, $2::bigint, false, $3::timestamptz, $3::timestamptz, $3::timestamptz, u.user_type
+               FROM users u WHERE u.id = $1::bigint
+             ON CONFLICT (user_id) DO NOTHING";
+    }
 }

@@ -227,6 +227,27 @@ async fn a_group_is_destroyed_with_its_repositories_image_and_files() {
     assert_eq!(registry["manifests_deleted"], 2);
 }
 
+/// A project repository without a shard row (GitLab 19.0 made `shard_id` nullable) is
+/// removed from the project's `repository_storage`; where the shard row exists, it
+/// names the storage (on 18.x the project's column is set elsewhere to show it).
+#[tokio::test]
+async fn a_repository_without_a_shard_row_is_removed_from_the_projects_storage() {
+    let (db, w) = world().await;
+    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V19_5 {
+        db.exec("UPDATE project_repositories SET shard_id = NULL")
+            .await;
+    } else {
+        db.exec("UPDATE projects SET repository_storage = 'nowhere' WHERE id = 200")
+            .await;
+    }
+    let mut r = w.runner(&db, StorageModes::ALL_ON).await;
+    r.run_until_idle(GD, &w.destroy()).await.unwrap();
+    assert!(r.dead_letters().is_empty());
+    assert_no_row_left(&db).await;
+    w.assert_all_removed().await;
+    w.assert_each_repository_removed_once();
+}
+
 #[tokio::test]
 async fn with_any_kind_off_the_same_group_is_blocked_with_nothing_deleted() {
     let (db, w) = world().await;
