@@ -3,9 +3,10 @@
 # it needs (.venv with moto; PostgreSQL 16 and 17 from npm, scripts/pg-versions.sh),
 # starts a throwaway PostgreSQL 16 (unless DATABASE_URL is set) and a moto server on
 # 127.0.0.1, then runs every check: rustfmt, clippy, all unit and integration tests on
-# PostgreSQL 16 on GitLab 18.8's schema model, the schema, catalogue and acceptance-level
-# subset again on a PostgreSQL 17 cluster and on GitLab 18.2's model, and the README's
-# demo command (on 16). It stops its servers on
+# PostgreSQL 16 on GitLab 19.5's schema model (the newest supported), the schema,
+# catalogue and acceptance-level subset again on a PostgreSQL 17 cluster and on GitLab
+# 18.2's model (the oldest), the schema and acceptance scenarios on 18.11's (the last
+# 18.x), and the README's demo command (on 16). It stops its servers on
 # exit and fails loudly on the first failing step.
 #
 # The version matrix (issue 15): GitLab 18 requires PostgreSQL 16 (16.5+) and supports
@@ -138,19 +139,34 @@ else
 fi
 
 step "GitLab 18.2 model: schema, catalogue and acceptance-level tests (HK_TEST_GITLAB=18.2, PostgreSQL 16)"
-# The whole suite ran on the newest supported GitLab's model (18.11); the oldest (18.2)
+# The whole suite ran on the newest supported GitLab's model (19.5); the oldest (18.2)
 # runs the schema and catalogue tests and each function's acceptance module. The
 # harness names its template after the release, so this builds its own template in
-# the same cluster. The at-scale and long continuation tests stay on 18.11 only
+# the same cluster. The at-scale and long continuation tests stay on the newest only
 # (budget: about 4 minutes). `hk parity` runs on 18.2 too: B51 reads the oldest
 # deletion-state model there.
-GL182_FILTER='test(/^(schema|shares|remove_expired_members|prune_deletions|group_deletion|placeholder_user_cleanup|pat_expiring|deliver_notification|delete_user)::/) and not test(/at_scale|continuation/)'
+GL182_FILTER='test(/^(schema|shares|remove_expired_members|prune_deletions|group_deletion|placeholder_user_cleanup|pat_expiring|deliver_notification|delete_user|storage)::/) and not test(/at_scale|continuation/)'
 if cargo nextest --version >/dev/null 2>&1; then
   HK_TEST_GITLAB=18.2 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL182_FILTER"
   HK_TEST_GITLAB=18.2 cargo nextest run -p hk --test check --test parity --no-fail-fast
 else
-  HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: remove_expired_members:: prune_deletions:: group_deletion:: placeholder_user_cleanup:: pat_expiring:: deliver_notification:: delete_user::
+  HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: remove_expired_members:: prune_deletions:: group_deletion:: placeholder_user_cleanup:: pat_expiring:: deliver_notification:: delete_user:: storage::
   HK_TEST_GITLAB=18.2 cargo test -p hk --test check --test parity --no-fail-fast
+fi
+
+step "GitLab 18.11 model: schema and the acceptance scenarios (HK_TEST_GITLAB=18.11, PostgreSQL 16)"
+# The last 18.x: the deletion-state model 19 keeps (scheduled-at) without 19's shapes
+# (nullable shard, partitioned uploads, typed ghost-user migrations), so the
+# column-probed paths run both ways. The schema and catalogue tests, the shares, the
+# deletion state (group_deletion), the ghost user (delete_user) and the storage
+# scenarios, and `hk check` (budget: about 3 minutes).
+GL1811_FILTER='test(/^(schema|shares|group_deletion|delete_user|storage)::/) and not test(/at_scale|continuation/)'
+if cargo nextest --version >/dev/null 2>&1; then
+  HK_TEST_GITLAB=18.11 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL1811_FILTER"
+  HK_TEST_GITLAB=18.11 cargo nextest run -p hk --test check --no-fail-fast
+else
+  HK_TEST_GITLAB=18.11 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: delete_user:: storage::
+  HK_TEST_GITLAB=18.11 cargo test -p hk --test check --no-fail-fast
 fi
 
 step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
