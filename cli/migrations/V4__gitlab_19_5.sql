@@ -74,6 +74,25 @@ ALTER TABLE uploads ADD CONSTRAINT fk_rails_dc321bb575
     FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE CASCADE;
 ALTER TABLE uploads ADD CONSTRAINT fk_rails_e5afc14eb7
     FOREIGN KEY (organization_id) REFERENCES organizations(id) ON DELETE CASCADE;
+-- CreateNamespaceStatePropagations: the transactional outbox of namespace state changes.
+-- GitLab writes a record (status 0 pending, 1 processing) with each state change; its
+-- StatePropagationWorker carries the state to the descendants, then deletes the record.
+CREATE TABLE namespace_state_propagations (
+    id bigserial PRIMARY KEY,
+    namespace_id bigint NOT NULL,
+    started_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    source_state smallint NOT NULL,
+    target_state smallint NOT NULL,
+    status smallint DEFAULT 0 NOT NULL
+);
+CREATE INDEX idx_namespace_state_propagations_on_namespace_id ON namespace_state_propagations (namespace_id);
+CREATE INDEX idx_namespace_state_propagations_on_status_created_at ON namespace_state_propagations (status, created_at);
+CREATE UNIQUE INDEX idx_namespace_state_propagations_unique_pending_processing
+    ON namespace_state_propagations (namespace_id, target_state) WHERE (status IN (0, 1));
+ALTER TABLE namespace_state_propagations ADD CONSTRAINT fk_9798d3f752
+    FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE CASCADE;
 
 -- 19.3
 -- RemoveNotNullFromLfsObjectsProjectsLfsObjectId: rows copied by an organization move may
@@ -101,21 +120,6 @@ ALTER TABLE project_repositories DROP CONSTRAINT fk_rails_c3258dc63b;
 ALTER TABLE project_repositories DROP CONSTRAINT fk_rails_c1770f3a4e;
 ALTER TABLE project_repositories ADD CONSTRAINT fk_7a810d4121
     FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE NOT VALID;
--- namespace_state_propagations: a namespace's state change being carried to its
--- descendants; removed with the namespace.
-CREATE TABLE namespace_state_propagations (
-    id bigserial PRIMARY KEY,
-    namespace_id bigint NOT NULL,
-    started_at timestamp with time zone,
-    created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL,
-    source_state smallint NOT NULL,
-    target_state smallint NOT NULL,
-    status smallint DEFAULT 0 NOT NULL
-);
-CREATE INDEX index_namespace_state_propagations_on_namespace_id ON namespace_state_propagations (namespace_id);
-ALTER TABLE namespace_state_propagations ADD CONSTRAINT fk_9798d3f752
-    FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE CASCADE;
 -- namespaces: the template-project keys move to namespace_template_settings.
 ALTER TABLE namespaces DROP CONSTRAINT fk_319256d87a;
 ALTER TABLE namespaces DROP CONSTRAINT fk_e7a0b20a6b;

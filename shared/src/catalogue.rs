@@ -71,11 +71,18 @@ const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
 /// The statements that need a column some supported releases lack, with that column:
 /// a database PREPAREs and runs them only where it has the column (the caller probes
 /// it, `deletion_model::has_column`). Each list is a nested module of its owner's `sql`.
-const COLUMN_MODULES: &[(&str, Column, StatementList)] = &[(
-    "gitlab::user_removal",
-    ("ghost_user_migrations", "user_type"),
-    crate::gitlab::user_removal::sql::typed::ALL,
-)];
+const COLUMN_MODULES: &[(&str, Column, StatementList)] = &[
+    (
+        "gitlab::user_removal",
+        ("ghost_user_migrations", "user_type"),
+        crate::gitlab::user_removal::sql::typed::ALL,
+    ),
+    (
+        "gitlab::group_deletion",
+        ("namespace_state_propagations", "target_state"),
+        crate::gitlab::group_deletion::sql::propagation::ALL,
+    ),
+];
 
 /// Every statement the functions can run, on any model.
 pub fn all() -> Vec<Statement> {

@@ -11,7 +11,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
-use crate::gitlab::deletion_model::DeletionModel;
+use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::hierarchy;
 
 pub(crate) mod sql;
@@ -373,8 +373,18 @@ pub async fn restore_group<C: GenericClient>(
     // state and its metadata; on 18.10+ `deletion_scheduled_at`.
     c.execute(sql::DELETE_SCHEDULE, &[&group_id]).await?;
     if model.has_state() {
-        c.query_opt(sql::state::RESTORE_STATE, &[&group_id, &now])
+        let restored = c
+            .query_opt(sql::state::RESTORE_STATE, &[&group_id, &now])
             .await?;
+        // GitLab 19.1 on: the state change's outbox record, written with it, from which
+        // GitLab's StatePropagationWorker restores the descendants the deletion swept up
+        // (notes §A.3).
+        if restored.is_some()
+            && deletion_model::has_column(c, "namespace_state_propagations", "target_state").await?
+        {
+            c.execute(sql::propagation::PROPAGATE_RESTORE, &[&group_id, &now])
+                .await?;
+        }
     }
     if model.has_scheduled_at() {
         c.execute(sql::scheduled_at::CLEAR_SCHEDULED_AT, &[&group_id])

@@ -2,7 +2,8 @@
 //! as GitLab 18.10+ schedules it (`namespace_details.deletion_scheduled_at`, state 2, the
 //! user in `state_metadata`, no `group_deletion_schedules` row) is due from the cutoff's
 //! midnight UTC, destroyed, re-checked and restored as GitLab leaves it; a group
-//! scheduled both ways is handled once; on 18.8 a restore puts the state back too. These
+//! scheduled both ways is handled once; on 18.8 a restore puts the state back too, and
+//! from 19.1 it records the state change for GitLab's propagation. These
 //! build their own database of the release they need, whatever `HK_TEST_GITLAB` says
 //! (the 18.2 model is the suite's own when it runs with `HK_TEST_GITLAB=18.2`).
 
@@ -109,8 +110,12 @@ async fn a_group_scheduled_only_by_deletion_scheduled_at_is_destroyed_after_its_
 
 #[tokio::test]
 async fn a_group_scheduled_the_newer_way_is_restored_as_gitlab_restores_it() {
-    for (prior, state) in [("archived", 1), ("ancestor_inherited", 0)] {
-        let db = tree(GitlabVersion::V18_11).await;
+    let cases = [("archived", 1), ("ancestor_inherited", 0)];
+    for (version, (prior, state)) in [GitlabVersion::V18_11, GitlabVersion::V19_5]
+        .into_iter()
+        .flat_map(|v| cases.map(|c| (v, c)))
+    {
+        let db = tree(version).await;
         // The admin bot of the group's organization records the restore.
         db.exec(
             "INSERT INTO users (id, username, name, email, state, admin, user_type, projects_limit, organization_id)
@@ -146,6 +151,20 @@ async fn a_group_scheduled_the_newer_way_is_restored_as_gitlab_restores_it() {
             )
             .await
         );
+        // From 19.1 the state change's outbox record, pending, from which GitLab carries
+        // the restored state to the descendants the deletion swept up (notes §A.3).
+        if version == GitlabVersion::V19_5 {
+            let rows = db
+                .client
+                .query("SELECT source_state, target_state, status FROM namespace_state_propagations WHERE namespace_id = 100", &[])
+                .await
+                .unwrap();
+            let got: Vec<(i16, i16, i16)> = rows
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
+                .collect();
+            assert_eq!(got, vec![(2, state, 0)], "{prior}");
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The SQL of [`crate::gitlab::group_deletion`]: the deletion period, the schedule
-//! rows, and the statements of `restore_group` (locks, free-name checks, renames).
+//! rows, and the statements of `restore_group` (locks, free-name checks, renames, and
+//! from GitLab 19.1 the state change's propagation record).
 
 crate::statements::statements! {
     /// `deletion_adjourned_period` of the highest-id settings row (NULL without one), and
@@ -159,5 +160,20 @@ pub mod scheduled_at {
         /// Restore: clear `deletion_scheduled_at` of group `$1`.
         CLEAR_SCHEDULED_AT = "UPDATE namespace_details SET deletion_scheduled_at = NULL
              WHERE namespace_id = $1::bigint AND deletion_scheduled_at IS NOT NULL";
+    }
+}
+
+/// Statements for GitLab 19.1 and later (`namespace_state_propagations`).
+pub mod propagation {
+    crate::statements::statements! {
+        /// Restore, after [`super::state::RESTORE_STATE`]: the outbox record of group
+        /// `$1`'s change from deletion-scheduled (2) to its restored state (`$2` now),
+        /// pending; one already pending for that target stands (GitLab's unique partial
+        /// index).
+        PROPAGATE_RESTORE = "INSERT INTO namespace_state_propagations
+               (namespace_id, source_state, target_state, status, created_at, updated_at)
+             SELECT n.id, 2, n.state, 0, $2::timestamptz, $2::timestamptz
+               FROM namespaces n WHERE n.id = $1::bigint AND n.state IN (0, 1)
+             ON CONFLICT DO NOTHING";
     }
 }
