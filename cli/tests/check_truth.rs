@@ -218,7 +218,8 @@ async fn an_on_conflict_target_without_its_unique_index_fails() {
         f.len() == 2
             && f[0].starts_with("✗ on conflict gitlab::user_removal::INSERT_MIGRATION:")
             && f[1].starts_with("✗ on conflict gitlab::user_removal::INSERT_MIGRATION_TYPED:")
-            && f.iter().all(|l| l.contains("ghost_user_migrations (user_id)")),
+            && f.iter()
+                .all(|l| l.contains("ghost_user_migrations (user_id)")),
         "{}",
         text(&o)
     );
