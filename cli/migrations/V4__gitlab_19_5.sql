@@ -22,7 +22,8 @@ ALTER TABLE ghost_user_migrations ADD COLUMN user_type smallint;
 -- takes the name `uploads`; the legacy table is renamed uploads_archived and its last key
 -- dropped (RemoveUploadsArchivedToUsersForeignKey, 19.1), then it goes. Partitioned by
 -- model_type; the model has the partitions of the model types the bundle reads or a
--- fixture writes (GitLab has 23).
+-- fixture writes (GitLab has 23, one per model type), and a default partition for the
+-- others (GitLab has none), so a read-only copy of a live 19.x database takes every row.
 CREATE TABLE uploads_partitioned (
     id bigint NOT NULL,
     size bigint NOT NULL,
@@ -48,11 +49,12 @@ CREATE TABLE project_uploads PARTITION OF uploads_partitioned FOR VALUES IN ('Pr
 CREATE TABLE namespace_uploads PARTITION OF uploads_partitioned FOR VALUES IN ('Namespace');
 CREATE TABLE user_uploads PARTITION OF uploads_partitioned FOR VALUES IN ('User');
 CREATE TABLE snippet_uploads PARTITION OF uploads_partitioned FOR VALUES IN ('Snippet');
+CREATE TABLE other_uploads PARTITION OF uploads_partitioned DEFAULT;
 INSERT INTO uploads_partitioned (id, size, model_id, uploaded_by_user_id, organization_id, namespace_id,
         project_id, created_at, store, version, path, checksum, model_type, uploader, mount_point, secret)
     SELECT id, size, model_id, uploaded_by_user_id, organization_id, namespace_id, project_id, created_at,
            store, version, path, checksum, model_type, uploader, mount_point, secret
-      FROM uploads WHERE model_type IN ('Project', 'Namespace', 'User', 'Snippet') AND model_id IS NOT NULL;
+      FROM uploads WHERE model_type IS NOT NULL AND model_id IS NOT NULL;
 CREATE SEQUENCE uploads_id_seq_19;
 SELECT setval('uploads_id_seq_19', COALESCE((SELECT max(id) FROM uploads), 0) + 1, false);
 DROP TABLE uploads;

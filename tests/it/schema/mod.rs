@@ -79,6 +79,7 @@ async fn public_holds_exactly_the_modelled_gitlab_tables() {
         expected.extend([
             "namespace_state_propagations",
             "namespace_uploads",
+            "other_uploads",
             "project_uploads",
             "snippet_uploads",
             "user_uploads",
