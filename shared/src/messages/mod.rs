@@ -20,7 +20,8 @@ pub use keys::{
 };
 pub use message::{unknown_type, FromMessage, Notification};
 pub use payloads::{
-    AdjournedGroupDeletionRun, Bucket, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
+    bound_rule, id_hash, project_disk_path, snippet_disk_path, AdjournedGroupDeletionRun, Bucket,
+    DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
     EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor, PatExpiringRun, Payload,
     PayloadError, PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun,
     ResourceType, SchedulePruneDeletionsRun, StorageCleanupRun, StorageItem, StorageKind,

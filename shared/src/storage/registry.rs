@@ -57,6 +57,10 @@ const FULL_ACCESS: &[&str] = &["*"];
 /// The actions of a read-only token (GitLab's `pull_access_token`).
 const PULL: &[&str] = &["pull"];
 
+/// How many times a repository's tags are listed and deleted before tags still
+/// appearing (pushes racing the deletion) are an error.
+pub const DELETE_ROUNDS: usize = 3;
+
 /// Where the registry is and how to sign for it.
 #[derive(Clone)]
 pub struct RegistryConfig {
@@ -223,9 +227,47 @@ impl Registry {
     }
 
     fn url(&self, target: &str) -> Result<url::Url> {
+        if let Ok(abs) = url::Url::parse(target) {
+            return self.same_origin(abs);
+        }
         self.base
             .join(target.trim_start_matches('/'))
             .map_err(|e| Error::Invariant(format!("registry URL {target}: {e}")))
+    }
+
+    /// `u` when it is on the registry's own scheme, host and port (the token goes with
+    /// every request: a `Link` to another host is refused).
+    fn same_origin(&self, u: url::Url) -> Result<url::Url> {
+        let origin = |x: &url::Url| {
+            (
+                x.scheme().to_string(),
+                x.host_str().map(str::to_ascii_lowercase),
+                x.port_or_known_default(),
+            )
+        };
+        if origin(&u) == origin(&self.base) {
+            Ok(u)
+        } else {
+            Err(storage(format!(
+                "a pagination Link leaves the registry ({}://{}): refused, the token stays on {}",
+                u.scheme(),
+                u.host_str().unwrap_or("-"),
+                self.base.host_str().unwrap_or("-")
+            )))
+        }
+    }
+
+    /// The next page's target of a `Link` header value, resolved against the registry
+    /// root (an absolute path) or taken whole (an absolute URL, on the same origin).
+    fn next_target(&self, next: &str) -> Result<String> {
+        let u = match url::Url::parse(next) {
+            Ok(abs) => abs,
+            Err(_) => self
+                .base
+                .join(next)
+                .map_err(|e| storage(format!("a pagination Link {next}: {e}")))?,
+        };
+        Ok(self.same_origin(u)?.to_string())
     }
 
     /// One request with a fresh token for `path`, under the per-request timeout.
@@ -335,14 +377,15 @@ impl Registry {
                 tags.extend(list.iter().filter_map(|t| t.as_str().map(str::to_string)));
             }
             match r.next {
-                // A registry repeating the same page would loop forever.
-                Some(next) if next.trim_start_matches('/') != target => {
-                    target = next.trim_start_matches('/').to_string()
-                }
-                Some(_) => {
-                    return Err(storage(format!(
-                        "GET tags/list {path}: the next page is the same page"
-                    )))
+                Some(next) => {
+                    let next = self.next_target(&next)?;
+                    // A registry repeating the same page would loop forever.
+                    if next == self.url(&target)?.to_string() {
+                        return Err(storage(format!(
+                            "GET tags/list {path}: the next page is the same page"
+                        )));
+                    }
+                    target = next;
                 }
                 None => break,
             }
@@ -411,26 +454,57 @@ impl Registry {
     /// (`DELETE /v2/<path>/blobs/<digest>`: the layers are no longer served under this
     /// path, even before the registry's garbage collector reclaims them), then delete
     /// each distinct manifest once, which removes its tags. Blobs go first so that a
-    /// replay after a failure still finds every manifest through its tags. Unknown
-    /// repository, or no tag left: `AlreadyGone`. Anything already gone (404) is not
-    /// an error.
+    /// replay after a failure still finds every manifest through its tags. Then the tags
+    /// are listed again: an image pushed meanwhile goes too (up to [`DELETE_ROUNDS`]
+    /// rounds; tags still appearing after them are an error, so the caller keeps the
+    /// row). Unknown repository, or no tag left: `AlreadyGone`. Anything already gone
+    /// (404) is not an error.
     pub async fn delete_repository(
         &self,
         path: &str,
         now: DateTime<Utc>,
     ) -> Result<RepositoryRemoval> {
-        let gone = RepositoryRemoval {
+        let mut total = RepositoryRemoval {
             removal: Removal::AlreadyGone,
             manifests_deleted: 0,
             tags: 0,
             blobs_unlinked: 0,
         };
-        let Some(tags) = self.list_tags(path, FULL_ACCESS, now).await? else {
-            return Ok(gone);
-        };
-        if tags.is_empty() {
-            return Ok(gone);
+        for _ in 0..DELETE_ROUNDS {
+            let Some(tags) = self.list_tags(path, FULL_ACCESS, now).await? else {
+                return Ok(total);
+            };
+            if tags.is_empty() {
+                return Ok(total);
+            }
+            let round = self.delete_tagged(path, tags, now).await?;
+            if round.manifests_deleted == 0 && round.blobs_unlinked == 0 {
+                // Tags whose manifests are already gone: nothing left to delete.
+                return Ok(RepositoryRemoval {
+                    removal: Removal::Removed,
+                    ..total
+                });
+            }
+            total = RepositoryRemoval {
+                removal: Removal::Removed,
+                manifests_deleted: total.manifests_deleted + round.manifests_deleted,
+                tags: total.tags + round.tags,
+                blobs_unlinked: total.blobs_unlinked + round.blobs_unlinked,
+            };
         }
+        Err(storage(format!(
+            "DELETE {path}: tags were still being pushed after {DELETE_ROUNDS} rounds of deletion; the row is kept for a retry"
+        )))
+    }
+
+    /// One round: `tags` resolved to their manifests, their blobs unlinked, then the
+    /// manifests deleted.
+    async fn delete_tagged(
+        &self,
+        path: &str,
+        tags: Vec<String>,
+        now: DateTime<Utc>,
+    ) -> Result<RepositoryRemoval> {
         let mut manifests: Vec<String> = Vec::new();
         let mut blobs: Vec<String> = Vec::new();
         let mut pending: Vec<String> = tags.clone();
@@ -510,5 +584,22 @@ mod tests {
             "http://127.0.0.1:5000/v2/g/p/tags/list"
         );
         assert!(!format!("{r:?}").contains("PRIVATE"));
+        // A pagination Link stays on the registry's origin.
+        assert_eq!(
+            r.next_target("/v2/g/p/tags/list?last=a&n=1").unwrap(),
+            "http://127.0.0.1:5000/v2/g/p/tags/list?last=a&n=1"
+        );
+        assert!(r
+            .next_target("http://127.0.0.1:5000/v2/g/p/tags/list?last=a")
+            .is_ok());
+        for elsewhere in [
+            "http://evil.example/v2/g/p/tags/list?last=a",
+            "https://127.0.0.1:5000/v2/x",
+            "http://127.0.0.1:5001/v2/x",
+            "//evil.example/v2/x",
+        ] {
+            let e = r.next_target(elsewhere).unwrap_err().to_string();
+            assert!(e.contains("leaves the registry"), "{elsewhere}: {e}");
+        }
     }
 }

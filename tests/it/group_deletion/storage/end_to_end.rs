@@ -45,7 +45,7 @@ fn repositories() -> Vec<String> {
         format!("{dp}.git"),
         format!("{dp}.wiki.git"),
         format!("{dp}.design.git"),
-        "@snippets/aa/bb/snippet30.git".to_string(),
+        format!("{}.git", snippet_path(30)),
     ]
 }
 
@@ -95,6 +95,7 @@ impl World {
             gitaly: Some(gitaly),
             registry: Some(Registry::new(&self.registry.client_config()).unwrap()),
             objects: Some(objects(&self.buckets).await),
+            instance_uuid: Some(INSTANCE.into()),
             ..Storage::default()
         })
     }
