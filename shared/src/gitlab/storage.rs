@@ -172,10 +172,15 @@ pub async fn lock_registry_item<C: GenericClient>(
     path: &str,
 ) -> Result<RegistryItem> {
     if !scheduled {
-        return Ok(match c.query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &project]).await? {
-            None => RegistryItem::Gone,
-            Some(_) => RegistryItem::Kept,
-        });
+        return Ok(
+            match c
+                .query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &project])
+                .await?
+            {
+                None => RegistryItem::Gone,
+                Some(_) => RegistryItem::Kept,
+            },
+        );
     }
     let under = c
         .query_opt(sql::SHARE_PROJECT_UNDER, &[&project, &group])
@@ -244,8 +249,8 @@ pub async fn take_manifest<C: GenericClient>(
     modes: &StorageModes,
 ) -> Result<Manifest> {
     let mut m = Manifest::default();
-    let place =
-        |m: &mut Manifest, item: StorageItem, local: bool| match (modes.of(item.kind()), local) {
+    let place = |m: &mut Manifest, item: StorageItem, local: bool| {
+        match (modes.of(item.kind()), local) {
             (Mode::On, false) if bound_rule(&item, p).is_err() => m.blocked.push(format!(
                 "{} of project {p}, not at the hashed path GitLab gives it (legacy storage: migrate the project to hashed storage, or set {}=leave)",
                 item.describe(),
@@ -264,7 +269,8 @@ pub async fn take_manifest<C: GenericClient>(
                 }
             }
             _ => m.left.push(item),
-        };
+        }
+    };
     for r in c.query(sql::REPOSITORIES, &[&p]).await? {
         let item = StorageItem::Repository {
             storage: r.get(0),

@@ -40,9 +40,9 @@ impl Objects {
         let buckets = buckets
             .iter()
             .map(|(b, v)| {
-                let (name, prefix) = v
-                    .split_once('/')
-                    .map_or((v.clone(), None), |(n, p)| (n.to_string(), Some(p.to_string())));
+                let (name, prefix) = v.split_once('/').map_or((v.clone(), None), |(n, p)| {
+                    (n.to_string(), Some(p.to_string()))
+                });
                 (*b, (name, prefix))
             })
             .collect();
@@ -67,13 +67,13 @@ impl Objects {
 
     fn place(&self, b: Bucket) -> Result<&(String, Option<String>)> {
         self.buckets.get(&b).ok_or_else(|| Error::Storage {
-                kind: "s3",
-                message: format!(
-                    "no bucket configured for {} objects: set {}",
-                    b.as_str(),
-                    crate::config::storage::bucket_variable(b)
-                ),
-            })
+            kind: "s3",
+            message: format!(
+                "no bucket configured for {} objects: set {}",
+                b.as_str(),
+                crate::config::storage::bucket_variable(b)
+            ),
+        })
     }
 
     /// Delete `key` from `b`'s bucket: `Removed`, or `AlreadyGone` when no such object.

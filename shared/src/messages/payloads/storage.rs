@@ -257,7 +257,9 @@ pub fn snippet_disk_path(s: i64) -> String {
 }
 
 fn is_hex(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn is_digits(s: &str) -> bool {
@@ -274,7 +276,8 @@ fn is_digits(s: &str) -> bool {
 /// (avatars). Legacy (non-hashed) storage is refused. Container repositories are bound
 /// to the project's current route by `storage-cleanup` under lock.
 pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static str, String)> {
-    let ok = |b: bool, field: &'static str, rule: String| if b { Ok(()) } else { Err((field, rule)) };
+    let ok =
+        |b: bool, field: &'static str, rule: String| if b { Ok(()) } else { Err((field, rule)) };
     match item {
         StorageItem::Repository {
             relative_path,
@@ -288,7 +291,9 @@ pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static s
             ok(
                 fits,
                 "relative_path",
-                format!("must be the hashed path of project_id ({dp}.git, .wiki.git or .design.git)"),
+                format!(
+                    "must be the hashed path of project_id ({dp}.git, .wiki.git or .design.git)"
+                ),
             )
         }
         StorageItem::Repository {
@@ -314,7 +319,11 @@ pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static s
                 && parts[1].len() == 2
                 && parts[2].len() == 60
                 && parts.iter().all(|p| is_hex(p));
-            ok(fits, "key", "must be an LFS oid (64 lower-case hex) split 2/2/60".into())
+            ok(
+                fits,
+                "key",
+                "must be an LFS oid (64 lower-case hex) split 2/2/60".into(),
+            )
         }
         StorageItem::Object {
             bucket: Bucket::Packages,
@@ -328,7 +337,9 @@ pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static s
                 .unwrap_or_default();
             let fits = match rest.as_slice() {
                 ["packages", pkg, "files", file, _name, ..] => is_digits(pkg) && is_digits(file),
-                ["@final", a, b, c] => a.len() == 2 && b.len() == 2 && is_hex(a) && is_hex(b) && is_hex(c),
+                ["@final", a, b, c] => {
+                    a.len() == 2 && b.len() == 2 && is_hex(a) && is_hex(b) && is_hex(c)
+                }
                 _ => false,
             };
             ok(
@@ -355,7 +366,9 @@ pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static s
             ok(
                 attachment || mounted,
                 "key",
-                format!("must lie under project_id's hashed path ({dp}/…) or be project/<mount>/{id}/…"),
+                format!(
+                    "must lie under project_id's hashed path ({dp}/…) or be project/<mount>/{id}/…"
+                ),
             )
         }
     }
@@ -421,7 +434,11 @@ mod tests {
         }
         // Another project's path under a missing project's id, a legacy path, and a
         // snippet path without its snippet id are refused, naming the field.
-        for p in [format!("{dp}.git"), "acme/web.git".into(), snippet_disk_path(30) + ".git"] {
+        for p in [
+            format!("{dp}.git"),
+            "acme/web.git".into(),
+            snippet_disk_path(30) + ".git",
+        ] {
             let e = run(999, repo(&p)).unwrap_err();
             assert_eq!(e.field, "item.relative_path", "{p}");
         }
@@ -435,11 +452,23 @@ mod tests {
         let obj = |b: &str, k: &str| serde_json::json!({"kind": "object", "bucket": b, "key": k});
         let dir = format!("{}/{}/{h}", &h[..2], &h[2..4]);
         for (b, k, good) in [
-            ("packages", format!("{dir}/packages/40/files/41/pkg-1.0.tgz"), true),
-            ("packages", format!("{dir}/@final/ab/cd/0123456789abcdef"), true),
+            (
+                "packages",
+                format!("{dir}/packages/40/files/41/pkg-1.0.tgz"),
+                true,
+            ),
+            (
+                "packages",
+                format!("{dir}/@final/ab/cd/0123456789abcdef"),
+                true,
+            ),
             ("packages", format!("{dir}/@final/ab/cd/../x"), false),
             ("packages", "ab/cd/ef/packages/40/files/41/x".into(), false),
-            ("uploads", format!("{dp}/0123456789abcdef0123456789abcdef/a.png"), true),
+            (
+                "uploads",
+                format!("{dp}/0123456789abcdef0123456789abcdef/a.png"),
+                true,
+            ),
             ("uploads", "project/avatar/200/logo.png".into(), true),
             ("uploads", "project/avatar/201/logo.png".into(), false),
             ("uploads", format!("{dp}/a.png"), false),

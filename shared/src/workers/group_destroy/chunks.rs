@@ -204,6 +204,10 @@ where
     let chunk = match lock_project(&tx, p.group_id, project).await? {
         ProjectLock::Gone => Chunk::Nothing,
         ProjectLock::Left => Chunk::Left,
+        // A repository storage move in progress holds the whole project back.
+        ProjectLock::Under { .. } if storage::storage_move_in_progress(&tx, project).await? => {
+            Chunk::Nothing
+        }
         ProjectLock::Under { .. } => {
             let n = tx
                 .execute(table.statement(), &[&project, &CONTRIBUTION_BATCH])

@@ -10,6 +10,12 @@
 //!   service; any kind off blocks it; crashes remove each item once.
 //! * `objects`: files in S3 (uploads, LFS objects only this project links, package
 //!   files), and storage-cleanup's re-checks.
+//! * `binding` (issue 46): the registry's mark is invisible to GitLab and undone when a
+//!   repository is kept; a stale path, a missing project id naming a live project's
+//!   storage and another instance's database are refused with no service called.
+//! * `refusals` (issue 46): what GitLab keeps or refuses — group uploads per mode, a
+//!   repository storage move in progress — and package files at their final path in a
+//!   prefixed bucket.
 //!
 //! Here: the storage rows of P200 and the buckets in moto.
 
@@ -23,9 +29,11 @@ use shared::storage::Storage;
 
 use super::*;
 
+mod binding;
 mod end_to_end;
 mod modes;
 mod objects;
+mod refusals;
 
 const SF: Function = Function::StorageCleanup;
 
