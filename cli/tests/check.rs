@@ -85,6 +85,7 @@ async fn the_migrated_schema_passes_every_check() {
         "✓ deletion model: ",
         "✓ foreign keys:",
         "✓ ghost user:",
+        "✓ instance: application_settings.uuid is ",
         "✓ session (advisory locks):",
         "✓ waiting remove-expired-members:",
         "✓ waiting pat-expiring:",
@@ -108,6 +109,39 @@ async fn the_migrated_schema_passes_every_check() {
     assert_eq!(j["ok"], true, "{j}");
     assert!(j["checks"].as_array().unwrap().len() > 10, "{j}");
     assert_eq!(db.snapshot().await, before, "hk check changes nothing");
+}
+
+/// Storage removal's instance binding (docs/storage-cleanup.md): `GITLAB_INSTANCE_UUID`
+/// naming another instance fails the `instance` line; naming this one passes it.
+#[tokio::test]
+async fn gitlab_instance_uuid_must_name_this_databases_instance() {
+    let db = gitlab_db().await;
+    db.exec(
+        "INSERT INTO application_settings (id, created_at, updated_at, uuid)
+         VALUES (1, '2024-01-01', '2024-01-01', 'aaaaaaaa-0000-4000-8000-000000000001')",
+    )
+    .await;
+    let run = |uuid: &str| {
+        hk_on(&db.url)
+            .args(["check", "--now", NOW])
+            .env("GITLAB_INSTANCE_UUID", uuid)
+            .output()
+            .expect("hk runs")
+    };
+    let o = run("bbbbbbbb-0000-4000-8000-000000000002");
+    let f = failures(&o);
+    assert!(
+        f.iter()
+            .any(|l| l.starts_with("✗ instance: GITLAB_INSTANCE_UUID is bbbbbbbb")),
+        "{}",
+        out(&o)
+    );
+    let o = run("aaaaaaaa-0000-4000-8000-000000000001");
+    assert!(
+        out(&o).contains("✓ instance: application_settings.uuid is GITLAB_INSTANCE_UUID"),
+        "{}",
+        out(&o)
+    );
 }
 
 #[tokio::test]

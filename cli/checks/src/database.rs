@@ -8,7 +8,8 @@
 //! GitLab's `schema_migrations` by the marker versions of docs/gitlab-source-notes.md
 //! §A.1 ([`release_of`], [`schema_version_check`]), and the `ON CONFLICT` arbiter
 //! check (PREPARE does not plan, so a missing unique index shows only when the
-//! statement runs).
+//! statement runs), and the instance binding of storage removal ([`instance`]:
+//! `application_settings.uuid` against `GITLAB_INSTANCE_UUID`).
 
 use anyhow::Result;
 use tokio_postgres::Client;
@@ -232,6 +233,42 @@ pub async fn conflict_arbiters(c: &Client) -> Result<Vec<Check>> {
         ));
     }
     Ok(out)
+}
+
+/// Storage removal's instance binding (docs/storage-cleanup.md): the database's
+/// `application_settings.uuid` against `GITLAB_INSTANCE_UUID` when set.
+pub(crate) async fn instance(c: &Client) -> Check {
+    use shared::config::storage::INSTANCE_UUID_VAR as VAR;
+    let have: Option<String> = match c.query_opt(sql::INSTANCE_UUID, &[]).await {
+        Ok(r) => r.and_then(|r| r.get(0)),
+        Err(e) => {
+            return super::db_failure(
+                "instance",
+                format!(
+                    "cannot read application_settings.uuid: {}",
+                    super::db_message(&e)
+                ),
+                "the column must exist as in GitLab 18",
+                &e,
+            )
+        }
+    };
+    let shown = have.as_deref().unwrap_or("not set");
+    match std::env::var(VAR).ok().filter(|v| !v.trim().is_empty()) {
+        Some(want) if have.as_deref() == Some(want.trim()) => Check::pass(
+            "instance",
+            format!("application_settings.uuid is {VAR} ({shown}): storage removal may run"),
+        ),
+        Some(want) => Check::fail(
+            "instance",
+            format!("{VAR} is {} but application_settings.uuid is {shown}: storage-cleanup removes nothing here", want.trim()),
+            format!("point DATABASE_URL at the instance whose storage this stack removes, or set {VAR} to this instance's uuid"),
+        ),
+        None => Check::pass(
+            "instance",
+            format!("application_settings.uuid is {shown}: the value of {VAR} when a STORAGE_* kind is on"),
+        ),
+    }
 }
 
 #[cfg(test)]

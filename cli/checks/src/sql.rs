@@ -143,6 +143,9 @@ pub const FK_ACTIONS: &str = "SELECT c.conname::text, c.confdeltype::text
 
 /// Whether `application_settings` has a row (the batches read the first one).
 pub const SETTINGS_ROWS: &str = "SELECT count(*)::int8 FROM application_settings";
+/// The instance's identity (`application_settings.uuid`, the first row), which
+/// `GITLAB_INSTANCE_UUID` must name for storage removal.
+pub const INSTANCE_UUID: &str = "SELECT uuid::text FROM application_settings ORDER BY id LIMIT 1";
 /// The ghost user's id, if one exists (`user_type` 5).
 pub const GHOST: &str = "SELECT id::int8 FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
 /// Whether an organization exists (the ghost user's namespace needs one).

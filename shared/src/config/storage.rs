@@ -276,7 +276,7 @@ impl StorageConfig {
         let any_on = [modes.gitaly, modes.registry, modes.objects].contains(&Mode::On);
         if any_on && self.instance_uuid.is_none() {
             return Err(Error::Config(format!(
-                "storage removal is on (STORAGE_*=on): set {INSTANCE_UUID_VAR} to the GitLab instance's application_settings.uuid (SELECT uuid FROM application_settings), so that a copy of another instance's database never removes that instance's storage"
+                "storage removal is on (STORAGE_*=on): set {INSTANCE_UUID_VAR} to the GitLab instance's application_settings.uuid, so that a copy of another instance's database never removes that instance's storage"
             )));
         }
         if modes.gitaly == Mode::On && self.gitaly.is_none() {
