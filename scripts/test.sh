@@ -160,8 +160,17 @@ step "sam build (offline, from the root as the README says): infra/Makefile runs
 # Same flags as the build above, so each function's build is a cargo no-op: this proves
 # sam build -> infra/Makefile -> package-lambdas.sh and the artifacts it uploads
 # (bootstrap + CA bundle) without a second release build (tests/deploy/sam_build_check.py).
+# Into .aws-sam/build, where `sam deploy` looks for what to package.
+rm -rf .aws-sam
 AWS_DEFAULT_REGION=us-east-1 .venv-sam/bin/python tests/deploy/sam_build_check.py \
-  --arch x86_64 --package-args=--check --ca-bundle shared/certs/amazon-trust-services.pem
+  --arch x86_64 --package-args=--check --ca-bundle shared/certs/amazon-trust-services.pem \
+  --build-dir "$ROOT/.aws-sam/build"
+
+step "sam package (as sam deploy packages) into moto's S3: every zip holds the built bootstrap; the packaged stack in moto"
+# tests/deploy/sam_package_check.py: also proves it catches the samconfig.toml that
+# made sam deploy upload the crates' sources.
+.venv-sam/bin/python tests/deploy/sam_package_check.py \
+  --ca-bundle shared/certs/amazon-trust-services.pem --moto-python "$ROOT/.venv/bin/python"
 
 step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted; footprint on the Lambda build above)"
 target/debug/hk bench all --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"
