@@ -15,7 +15,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's start (seconds since the script began) and title, for the durations
+# printed at the end (also on failure): where CI's time goes.
+STEP_NAMES=()
+STEP_STARTS=()
+step() {
+  STEP_NAMES+=("$*")
+  STEP_STARTS+=("$SECONDS")
+  printf '\n==> %s\n' "$*"
+}
+step_times() {
+  local n=${#STEP_NAMES[@]} i end
+  [ "$n" -gt 0 ] || return 0
+  printf '\nStep durations (s):\n'
+  for ((i = 0; i < n; i++)); do
+    if [ $((i + 1)) -lt "$n" ]; then end=${STEP_STARTS[$((i + 1))]}; else end=$SECONDS; fi
+    printf '%6d  %s\n' $((end - STEP_STARTS[i])) "${STEP_NAMES[$i]:0:100}"
+  done
+  printf '%6d  total\n' "$SECONDS"
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # Runtime state outside the checkout: the postgres user must be able to traverse it.
@@ -26,6 +44,7 @@ STARTED_PG=""
 STARTED_PG17=""
 cleanup() {
   status=$?
+  step_times
   if [ -n "$MOTO_PID" ]; then kill "$MOTO_PID" 2>/dev/null || true; fi
   if [ -n "$STARTED_PG" ]; then HK_PG_BASE="$STATE/pg" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
   if [ -n "$STARTED_PG17" ]; then HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
