@@ -67,7 +67,8 @@ impl Captured {
 pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let c = Captured::default();
     // The functions' own filter construction: the metric lines pass it at every level.
-    let targets: Targets = shared::telemetry::targets("warn,shared=debug,hk=debug,checks=debug");
+    let targets: Targets =
+        shared::telemetry::targets("warn,shared=debug,hk=debug,checks=debug", true);
     let subscriber = Registry::default()
         .with(targets)
         .with(JsonLayer::new(Sink::Buffer(c.0.clone())));

@@ -193,43 +193,62 @@ fn filter_spec(lambda_level: Option<&str>, rust_log: Option<&str>) -> String {
 /// `hk-check` function's), `warn` elsewhere. Directives are `level` or
 /// `target=level`, comma-separated (a `Targets` filter: no regular expressions, so the
 /// functions do not carry a regex engine). The metric lines ([`METRICS_TARGET`]) are
-/// enabled whatever the spec says: the alarms read them.
-pub fn targets(spec: &str) -> Targets {
+/// enabled whatever the spec says when `metrics_always` (a function: the alarms read
+/// them); otherwise (`hk` on a terminal) they follow this crate's level.
+pub fn targets(spec: &str, metrics_always: bool) -> Targets {
     let spec = if spec.contains('=') || spec.contains(',') {
         spec.to_string()
     } else {
-        format!("warn,shared={spec},hk={spec},checks={spec}")
+        format!("warn,shared={spec},hk={spec},checks={spec},{METRICS_TARGET}={spec}")
     };
-    spec.parse()
-        .unwrap_or_else(|_| {
-            Targets::new()
-                .with_default(LevelFilter::WARN)
-                .with_target("shared", LevelFilter::INFO)
-                .with_target("hk", LevelFilter::INFO)
-                .with_target("checks", LevelFilter::INFO)
-        })
-        .with_target(METRICS_TARGET, LevelFilter::TRACE)
+    let t = spec.parse().unwrap_or_else(|_| {
+        Targets::new()
+            .with_default(LevelFilter::WARN)
+            .with_target("shared", LevelFilter::INFO)
+            .with_target("hk", LevelFilter::INFO)
+            .with_target("checks", LevelFilter::INFO)
+            .with_target(METRICS_TARGET, LevelFilter::INFO)
+    });
+    if metrics_always {
+        t.with_target(METRICS_TARGET, LevelFilter::TRACE)
+    } else {
+        t
+    }
 }
 
-/// The subscriber [`init`] installs, for a given `AWS_LAMBDA_LOG_LEVEL` and
-/// `RUST_LOG`: the level filter (metric lines always pass) and the JSON layer.
+/// The subscriber [`init`] installs for a function (writing to `sink`, metric lines at
+/// every level), for a given `AWS_LAMBDA_LOG_LEVEL` and `RUST_LOG`.
 pub fn subscriber(
     sink: Sink,
     lambda_level: Option<&str>,
     rust_log: Option<&str>,
 ) -> impl Subscriber + Send + Sync {
+    layered(sink, lambda_level, rust_log, true)
+}
+
+fn layered(
+    sink: Sink,
+    lambda_level: Option<&str>,
+    rust_log: Option<&str>,
+    metrics_always: bool,
+) -> impl Subscriber + Send + Sync {
     Registry::default()
-        .with(targets(&filter_spec(lambda_level, rust_log)))
+        .with(targets(
+            &filter_spec(lambda_level, rust_log),
+            metrics_always,
+        ))
         .with(JsonLayer::for_lambda_level(sink, lambda_level))
 }
 
 /// Install the global subscriber writing to `sink` (levels from
-/// `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`), and the JSON panic hook. Idempotent: a
-/// second call installs nothing new.
+/// `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`), and the JSON panic hook. On standard
+/// output (a function) the metric lines pass at every level; on standard error (`hk`)
+/// they follow the level like any line. Idempotent: a second call installs nothing new.
 pub fn init(sink: Sink) {
     let lambda_level = std::env::var("AWS_LAMBDA_LOG_LEVEL").ok();
     let rust_log = std::env::var("RUST_LOG").ok();
-    let subscriber = subscriber(sink, lambda_level.as_deref(), rust_log.as_deref());
+    let always = matches!(sink, Sink::Stdout);
+    let subscriber = layered(sink, lambda_level.as_deref(), rust_log.as_deref(), always);
     if tracing::subscriber::set_global_default(subscriber).is_ok() {
         install_panic_hook();
     }
@@ -296,16 +315,16 @@ mod tests {
     #[test]
     fn filter_specs_set_levels_per_target() {
         use tracing::Level;
-        let t = targets("debug");
+        let t = targets("debug", true);
         assert!(t.would_enable("shared::batches", &Level::DEBUG));
         assert!(t.would_enable("hk", &Level::DEBUG));
         assert!(t.would_enable("checks::function", &Level::DEBUG));
         assert!(!t.would_enable("hyper", &Level::INFO));
         assert!(t.would_enable("hyper", &Level::WARN));
-        let t = targets("error,shared=info");
+        let t = targets("error,shared=info", true);
         assert!(t.would_enable("shared", &Level::INFO));
         assert!(!t.would_enable("tokio_postgres", &Level::WARN));
-        let t = targets("not a [filter");
+        let t = targets("not a [filter", true);
         assert!(t.would_enable("shared", &Level::INFO));
     }
 
@@ -320,10 +339,13 @@ mod tests {
             "not a [filter",
         ] {
             assert!(
-                targets(spec).would_enable(METRICS_TARGET, &Level::INFO),
+                targets(spec, true).would_enable(METRICS_TARGET, &Level::INFO),
                 "{spec}"
             );
         }
+        // hk on a terminal: as this crate's level.
+        assert!(!targets("warn", false).would_enable(METRICS_TARGET, &Level::INFO));
+        assert!(targets("info", false).would_enable(METRICS_TARGET, &Level::INFO));
         assert_eq!(metrics_level(Some("WARN")), "warn");
         assert_eq!(metrics_level(Some("ERROR")), "error");
         assert_eq!(metrics_level(Some("DEBUG")), "info");
