@@ -40,6 +40,7 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::hierarchy,
     gitlab::membership,
     gitlab::permissions,
+    gitlab::release,
     gitlab::storage,
     gitlab::user_removal,
     locks,

@@ -87,9 +87,8 @@ pub const RELATION_OID: &str = "SELECT c.oid FROM pg_class c
 
 /// Whether GitLab's `schema_migrations` exists.
 pub const HAS_SCHEMA_MIGRATIONS: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
-/// The newest migration version (14 digits, so text order is numeric order).
-pub const NEWEST_MIGRATION: &str = "SELECT version::text FROM schema_migrations
-     WHERE version ~ '^[0-9]{14}$' ORDER BY version DESC LIMIT 1";
+/// The newest migration version (the functions' own statement).
+pub use shared::gitlab::release::sql::NEWEST_MIGRATION;
 /// The unique indexes (or constraints) of table `$1` that can arbitrate `ON CONFLICT
 /// ($2)`: unique, immediate, valid, not partial, no expression, key columns exactly
 /// the set `$2`.
