@@ -20,7 +20,9 @@ The cases (tests/it/deployment/template/first_deploy.rs asserts the report):
 - `no_vpc` and `no_vpc_said`: prod_answered without the VPC, then with
   DatabaseReachableWithoutVpc=true;
 - `notices_without_key_base`: prod_answered with the pat-expiring cron on and no
-  GitlabDbKeyBaseSecretArn.
+  GitlabDbKeyBaseSecretArn;
+- `storage_without_instance`: prod_answered with a storage kind on and no
+  GitlabInstanceUuid.
 
 REPORT: {case: {"refused": bool, "why": [str]}, "required": [names without a
 default], "prod_keys": [names samconfig's prod environment answers]}.
@@ -156,6 +158,7 @@ def main() -> int:
     no_vpc = {k: v for k, v in answered.items() if k not in ("SubnetIds", "SecurityGroupIds")}
     notices = {k: v for k, v in answered.items() if k != "GitlabDbKeyBaseSecretArn"}
     notices["PatExpiringScheduleEnabled"] = "true"
+    storage = dict(answered, StorageRegistry="on")
     cases = {
         "no_answers": {},
         "placeholders": placeholders,
@@ -164,6 +167,8 @@ def main() -> int:
         "no_vpc": no_vpc,
         "no_vpc_said": dict(no_vpc, DatabaseReachableWithoutVpc="true"),
         "notices_without_key_base": notices,
+        "storage_without_instance": storage,
+        "storage_with_instance": dict(storage, GitlabInstanceUuid="0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"),
     }
     report = {}
     for case, given in cases.items():

@@ -100,6 +100,17 @@ fn a_default_deploy_refuses_missing_and_placeholder_answers_and_asks_for_a_vpc()
         notices.len() == 1 && notices[0].starts_with("rule DbKeyBaseForNotices:"),
         "{notices:?}"
     );
+    let storage = why(&r, "storage_without_instance");
+    assert!(
+        storage.len() == 1 && storage[0].starts_with("rule InstanceForStorage:"),
+        "{storage:?}"
+    );
+    assert_eq!(
+        r["storage_with_instance"]["refused"],
+        false,
+        "{:?}",
+        why(&r, "storage_with_instance")
+    );
 }
 
 #[test]
