@@ -14,10 +14,14 @@
 //! The plan itself is [`crate::local::Runner::plan_until_idle`], unchanged, run on the
 //! copy: the handlers write there (then roll back), never on the live database.
 
+pub mod cluster;
+pub mod selection;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use chrono::{DateTime, Utc};
 use futures::{pin_mut, SinkExt, TryStreamExt};
 use serde_json::{json, Value};
 use shared::gitlab::blockers::{self, Handling};
@@ -129,6 +133,51 @@ pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
     }
 }
 
+/// What to copy: per table, the columns (the rest of the model's table stays at its
+/// default or NULL). `None` in [`ReadOnlySnapshot::prepare`]: every column of every
+/// table of the model.
+pub type Selection = BTreeMap<String, BTreeSet<String>>;
+
+/// One table to copy, as [`ReadOnlySnapshot::prepare`] planned it.
+#[derive(Debug, Clone)]
+pub struct TablePlan {
+    /// The table (schema `public`).
+    pub table: String,
+    /// The columns copied, in the model's order.
+    pub columns: Vec<String>,
+    /// Columns of the model the live table does not have (left at their default).
+    pub defaulted: Vec<String>,
+    /// Columns of the model left out of the copy (no statement uses them).
+    pub left_out: Vec<String>,
+    /// The live table's estimated rows (`pg_class.reltuples`, 0 when never analysed).
+    pub est_rows: u64,
+    /// The live table's heap size in bytes (`relpages` × block size): what its
+    /// sequential scan reads, whatever the columns.
+    pub est_bytes: u64,
+}
+
+/// The copy planned in the snapshot before any row is read: the tables and their
+/// estimates, and each local sequence with the live one it follows.
+#[derive(Debug, Clone)]
+pub struct CopyPlan {
+    /// The tables, in copy order.
+    pub tables: Vec<TablePlan>,
+    /// `(local sequence, live sequence)`.
+    pub sequences: Vec<(String, String)>,
+}
+
+impl CopyPlan {
+    /// Estimated rows in all.
+    pub fn est_rows(&self) -> u64 {
+        self.tables.iter().map(|t| t.est_rows).sum()
+    }
+
+    /// Estimated bytes in all.
+    pub fn est_bytes(&self) -> u64 {
+        self.tables.iter().map(|t| t.est_bytes).sum()
+    }
+}
+
 /// One table of the copy.
 #[derive(Debug, Clone)]
 pub struct TableCopy {
@@ -136,8 +185,12 @@ pub struct TableCopy {
     pub table: String,
     /// Rows copied.
     pub rows: u64,
+    /// Columns copied.
+    pub columns: Vec<String>,
     /// Columns of the model the live table does not have (left at their default).
     pub defaulted: Vec<String>,
+    /// Columns of the model left out (no statement uses them).
+    pub left_out: Vec<String>,
 }
 
 /// What was copied.
@@ -147,12 +200,14 @@ pub struct Copied {
     pub source: Source,
     /// Per table, in copy order.
     pub tables: Vec<TableCopy>,
-    /// Tables of the model the live database does not have (empty in the copy).
-    pub missing: Vec<String>,
-    /// Sequences set to the live position: `(sequence, last_value)`.
-    pub sequences: Vec<(String, i64)>,
-    /// How long the snapshot transaction was open.
+    /// Sequences and the live position to set: `(sequence, last_value, is_called)`.
+    pub sequences: Vec<(String, i64, bool)>,
+    /// When the snapshot was taken (hk's clock, read once the snapshot existed).
+    pub snapshot_at: DateTime<Utc>,
+    /// How long the snapshot transaction was open when the last row was read.
     pub elapsed: Duration,
+    /// The estimate printed before the copy: `(rows, bytes)`.
+    pub estimate: (u64, u64),
 }
 
 impl Copied {
@@ -171,6 +226,25 @@ impl Copied {
         self.tables.iter().map(|t| t.table.clone()).collect()
     }
 
+    /// After the live snapshot ended: set each sequence to its live position, turn
+    /// the copy's triggers and foreign keys back on and `ANALYZE` (all local work,
+    /// none of it with the live snapshot open).
+    pub async fn finish(&self, local: &Client) -> Result<()> {
+        local
+            .batch_execute("RESET session_replication_role")
+            .await?;
+        for (seq, value, called) in &self.sequences {
+            local
+                .execute(
+                    "SELECT setval($1::text::regclass, $2, $3)",
+                    &[seq, value, called],
+                )
+                .await?;
+        }
+        local.batch_execute("ANALYZE").await?;
+        Ok(())
+    }
+
     /// The `read_only` object of a `--json` plan (in its `plan` object).
     pub fn to_json(&self, blockers: &[String]) -> Value {
         json!({
@@ -178,14 +252,19 @@ impl Copied {
             "newest_migration": self.source.newest_migration,
             "deletion_model": self.source.deletion.as_str(),
             "model": self.source.model.as_str(),
+            "snapshot_at": shared::clock::rfc3339(self.snapshot_at),
+            "estimated_rows": self.estimate.0,
+            "estimated_bytes": self.estimate.1,
             "tables": self.tables.len(),
             "rows_copied": self.rows(),
             "seconds": self.elapsed.as_secs_f64(),
             "rows_per_s": self.rows_per_s().round(),
+            "copied": self.tables.iter().map(|t| json!({
+                "table": t.table, "rows": t.rows, "columns": t.columns,
+            })).collect::<Vec<_>>(),
             "defaulted_columns": self.tables.iter()
                 .flat_map(|t| t.defaulted.iter().map(move |c| format!("{}.{c}", t.table)))
                 .collect::<Vec<_>>(),
-            "missing_tables": self.missing,
             "sequences": self.sequences.len(),
             "live_blockers": blockers,
             "approximations": APPROXIMATIONS,
@@ -200,31 +279,41 @@ fn ident(s: &str) -> String {
 
 /// The one transaction on the live database: `REPEATABLE READ READ ONLY`, so every
 /// table is read at the same instant, nothing can be written and no transaction id is
-/// assigned; it takes `AccessShareLock`s only (held until it ends).
+/// assigned; it takes `AccessShareLock`s only (held until it ends, so it ends as soon
+/// as the last row is read: [`ReadOnlySnapshot::end`]).
 pub struct ReadOnlySnapshot<'a> {
     tx: Transaction<'a>,
     /// What [`recognise`] found, in the snapshot.
     pub source: Source,
     /// The live session's backend pid.
     pub pid: i32,
+    /// When the snapshot was taken: hk's clock read after the transaction's first
+    /// statement (which takes the snapshot), so no row of the copy is younger.
+    pub taken_at: DateTime<Utc>,
     started: Instant,
 }
 
 impl<'a> ReadOnlySnapshot<'a> {
     /// Begin the snapshot on `live` and recognise the database (refused when its model
-    /// is not recognised). `statement_timeout` is lifted for this transaction only (a
-    /// copy of a large table is one statement); `lock_timeout` stays the session's, so
-    /// the copy never queues long behind a lock another session waits for.
+    /// is not recognised). The session's `statement_timeout` and `lock_timeout` stay
+    /// (one table is one statement: a table too large to copy within it is refused
+    /// rather than holding the snapshot open longer; the copy never queues long behind
+    /// a lock another session waits for, such as a migration's).
     pub async fn begin(live: &'a mut Client) -> Result<ReadOnlySnapshot<'a>> {
         let started = Instant::now();
         let tx = read_only_transaction(live).await?;
-        tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+        // Bounded, not off: one table is one statement, and a copy that long is one
+        // to make from a replica or a clone instead (docs/shadow.md).
+        tx.batch_execute("SET LOCAL statement_timeout = '15min'")
+            .await?;
         let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let taken_at = Utc::now();
         let source = recognise(&tx).await?;
         Ok(ReadOnlySnapshot {
             tx,
             source,
             pid,
+            taken_at,
             started,
         })
     }
@@ -234,12 +323,13 @@ impl<'a> ReadOnlySnapshot<'a> {
         &self.tx
     }
 
-    /// Copy every table of the model into `local` (a database migrated with
-    /// `self.source.model`, whose rows are replaced): the columns both sides have,
-    /// with `COPY (SELECT …) TO STDOUT` from the snapshot and `COPY … FROM STDIN`
-    /// locally (triggers and foreign keys off, the data being consistent already),
-    /// then the sequences' positions and `ANALYZE`.
-    pub async fn copy_into(&self, local: &Client) -> Result<Copied> {
+    /// Plan the copy into `local` (a database migrated with `self.source.model`)
+    /// before any row is read: per table of `only` (every table of the model when
+    /// `None`) the columns both sides have, the estimates from `pg_class`, the live
+    /// sequences. Refused, listing every problem at once: a table of the model the live
+    /// database lacks (it would be copied empty and the plan decide nothing there), a
+    /// table or column the role may not `SELECT`, a sequence it may not `SELECT`.
+    pub async fn prepare(&self, local: &Client, only: Option<&Selection>) -> Result<CopyPlan> {
         let model = columns(
             local,
             "SELECT c.relname::text, a.attname::text, a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''
@@ -250,102 +340,211 @@ impl<'a> ReadOnlySnapshot<'a> {
               ORDER BY c.relname, a.attnum",
         )
         .await?;
+        // pg_catalog, not information_schema: a table the role may not read is still
+        // seen (and refused by name) rather than taken for missing.
         let live = columns(
             &self.tx,
-            "SELECT table_name::text, column_name::text, false FROM information_schema.columns
-              WHERE table_schema = 'public' ORDER BY table_name, ordinal_position",
+            "SELECT c.relname::text, a.attname::text,
+                    has_column_privilege(c.oid, a.attnum, 'SELECT')
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_attribute a ON a.attrelid = c.oid
+              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'f')
+                AND a.attnum > 0 AND NOT a.attisdropped
+              ORDER BY c.relname, a.attnum",
         )
         .await?;
-        let names: Vec<String> = model.keys().map(|t| ident(t)).collect();
+        let mut problems = Vec::new();
+        let mut tables = Vec::new();
+        for (table, cols) in &model {
+            let wanted = match only {
+                Some(sel) => match sel.get(table) {
+                    Some(w) => Some(w),
+                    None => continue,
+                },
+                None => None,
+            };
+            let Some(live_cols) = live.get(table) else {
+                problems.push(format!(
+                    "table {table} is not on the live database (the copy would hold it empty)"
+                ));
+                continue;
+            };
+            let have: BTreeMap<&str, bool> =
+                live_cols.iter().map(|(c, ok)| (c.as_str(), *ok)).collect();
+            let (mut copy, mut defaulted, mut left_out) = (Vec::new(), Vec::new(), Vec::new());
+            for (c, required) in cols {
+                let want = wanted.is_none_or(|w| w.contains(c));
+                match (have.get(c.as_str()), want) {
+                    (Some(_), false) => left_out.push(c.clone()),
+                    (Some(true), true) => copy.push(c.clone()),
+                    (Some(false), true) => problems.push(format!(
+                        "no SELECT on {table}.{c} (GRANT SELECT ON {table} TO <role>)"
+                    )),
+                    (None, _) if *required => problems.push(format!(
+                        "the live table {table} has no column {c}, which the GitLab {} model \
+                         requires (NOT NULL, no default): this schema does not fit the model",
+                        self.source.model
+                    )),
+                    (None, _) => defaulted.push(c.clone()),
+                }
+            }
+            let est = self
+                .tx
+                .query_one(
+                    "SELECT greatest(c.reltuples, 0)::bigint,
+                            c.relpages::bigint * current_setting('block_size')::bigint
+                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE n.nspname = 'public' AND c.relname = $1",
+                    &[table],
+                )
+                .await?;
+            let (rows, bytes): (i64, i64) = (est.get(0), est.get(1));
+            tables.push(TablePlan {
+                table: table.clone(),
+                columns: copy,
+                defaulted,
+                left_out,
+                est_rows: rows as u64,
+                est_bytes: bytes as u64,
+            });
+        }
+        let copied: BTreeSet<&str> = tables.iter().map(|t| t.table.as_str()).collect();
+        let mut sequences = Vec::new();
+        for (seq, table, column) in owned_sequences(local).await? {
+            if !copied.contains(table.as_str()) {
+                continue;
+            }
+            let r = self
+                .tx
+                .query_one(
+                    "SELECT s::text, has_sequence_privilege(s, 'SELECT')
+                       FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) x
+                      WHERE s IS NOT NULL",
+                    &[&format!("public.{}", ident(&table)), &column],
+                )
+                .await;
+            let Ok(r) = r else { continue };
+            let (live_seq, ok): (String, bool) = (r.get(0), r.get(1));
+            if !ok {
+                problems.push(format!(
+                    "no SELECT on sequence {live_seq} (GRANT SELECT ON SEQUENCE {live_seq} TO \
+                     <role>: the copy reads its position)"
+                ));
+            }
+            sequences.push((seq, live_seq));
+        }
+        if !problems.is_empty() {
+            bail!(
+                "the copy cannot start (nothing was read): {}",
+                problems.join("; ")
+            );
+        }
+        Ok(CopyPlan { tables, sequences })
+    }
+
+    /// Copy the planned tables into `local` (whose rows are replaced): the planned
+    /// columns, with `COPY (SELECT …) TO STDOUT` from the snapshot and `COPY … FROM
+    /// STDIN` locally (triggers and foreign keys off, the data being consistent
+    /// already; columns left out lose their `NOT NULL` on the copy), then the live
+    /// sequences' positions (set by [`Copied::finish`] once the snapshot ended).
+    /// `progress` hears each table's rows so far and its estimate.
+    pub async fn copy(
+        &self,
+        local: &Client,
+        plan: &CopyPlan,
+        mut progress: impl FnMut(&str, u64, u64),
+    ) -> Result<Copied> {
+        let all = columns(
+            local,
+            "SELECT c.relname::text, '', false FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+        )
+        .await?;
+        let names: Vec<String> = all.keys().map(|t| ident(t)).collect();
         local
             .batch_execute(&format!(
                 "SET session_replication_role = replica; TRUNCATE {} CASCADE",
                 names.join(", ")
             ))
             .await?;
-        let (mut tables, mut missing) = (Vec::new(), Vec::new());
-        for (table, cols) in &model {
-            let Some(live_cols) = live.get(table) else {
-                missing.push(table.clone());
-                continue;
-            };
-            let have: BTreeSet<&str> = live_cols.iter().map(|(c, _)| c.as_str()).collect();
-            let (both, defaulted): (Vec<_>, Vec<_>) =
-                cols.iter().partition(|(c, _)| have.contains(c.as_str()));
-            if let Some((c, _)) = defaulted.iter().find(|(_, required)| *required) {
-                bail!(
-                    "the live table {table} has no column {c}, which the GitLab {} model \
-                     requires (NOT NULL, no default): this schema does not fit the model",
-                    self.source.model
-                );
+        let mut tables = Vec::new();
+        for t in &plan.tables {
+            // A CHECK over a column left out would refuse its NULL: the live rows
+            // satisfied it already.
+            if !t.left_out.is_empty() {
+                for r in local
+                    .query(
+                        "SELECT k.conname::text FROM pg_constraint k
+                          WHERE k.conrelid = $1::text::regclass AND k.contype = 'c'
+                            AND EXISTS (SELECT 1 FROM pg_attribute a
+                                         WHERE a.attrelid = k.conrelid
+                                           AND a.attnum = ANY(k.conkey)
+                                           AND a.attname = ANY($2))",
+                        &[&format!("public.{}", ident(&t.table)), &t.left_out],
+                    )
+                    .await?
+                {
+                    let name: String = r.get(0);
+                    local
+                        .batch_execute(&format!(
+                            "ALTER TABLE public.{} DROP CONSTRAINT {}",
+                            ident(&t.table),
+                            ident(&name)
+                        ))
+                        .await?;
+                }
             }
-            let list = both
+            for c in &t.left_out {
+                local
+                    .batch_execute(&format!(
+                        "ALTER TABLE public.{} ALTER COLUMN {} DROP NOT NULL",
+                        ident(&t.table),
+                        ident(c)
+                    ))
+                    .await?;
+            }
+            let list = t
+                .columns
                 .iter()
-                .map(|(c, _)| ident(c))
+                .map(|c| ident(c))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let rows = copy_table(&self.tx, local, table, &list).await?;
+            let rows = copy_table(&self.tx, local, &t.table, &list, |n| {
+                progress(&t.table, n, t.est_rows)
+            })
+            .await?;
             tables.push(TableCopy {
-                table: table.clone(),
+                table: t.table.clone(),
                 rows,
-                defaulted: defaulted.into_iter().map(|(c, _)| c.clone()).collect(),
+                columns: t.columns.clone(),
+                defaulted: t.defaulted.clone(),
+                left_out: t.left_out.clone(),
             });
         }
-        local
-            .batch_execute("RESET session_replication_role")
-            .await?;
-        let sequences = self.sequences(local).await?;
-        local.batch_execute("ANALYZE").await?;
-        Ok(Copied {
-            source: self.source.clone(),
-            tables,
-            missing,
-            sequences,
-            elapsed: self.started.elapsed(),
-        })
-    }
-
-    /// Set every sequence of the model that a column owns to the position of the live
-    /// sequence that column owns.
-    async fn sequences(&self, local: &Client) -> Result<Vec<(String, i64)>> {
-        let owned = local
-            .query(
-                "SELECT s.oid::regclass::text, t.relname::text, a.attname::text
-                   FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace
-                   JOIN pg_depend d ON d.objid = s.oid AND d.classid = 'pg_class'::regclass
-                    AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
-                   JOIN pg_class t ON t.oid = d.refobjid
-                   JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = d.refobjsubid
-                  WHERE s.relkind = 'S' AND n.nspname = 'public' ORDER BY 1",
-                &[],
-            )
-            .await?;
-        let mut out = Vec::new();
-        for r in owned {
-            let (seq, table, column): (String, String, String) = (r.get(0), r.get(1), r.get(2));
-            let live: Option<String> = self
-                .tx
-                .query_one(
-                    "SELECT pg_get_serial_sequence($1, $2)",
-                    &[&format!("public.{}", ident(&table)), &column],
-                )
-                .await?
-                .get(0);
-            let Some(live) = live else { continue };
+        let mut sequences = Vec::new();
+        for (seq, live) in &plan.sequences {
             let row = self
                 .tx
                 .query_one(&format!("SELECT last_value, is_called FROM {live}"), &[])
                 .await?;
-            let (value, called): (i64, bool) = (row.get(0), row.get(1));
-            local
-                .execute(
-                    "SELECT setval($1::text::regclass, $2, $3)",
-                    &[&seq, &value, &called],
-                )
-                .await?;
-            out.push((seq, value));
+            sequences.push((seq.clone(), row.get(0), row.get(1)));
         }
-        Ok(out)
+        Ok(Copied {
+            source: self.source.clone(),
+            tables,
+            sequences,
+            snapshot_at: self.taken_at,
+            elapsed: self.started.elapsed(),
+            estimate: (plan.est_rows(), plan.est_bytes()),
+        })
+    }
+
+    /// [`ReadOnlySnapshot::prepare`] of every table and column, then
+    /// [`ReadOnlySnapshot::copy`].
+    pub async fn copy_into(&self, local: &Client) -> Result<Copied> {
+        let plan = self.prepare(local, None).await?;
+        self.copy(local, &plan, |_, _, _| {}).await
     }
 
     /// End the snapshot (a read-only transaction: nothing to keep).
@@ -354,7 +553,26 @@ impl<'a> ReadOnlySnapshot<'a> {
     }
 }
 
-/// `table → [(column, required)]` from a query of those three columns.
+/// Every sequence of `public` that a column owns: `(sequence, table, column)`.
+async fn owned_sequences(local: &Client) -> Result<Vec<(String, String, String)>> {
+    Ok(local
+        .query(
+            "SELECT s.oid::regclass::text, t.relname::text, a.attname::text
+               FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace
+               JOIN pg_depend d ON d.objid = s.oid AND d.classid = 'pg_class'::regclass
+                AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+               JOIN pg_class t ON t.oid = d.refobjid
+               JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = d.refobjsubid
+              WHERE s.relkind = 'S' AND n.nspname = 'public' ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// `table → [(column, flag)]` from a query of those three columns.
 async fn columns<C: GenericClient>(
     c: &C,
     sql: &str,
@@ -366,8 +584,16 @@ async fn columns<C: GenericClient>(
     Ok(out)
 }
 
-/// Stream `table`'s columns `list` from the snapshot into the local table.
-async fn copy_table(tx: &Transaction<'_>, local: &Client, table: &str, list: &str) -> Result<u64> {
+/// Stream `table`'s columns `list` from the snapshot into the local table; `rows`
+/// hears the rows streamed so far (COPY's text format ends each row with a newline,
+/// the data's own newlines being escaped).
+async fn copy_table(
+    tx: &Transaction<'_>,
+    local: &Client,
+    table: &str,
+    list: &str,
+    mut rows: impl FnMut(u64),
+) -> Result<u64> {
     let t = ident(table);
     let out = tx
         .copy_out(&format!("COPY (SELECT {list} FROM public.{t}) TO STDOUT"))
@@ -377,7 +603,10 @@ async fn copy_table(tx: &Transaction<'_>, local: &Client, table: &str, list: &st
         .copy_in::<_, bytes::Bytes>(&format!("COPY public.{t} ({list}) FROM STDIN"))
         .await?;
     pin_mut!(out, sink);
+    let mut seen = 0u64;
     while let Some(chunk) = out.try_next().await? {
+        seen += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        rows(seen);
         sink.feed(chunk).await?;
     }
     sink.as_mut()
