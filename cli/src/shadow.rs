@@ -169,12 +169,16 @@ pub struct CopyPlan {
 impl CopyPlan {
     /// Estimated rows in all.
     pub fn est_rows(&self) -> u64 {
-        self.tables.iter().map(|t| t.est_rows).sum()
+        self.tables
+            .iter()
+            .fold(0u64, |a, t| a.saturating_add(t.est_rows))
     }
 
     /// Estimated bytes in all.
     pub fn est_bytes(&self) -> u64 {
-        self.tables.iter().map(|t| t.est_bytes).sum()
+        self.tables
+            .iter()
+            .fold(0u64, |a, t| a.saturating_add(t.est_bytes))
     }
 }
 
@@ -391,11 +395,16 @@ impl<'a> ReadOnlySnapshot<'a> {
             let est = self
                 .tx
                 .query_one(
-                    "SELECT greatest(c.reltuples, 0)::bigint,
-                            c.relpages::bigint * current_setting('block_size')::bigint
-                       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                      WHERE n.nspname = 'public' AND c.relname = $1",
-                    &[table],
+                    // A partitioned table's figures are its partitions' (its own
+                    // are -1).
+                    "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint,
+                            coalesce(sum(greatest(c.relpages, 0)), 0)::bigint
+                              * current_setting('block_size')::bigint
+                       FROM pg_class c
+                      WHERE (c.oid = $1::text::regclass AND c.relkind = 'r')
+                         OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass)
+                                       WHERE isleaf)",
+                    &[&format!("public.{}", ident(table))],
                 )
                 .await?;
             let (rows, bytes): (i64, i64) = (est.get(0), est.get(1));

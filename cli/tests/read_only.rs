@@ -16,35 +16,13 @@ use shared::Function;
 use tokio_postgres::Client;
 
 mod common;
-use common::hk_on;
+use common::{demo_on, hk_on, tomorrow};
 
 const NOW: &str = "2026-03-01T00:10:00Z";
 
 /// The demo data set on `NOW`'s date, as `hk seed demo` loads it.
 async fn demo() -> TestDb {
     demo_on(NOW).await
-}
-
-/// The demo data set on `now`'s date.
-pub async fn demo_on(now: &str) -> TestDb {
-    let day = t(now).date_naive();
-    TestDb::from_template(
-        &format!("read_only_demo_{}", day.format("%Y_%m_%d")),
-        |mut db| async move {
-            hk::demo::seed(&mut db.client, day)
-                .await
-                .expect("the demo data loads");
-            db
-        },
-    )
-    .await
-}
-
-/// A plan clock after any snapshot these tests take (`hk run --read-only` refuses
-/// a `--now` before its snapshot): 00:10 UTC tomorrow.
-pub fn tomorrow() -> String {
-    let d = chrono::Utc::now().date_naive() + chrono::Days::new(1);
-    format!("{d}T00:10:00Z")
 }
 
 /// Every sequence of `public` and its position.

@@ -7,8 +7,8 @@
 //! (`check::catalogue::pass`, `check::privileges::derive`: relations, the columns each
 //! statement reads, inserts or updates, the tables the triggers they fire use, the
 //! blocking keys group-destroy follows), and widens that to what the plan on the copy
-//! needs besides: each table's primary key and the columns of its unique indexes
-//! (conflicts), the foreign keys between copied tables and the tables an `ON DELETE
+//! needs besides: each table's primary key (and, where a statement inserts, its
+//! unique indexes' columns: conflicts), the foreign keys between copied tables and the tables an `ON DELETE
 //! CASCADE` or `SET NULL` reaches from a table a statement deletes from (so the plan's
 //! per-table counts are the real run's), and the columns `hk parity` records per
 //! decision (`local::decisions::TABLES`), and `schema_migrations` (the plan reports the
@@ -22,7 +22,7 @@ use anyhow::{bail, Result};
 use shared::db::Connector;
 
 use super::Selection;
-use crate::check::tree::{DELETE, SYSTEM_COLUMN};
+use crate::check::tree::{DELETE, INSERT, SYSTEM_COLUMN};
 
 /// The tables and columns to copy, derived on the copy's database at `local`.
 pub async fn derive(local: &Connector) -> Result<Selection> {
@@ -41,6 +41,12 @@ pub async fn derive(local: &Connector) -> Result<Selection> {
     // relid → columns (attnums), or None: the whole relation.
     let mut by_rel: BTreeMap<u32, Option<BTreeSet<i16>>> = BTreeMap::new();
     let mut deleted_from = BTreeSet::new();
+    let inserted: BTreeSet<u32> = derived
+        .tables
+        .keys()
+        .filter(|(_, bit)| *bit == INSERT)
+        .map(|(r, _)| *r)
+        .collect();
     let mut named: BTreeMap<u32, bool> = BTreeMap::new();
     for ((relid, bit), need) in &derived.tables {
         let e = by_rel
@@ -104,19 +110,19 @@ pub async fn derive(local: &Connector) -> Result<Selection> {
             continue;
         };
         let table: String = r.get(0);
-        // The whole relation, or the named columns with its keys: primary key,
-        // unique indexes, and every foreign key (both ends of a key between copied
-        // tables are then present).
+        // The whole relation, or the named columns with its keys: primary key, every
+        // foreign key (both ends of a key between copied tables are then present),
+        // and where a statement inserts, its unique indexes (conflicts).
         let sql = match cols {
             None => "SELECT attname::text FROM pg_attribute
-                      WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped"
+                      WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND $2::bool IS NOT NULL"
                 .to_string(),
             Some(set) => format!(
                 "SELECT a.attname::text FROM pg_attribute a
                   WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
                     AND (a.attnum = ANY('{{{}}}'::int2[])
                       OR EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = $1
-                                  AND (i.indisprimary OR i.indisunique)
+                                  AND (i.indisprimary OR (i.indisunique AND $2))
                                   AND a.attnum = ANY(i.indkey))
                       OR EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = $1
                                   AND k.contype = 'f' AND a.attnum = ANY(k.conkey)))",
@@ -124,7 +130,7 @@ pub async fn derive(local: &Connector) -> Result<Selection> {
             ),
         };
         let mut names: BTreeSet<String> = a
-            .query(&sql, &[&relid])
+            .query(&sql, &[&relid, &inserted.contains(&relid)])
             .await?
             .iter()
             .map(|r| r.get(0))
