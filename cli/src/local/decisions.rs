@@ -310,3 +310,89 @@ pub fn counts(planned: &[PlannedDecision]) -> BTreeMap<(String, String, String),
     }
     t
 }
+
+/// The rows a cron function's selection takes at the plan's start (`hk parity`
+/// checks that the plan decided each: a plan cut short, or a table copied empty,
+/// leaves some undecided). Known for `remove-expired-members` (behaviour §B38.4:
+/// `expires_at` on or before the plan's UTC day, `-infinity` included); `None` for
+/// the others.
+pub async fn selection<C: GenericClient>(
+    c: &C,
+    function: shared::Function,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<Value>> {
+    if function != shared::Function::RemoveExpiredMembers {
+        return Ok(None);
+    }
+    let today = now.date_naive();
+    let ids: Vec<i64> = c
+        .query(
+            "SELECT id::bigint FROM public.members
+              WHERE expires_at IS NOT NULL AND expires_at <= $1::date ORDER BY id",
+            &[&today],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(Some(json!({
+        "function": function.name(),
+        "table": "members",
+        "rule": "expires_at on or before the plan's day",
+        "ids": ids,
+    })))
+}
+
+/// What a slice's removals of memberships imply besides the rows: the
+/// `project_authorizations` of their users that the slice left gone, read inside the
+/// slice's transaction `tx` (after) and on `other`, a session that sees the database
+/// without the slice (before). One object per authorization:
+/// `{"function", "member", "user_id", "project_id"}`.
+pub async fn implied<C: GenericClient, D: GenericClient>(
+    tx: &C,
+    other: &D,
+    decisions: &[Decision],
+) -> Result<Vec<Value>> {
+    let removed: Vec<(&'static str, i64)> = decisions
+        .iter()
+        .filter(|d| d.table == "members" && d.decision == "removed")
+        .map(|d| (d.function.name(), d.id))
+        .collect();
+    if removed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = removed.iter().map(|(_, id)| *id).collect();
+    let users: Vec<(i64, i64)> = other
+        .query(
+            "SELECT id::bigint, user_id::bigint FROM public.members WHERE id = ANY($1::bigint[])",
+            &[&ids],
+        )
+        .await?
+        .iter()
+        // An invitation has no user yet: it authorizes nobody.
+        .filter_map(|r| Some((r.get(0), r.get::<_, Option<i64>>(1)?)))
+        .collect();
+    let user_ids: Vec<i64> = users.iter().map(|(_, u)| *u).collect();
+    let auths = "SELECT user_id::bigint, project_id::bigint FROM public.project_authorizations
+                  WHERE user_id = ANY($1::bigint[])";
+    let pairs = |rows: Vec<tokio_postgres::Row>| -> std::collections::BTreeSet<(i64, i64)> {
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    let before = pairs(other.query(auths, &[&user_ids]).await?);
+    let after = pairs(tx.query(auths, &[&user_ids]).await?);
+    let mut out = Vec::new();
+    for (user, project) in before.difference(&after) {
+        // The first removed membership of that user names the cause.
+        let Some((member, _)) = users.iter().find(|(_, u)| u == user) else {
+            continue;
+        };
+        let function = removed
+            .iter()
+            .find(|(_, id)| id == member)
+            .map_or("", |(f, _)| *f);
+        out.push(json!({
+            "function": function, "member": member, "user_id": user, "project_id": project,
+        }));
+    }
+    Ok(out)
+}
