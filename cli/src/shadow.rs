@@ -1,20 +1,28 @@
 //! `hk run <function> --dry-run --until-idle --read-only`: the plan of a run made from
-//! a read-only copy of the live database, safe on a primary (issue 36, docs/shadow.md).
+//! a read-only copy of the live database, safe on a primary (issues 36 and 47,
+//! docs/shadow.md).
 //!
 //! Owns: recognising the live database's GitLab release and the model that fits it
 //! ([`recognise`]: `schema_migrations` as `hk check` reads it, and the deletion-state
 //! probe; anything else is refused), the one read-only snapshot transaction
 //! ([`ReadOnlySnapshot`]: `REPEATABLE READ READ ONLY`, nothing but `SELECT` and
-//! `COPY … TO STDOUT`, so only `AccessShareLock`s and no transaction id), the copy of
-//! every table of the model into a database built with that model ([`Copied`]: the
-//! columns both sides have, the sequences' positions), the check of group-destroy's
-//! blocking rows in tables the copy does not hold ([`live_blockers`]) and what the
-//! copied plan can only approximate ([`APPROXIMATIONS`]).
+//! `COPY … TO STDOUT`, so only `AccessShareLock`s and no transaction id, a bounded
+//! `statement_timeout`, the time it was taken), the copy's plan checked before any row
+//! is read ([`CopyPlan`]: the tables and columns to copy — by default only what the
+//! catalogue's statements use, [`selection`] — each present and readable on the live
+//! side, every sequence readable, the estimate from `pg_class`), the copy into a
+//! database built with that model ([`Copied`]; the sequences' positions and `ANALYZE`
+//! set after the live snapshot ended, [`Copied::finish`]), the check of
+//! group-destroy's blocking rows in tables the copy does not hold ([`live_blockers`])
+//! and what the copied plan can only approximate ([`APPROXIMATIONS`]). The copy's
+//! private cluster and its life are [`cluster`]'s.
 //!
 //! The plan itself is [`crate::local::Runner::plan_until_idle`], unchanged, run on the
 //! copy: the handlers write there (then roll back), never on the live database.
 
+/// The copy's private cluster: access, environment, watchdog, sweep.
 pub mod cluster;
+/// The tables and columns the catalogue's statements use.
 pub mod selection;
 
 use std::collections::{BTreeMap, BTreeSet};

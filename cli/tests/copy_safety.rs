@@ -423,8 +423,7 @@ async fn a_missing_grant_or_table_fails_before_the_first_row() {
         let e = s
             .prepare(&local.client, Some(&selection))
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         let e = format!("{e:#}");
         assert!(
             e.contains("nothing was read") && e.contains(want),

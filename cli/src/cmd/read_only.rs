@@ -1,8 +1,12 @@
 //! `hk run <function> --dry-run --until-idle --read-only` (part of `hk run`): the plan
-//! made on a copy of the live database in a throwaway local cluster, never on
-//! DATABASE_URL itself (docs/shadow.md). One read-only snapshot transaction copies
-//! the model's tables ([`hk::shadow`]); the unchanged plan runs on the copy; the
-//! cluster is removed afterwards, whatever the outcome.
+//! made on a copy of the live database in a private throwaway cluster, never on
+//! DATABASE_URL itself (docs/shadow.md). Stale copies of earlier runs are swept; the
+//! copy's plan (tables, privileges, the estimate against `--max-copy`) is settled
+//! before the one read-only snapshot transaction copies the rows ([`hk::shadow`]),
+//! with a bar on a terminal (counts on stderr with `--json`); the snapshot ends as
+//! soon as the rows are read; the unchanged plan runs on the copy; the cluster is
+//! removed afterwards, whatever the outcome (Ctrl-C, SIGTERM and SIGHUP included;
+//! its watchdog removes it if `hk` is killed: [`hk::shadow::cluster`]).
 
 use super::run::{
     message_body, notifier_for, print_plan, refuse_dry_outbox, write_private, RunArgs,
@@ -93,7 +97,12 @@ pub(crate) async fn copy_live(
     let url = cluster.url("hk_copy");
     migrate_for(&url, model).await?;
     mark_throwaway(&url, "hk run --read-only").await?;
-    let local = Connector::from_url(&url)?.connect("hk").await?;
+    // The copy's own session: a large table's load is one statement, and this is
+    // the throwaway side (the live side's timeout is the snapshot's).
+    let local = Connector::from_url(&url)?
+        .with_statement_timeout_ms(0)
+        .connect("hk")
+        .await?;
     let only = if a.copy_all {
         None
     } else {

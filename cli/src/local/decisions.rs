@@ -7,8 +7,10 @@
 //! rollback, so from the database as it was) and its state at the end of the slice
 //! (`expect`: `absent` or `present`, with the watched columns of its table); and
 //! [`TABLES`], per table the columns that identify a row (an id reused by another row
-//! differs there) and the columns whose value a decision changes. The row reads here
-//! (`to_jsonb` of the row by id) are `hk`'s own, not the functions'.
+//! differs there), the columns whose value a decision changes and those it reads;
+//! [`selection`], the rows a cron function's selection takes at the plan's start,
+//! and [`implied`], the authorizations a slice's membership removals leave gone. The
+//! row reads here (`to_jsonb` of the row by id) are `hk`'s own, not the functions'.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
