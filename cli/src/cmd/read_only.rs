@@ -8,14 +8,72 @@
 //! removed afterwards, whatever the outcome (Ctrl-C, SIGTERM and SIGHUP included;
 //! its watchdog removes it if `hk` is killed: [`hk::shadow::cluster`]).
 
-use super::run::{
-    message_body, notifier_for, print_plan, refuse_dry_outbox, write_private, RunArgs,
-};
+use super::run::{message_body, notifier_for, print_plan, refuse_dry_outbox, RunArgs};
 use super::ui;
 use super::*;
 use hk::local::Runner;
 use hk::shadow::cluster::{self, PrivateCluster};
 use hk::shadow::{self, Copied, ReadOnlySnapshot};
+
+/// `hk run`'s options of the copy (with `--read-only`).
+#[derive(clap::Args)]
+pub(crate) struct CopyArgs {
+    /// With --read-only: refuse a copy whose live tables to scan are larger than this
+    /// (`10GB`, `512MB`; pg_class's estimate, printed before the copy).
+    #[arg(long, requires = "read_only", default_value = DEFAULT_MAX_COPY)]
+    pub(crate) max_copy: String,
+    /// With --read-only: copy past --max-copy.
+    #[arg(long, requires = "read_only")]
+    pub(crate) confirm_copy: bool,
+    /// With --read-only: copy every column of every table of the model, not only
+    /// what the catalogue's statements use.
+    #[arg(long, requires = "read_only")]
+    pub(crate) copy_all: bool,
+}
+
+/// Write `lines` to `path` as a file only its owner may read (mode 0600): written
+/// to a new file beside it, then renamed over `path`, so no reader ever sees it with
+/// wider permissions.
+pub(crate) fn write_private(path: &std::path::Path, lines: &[String]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}", &id[..8]));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    for l in lines {
+        writeln!(f, "{l}")?;
+    }
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// `--out FILE` of a plan: its JSON lines (what `--json` prints) written with
+/// [`write_private`]; the text form on stdout unless `json`.
+pub(crate) fn write_plan(
+    out: &std::path::Path,
+    runs: &[hk::local::Run],
+    plan: &hk::local::Plan,
+    json: bool,
+) -> Result<()> {
+    let mut lines: Vec<String> = runs.iter().map(|r| r.to_json().to_string()).collect();
+    lines.push(plan.to_json().to_string());
+    write_private(out, &lines)?;
+    if !json {
+        print_plan(runs, plan, false);
+        println!("plan written to {} (mode 0600)", out.display());
+    }
+    Ok(())
+}
 
 /// `--max-copy`'s default: past this many bytes of live tables to scan, the copy is
 /// refused unless confirmed (`--confirm-copy`).
@@ -103,7 +161,7 @@ pub(crate) async fn copy_live(
         .with_statement_timeout_ms(0)
         .connect("hk")
         .await?;
-    let only = if a.copy_all {
+    let only = if a.copy.copy_all {
         None
     } else {
         Some(hk::shadow::selection::derive(&Connector::from_url(&url)?).await?)
@@ -118,7 +176,7 @@ pub(crate) async fn copy_live(
     }
     let plan = snapshot.prepare(&local, only.as_ref()).await?;
     let (rows, bytes) = (plan.est_rows(), plan.est_bytes());
-    let limit = parse_size(&a.max_copy).map_err(anyhow::Error::msg)?;
+    let limit = parse_size(&a.copy.max_copy).map_err(anyhow::Error::msg)?;
     let line = format!(
         "read-only copy: {} tables, about {rows} rows in {} of live tables to scan",
         plan.tables.len(),
@@ -132,13 +190,13 @@ pub(crate) async fn copy_live(
     } else {
         println!("{line}");
     }
-    if bytes > limit && !a.confirm_copy {
+    if bytes > limit && !a.copy.confirm_copy {
         bail!(
             "the copy would scan {} (about {rows} rows), more than --max-copy {}: nothing was \
              copied; confirm with --confirm-copy, or plan on a replica or a clone \
              (docs/shadow.md)",
             human(bytes),
-            a.max_copy
+            a.copy.max_copy
         );
     }
     let pb = ui::copy_progress(a.json, rows);

@@ -5,6 +5,7 @@
 //! database `hk` did not create it uses none of its demo defaults for the notifying
 //! functions, and refuses the `log` mailer.
 
+use super::read_only::write_plan;
 use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
@@ -55,17 +56,8 @@ pub(crate) struct RunArgs {
     /// stdout then holds the text form (nothing with --json).
     #[arg(long, requires_all = ["dry_run", "until_idle"])]
     pub(crate) out: Option<PathBuf>,
-    /// With --read-only: refuse a copy whose live tables to scan are larger than this
-    /// (`10GB`, `512MB`; pg_class's estimate, printed before the copy).
-    #[arg(long, requires = "read_only", default_value = super::read_only::DEFAULT_MAX_COPY)]
-    pub(crate) max_copy: String,
-    /// With --read-only: copy past --max-copy.
-    #[arg(long, requires = "read_only")]
-    pub(crate) confirm_copy: bool,
-    /// With --read-only: copy every column of every table of the model, not only
-    /// what the catalogue's statements use.
-    #[arg(long, requires = "read_only")]
-    pub(crate) copy_all: bool,
+    #[command(flatten)]
+    pub(crate) copy: super::read_only::CopyArgs,
     /// Also write every sent message to this directory. Not with --dry-run: a dry
     /// run's messages stand for work that was rolled back, so none is kept.
     #[arg(long)]
@@ -149,32 +141,6 @@ pub(crate) async fn storage_for(
     Ok(Arc::new(
         shared::storage::Storage::build(&config.settings.storage, &config.storage, &aws).await?,
     ))
-}
-
-/// Write `lines` to `path` as a file only its owner may read (mode 0600): written
-/// to a new file beside it, then renamed over `path`, so no reader ever sees it with
-/// wider permissions.
-pub(crate) fn write_private(path: &std::path::Path, lines: &[String]) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}", &id[..8]));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    for l in lines {
-        writeln!(f, "{l}")?;
-    }
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
 
 /// The plan of `--dry-run --until-idle`: every run, then per table what would
@@ -448,20 +414,9 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
                 return Err(e.into());
             }
         };
-        if let Some(out) = &a.out {
-            let mut lines: Vec<String> = runner
-                .runs
-                .iter()
-                .map(|r| r.to_json().to_string())
-                .collect();
-            lines.push(plan.to_json().to_string());
-            write_private(out, &lines)?;
-            if !a.json {
-                print_plan(&runner.runs, &plan, false);
-                println!("plan written to {} (mode 0600)", out.display());
-            }
-        } else {
-            print_plan(&runner.runs, &plan, a.json);
+        match &a.out {
+            Some(out) => write_plan(out, &runner.runs, &plan, a.json)?,
+            None => print_plan(&runner.runs, &plan, a.json),
         }
         if let Some(why) = &plan.stopped {
             bail!("{why}");
