@@ -16,7 +16,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's start (seconds since the script began) and title, for the durations
+# printed at the end (also on failure): where CI's time goes.
+STEP_NAMES=()
+STEP_STARTS=()
+step() {
+  STEP_NAMES+=("$*")
+  STEP_STARTS+=("$SECONDS")
+  printf '\n==> %s\n' "$*"
+}
+step_times() {
+  local n=${#STEP_NAMES[@]} i end
+  [ "$n" -gt 0 ] || return 0
+  printf '\nStep durations (s):\n'
+  for ((i = 0; i < n; i++)); do
+    if [ $((i + 1)) -lt "$n" ]; then end=${STEP_STARTS[$((i + 1))]}; else end=$SECONDS; fi
+    printf '%6d  %s\n' $((end - STEP_STARTS[i])) "${STEP_NAMES[$i]:0:100}"
+  done
+  printf '%6d  total\n' "$SECONDS"
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # Runtime state outside the checkout: the postgres user must be able to traverse it.
@@ -27,6 +45,7 @@ STARTED_PG=""
 STARTED_PG17=""
 cleanup() {
   status=$?
+  step_times
   if [ -n "$MOTO_PID" ]; then kill "$MOTO_PID" 2>/dev/null || true; fi
   if [ -n "$STARTED_PG" ]; then HK_PG_BASE="$STATE/pg" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
   if [ -n "$STARTED_PG17" ]; then HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
@@ -176,8 +195,17 @@ step "sam build (offline, from the root as the README says): infra/Makefile runs
 # Same flags as the build above, so each function's build is a cargo no-op: this proves
 # sam build -> infra/Makefile -> package-lambdas.sh and the artifacts it uploads
 # (bootstrap + CA bundle) without a second release build (tests/deploy/sam_build_check.py).
+# Into .aws-sam/build, where `sam deploy` looks for what to package.
+rm -rf .aws-sam
 AWS_DEFAULT_REGION=us-east-1 .venv-sam/bin/python tests/deploy/sam_build_check.py \
-  --arch x86_64 --package-args=--check --ca-bundle shared/certs/amazon-trust-services.pem
+  --arch x86_64 --package-args=--check --ca-bundle shared/certs/amazon-trust-services.pem \
+  --build-dir "$ROOT/.aws-sam/build"
+
+step "sam package (as sam deploy packages) into moto's S3: every zip holds the built bootstrap; the packaged stack in moto"
+# tests/deploy/sam_package_check.py: also proves it catches the samconfig.toml that
+# made sam deploy upload the crates' sources.
+.venv-sam/bin/python tests/deploy/sam_package_check.py \
+  --ca-bundle shared/certs/amazon-trust-services.pem --moto-python "$ROOT/.venv/bin/python"
 
 step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted; footprint on the Lambda build above)"
 target/debug/hk bench all --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"

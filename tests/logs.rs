@@ -66,9 +66,9 @@ impl Captured {
 /// handler logs is captured.
 pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let c = Captured::default();
-    let targets: Targets = "warn,shared=debug,hk=debug,checks=debug"
-        .parse()
-        .expect("a valid filter");
+    // The functions' own filter construction: the metric lines pass it at every level.
+    let targets: Targets =
+        shared::telemetry::targets("warn,shared=debug,hk=debug,checks=debug", true);
     let subscriber = Registry::default()
         .with(targets)
         .with(JsonLayer::new(Sink::Buffer(c.0.clone())));

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio_postgres::Client;
 
-use crate::local::decisions::{pick, rows, table_rule};
+use crate::local::decisions::{pick, rows, table_rule, TableRule};
 use shared::error::{Error, Result};
 
 /// One decision of a plan file.
@@ -40,6 +40,10 @@ pub struct Planned {
     /// `updated_at` before the plan.
     #[serde(default)]
     pub updated_at: Option<Value>,
+    /// The columns the decision read, before the plan (`null` in plans of an `hk`
+    /// before issue 47).
+    #[serde(default)]
+    pub read: Option<Map<String, Value>>,
     /// `absent` or `present`.
     pub expect: String,
     /// The watched columns the plan left (`present` only).
@@ -58,6 +62,17 @@ pub struct PlanFile {
     pub stopped: Option<String>,
     /// Its decisions.
     pub decisions: Vec<Planned>,
+    /// When the copy's snapshot was taken (`--read-only` plans): the line after
+    /// which a row counts as changed meanwhile (else the plan's clock).
+    pub snapshot_at: Option<DateTime<Utc>>,
+    /// The cron function's selection at the plan's start: `(function, table, rule,
+    /// ids)`.
+    pub selection: Option<(String, String, String, Vec<i64>)>,
+    /// Why the plan could not read that selection.
+    pub selection_error: Option<String>,
+    /// The authorizations the plan's removals leave gone: `(function, member,
+    /// user_id, project_id)`.
+    pub implied: Vec<(String, i64, i64, i64)>,
 }
 
 impl PlanFile {
@@ -85,7 +100,49 @@ impl PlanFile {
             .ok_or("the plan has no `decisions`")?;
         let decisions: Vec<Planned> = serde_json::from_value(decisions)
             .map_err(|e| format!("the plan's decisions cannot be read: {e}"))?;
+        let snapshot_at = plan
+            .pointer("/read_only/snapshot_at")
+            .and_then(Value::as_str)
+            .map(|t| {
+                DateTime::parse_from_rfc3339(t)
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(|e| format!("the plan's read_only.snapshot_at is not RFC 3339: {e}"))
+            })
+            .transpose()?;
+        let selection_error = plan
+            .pointer("/selection/error")
+            .and_then(Value::as_str)
+            .map(String::from);
+        let selection = plan
+            .get("selection")
+            .filter(|v| !v.is_null() && v.get("error").is_none())
+            .map(|v| {
+                let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                let ids = v
+                    .get("ids")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_i64).collect())
+                    .unwrap_or_default();
+                (s("function"), s("table"), s("rule"), ids)
+            });
+        let implied = plan
+            .get("implied")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| {
+                        let n = |k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
+                        let f = v.get("function").and_then(Value::as_str).unwrap_or("");
+                        (f.to_string(), n("member"), n("user_id"), n("project_id"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Ok(PlanFile {
+            snapshot_at,
+            selection,
+            selection_error,
+            implied,
             function: plan
                 .get("function")
                 .and_then(Value::as_str)
@@ -157,6 +214,8 @@ pub struct Report {
     pub by_rule: BTreeMap<(String, String, String), [u64; 4]>,
     /// Every finding that is not an agreement, in plan order.
     pub findings: Vec<Finding>,
+    /// Why the plan as a whole cannot be in agreement (empty, stopped early).
+    pub problems: Vec<String>,
 }
 
 impl Report {
@@ -168,7 +227,9 @@ impl Report {
     /// Full agreement: nothing disagreed and no id was reused (rows changed
     /// meanwhile are nobody's decision).
     pub fn agrees(&self) -> bool {
-        self.count(Kind::Disagreed) == 0 && self.count(Kind::IdReused) == 0
+        self.count(Kind::Disagreed) == 0
+            && self.count(Kind::IdReused) == 0
+            && self.problems.is_empty()
     }
 
     /// The report as one JSON object (`--json`).
@@ -184,6 +245,7 @@ impl Report {
             "now": shared::clock::rfc3339(self.now),
             "stopped": self.stopped,
             "agrees": self.agrees(),
+            "problems": self.problems,
             "decisions": total,
             "totals": counts(&Kind::ALL.map(|k| self.count(k))),
             "by_rule": self.by_rule.iter().map(|((f, d, r), c)| {
@@ -223,7 +285,27 @@ fn timestamp(v: &Value) -> Option<DateTime<Utc>> {
         })
 }
 
-/// Compare `plan` with the database `c` is connected to, in one read-only snapshot.
+/// A stand-in decision for a row the plan did not decide itself (a row of the
+/// selection it never decided, an authorization its removal implies).
+fn stand_in(function: &str, table: &str, id: i64, decision: &str, rule: String) -> Planned {
+    Planned {
+        function: function.to_string(),
+        table: table.to_string(),
+        id,
+        decision: decision.to_string(),
+        rule,
+        identity: None,
+        updated_at: None,
+        read: None,
+        expect: "absent".to_string(),
+        watched: None,
+    }
+}
+
+/// Compare `plan` with the database `c` is connected to, in one read-only snapshot:
+/// each decision, each row of the function's selection the plan did not decide, and
+/// each authorization a removal implies gone. An empty plan or one that stopped
+/// early is not in agreement, whatever its decisions.
 pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
     let tx = crate::shadow::read_only_transaction(c).await?;
     let mut ids: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
@@ -236,9 +318,53 @@ pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
         }
         ids.entry(d.table.as_str()).or_default().push(d.id);
     }
+    // The selection's rows the plan never decided.
+    let undecided: Vec<Planned> = match &plan.selection {
+        Some((function, table, rule, selected)) if table_rule(table).is_some() => {
+            let decided: std::collections::BTreeSet<i64> = plan
+                .decisions
+                .iter()
+                .filter(|d| &d.function == function && &d.table == table)
+                .map(|d| d.id)
+                .collect();
+            selected
+                .iter()
+                .filter(|id| !decided.contains(id))
+                .map(|id| {
+                    stand_in(
+                        function,
+                        table,
+                        *id,
+                        "undecided",
+                        format!("selection ({rule})"),
+                    )
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    for u in &undecided {
+        ids.entry(table_rule(&u.table).expect("checked").table)
+            .or_default()
+            .push(u.id);
+    }
     let mut live = BTreeMap::new();
     for (table, ids) in ids {
         live.insert(table, rows(&tx, table, &ids).await?);
+    }
+    let mut still_authorized = std::collections::BTreeSet::new();
+    if !plan.implied.is_empty() {
+        let users: Vec<i64> = plan.implied.iter().map(|i| i.2).collect();
+        for r in tx
+            .query(
+                "SELECT user_id::bigint, project_id::bigint FROM public.project_authorizations
+                  WHERE user_id = ANY($1::bigint[])",
+                &[&users],
+            )
+            .await?
+        {
+            still_authorized.insert((r.get::<_, i64>(0), r.get::<_, i64>(1)));
+        }
     }
     tx.commit().await?;
     let mut report = Report {
@@ -246,15 +372,41 @@ pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
         stopped: plan.stopped.clone(),
         by_rule: BTreeMap::new(),
         findings: Vec::new(),
+        problems: Vec::new(),
     };
-    for d in &plan.decisions {
-        let rule = table_rule(&d.table).expect("checked above");
-        let row = live[d.table.as_str()].get(&d.id);
-        let (kind, found, what) = judge(d, rule.identity, rule.watched, row, plan.now);
-        report
-            .by_rule
-            .entry((d.function.clone(), d.decision.clone(), d.rule.clone()))
-            .or_default()[kind as usize] += 1;
+    if plan.decisions.is_empty() {
+        report.problems.push(
+            "the plan holds no decision: there is nothing to compare (a run that found no \
+             work, a table copied empty, or a plan file cut short); full agreement needs \
+             decisions"
+                .to_string(),
+        );
+    }
+    if let Some(e) = &plan.selection_error {
+        report.problems.push(format!(
+            "the function's selection could not be read when planning ({e}): rows it \
+             would have taken but the plan never decided cannot be checked"
+        ));
+    }
+    if let Some(why) = &plan.stopped {
+        report.problems.push(format!(
+            "the plan stopped before the end of the run ({why}): what it did not plan is not \
+             compared"
+        ));
+    }
+    let line = plan.snapshot_at.unwrap_or(plan.now);
+    // A stand-in (undecided row, implied authorization) is counted only when it
+    // disagrees: the plan's own decisions are what agree.
+    let add = |report: &mut Report,
+               d: &Planned,
+               (kind, found, what): (Kind, Value, String),
+               own: bool| {
+        if own || kind != Kind::Agreed {
+            report
+                .by_rule
+                .entry((d.function.clone(), d.decision.clone(), d.rule.clone()))
+                .or_default()[kind as usize] += 1;
+        }
         if kind != Kind::Agreed {
             report.findings.push(Finding {
                 kind,
@@ -263,17 +415,78 @@ pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
                 what,
             });
         }
+    };
+    for d in &plan.decisions {
+        let rule = table_rule(&d.table).expect("checked above");
+        let row = live[d.table.as_str()].get(&d.id);
+        add(&mut report, d, judge(d, rule, row, line), true);
+    }
+    for u in &undecided {
+        let rule = table_rule(&u.table).expect("checked");
+        let row = live[rule.table].get(&u.id);
+        let found = row.map_or(Value::Null, |r| {
+            json!({"identity": pick(r, rule.identity, false), "updated_at": r.get("updated_at")})
+        });
+        let what = format!(
+            "in {}'s selection at the plan's start ({}) but the plan never decided it (a plan \
+             cut short, or a table the copy held empty); the database {}",
+            u.function,
+            u.rule,
+            if row.is_some() {
+                "still has it"
+            } else {
+                "removed it"
+            }
+        );
+        add(&mut report, u, (Kind::Disagreed, found, what), false);
+    }
+    // A removal that disagrees itself is reported once, not once per authorization.
+    let unsettled: std::collections::BTreeSet<i64> = report
+        .findings
+        .iter()
+        .filter(|f| f.planned.table == "members")
+        .map(|f| f.planned.id)
+        .collect();
+    for (function, member, user, project) in &plan.implied {
+        if unsettled.contains(member) {
+            continue;
+        }
+        let d = stand_in(
+            function,
+            "project_authorizations",
+            *project,
+            "removed",
+            format!("implied by member {member}"),
+        );
+        let mut d = d;
+        d.identity = Some(
+            json!({"user_id": user, "project_id": project})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        if still_authorized.contains(&(*user, *project)) {
+            let what = format!(
+                "the plan removed member {member}, which leaves user {user} without access to \
+                 project {project}; the database still has that project_authorizations row"
+            );
+            let found = json!({"user_id": user, "project_id": project});
+            add(&mut report, &d, (Kind::Disagreed, found, what), false);
+        }
     }
     Ok(report)
 }
 
-/// One decision against its row as the database holds it now.
+/// One decision against its row as the database holds it now; `line` is the
+/// snapshot's time (or the plan's clock): a disagreement counts as changed
+/// meanwhile only when a column the decision read moved **and** `updated_at` is past
+/// the line (`updated_at` alone moves for many reasons; a plan without the read
+/// columns is judged by `updated_at` alone).
 fn judge(
     d: &Planned,
-    identity: &[&str],
-    watched: &[&str],
+    rule: &TableRule,
     row: Option<&Map<String, Value>>,
-    now: DateTime<Utc>,
+    line: DateTime<Utc>,
 ) -> (Kind, Value, String) {
     let planned = format!("planned {} ({})", d.decision, d.rule);
     let Some(row) = row else {
@@ -287,11 +500,13 @@ fn judge(
         };
     };
     let updated_at = row.get("updated_at").cloned().unwrap_or(Value::Null);
-    let found_identity = pick(row, identity, false);
-    let found_watched = pick(row, watched, true);
+    let found_identity = pick(row, rule.identity, false);
+    let found_watched = pick(row, rule.watched, true);
+    let found_read = pick(row, rule.read, false);
     let found = json!({
         "identity": found_identity,
         "watched": found_watched,
+        "read": found_read,
         "updated_at": updated_at,
     });
     if d.identity.as_ref() != Some(&found_identity) {
@@ -321,51 +536,43 @@ fn judge(
     if agrees {
         return (Kind::Agreed, found, String::new());
     }
-    if timestamp(&updated_at).is_some_and(|t| t > now) {
-        let what =
-            format!("{what}, but the row changed after the plan's clock (updated_at {updated_at})");
+    let later = timestamp(&updated_at).is_some_and(|t| t > line);
+    let moved: Vec<&String> = match &d.read {
+        Some(before) => found_read
+            .iter()
+            .filter(|(k, v)| before.get(*k).unwrap_or(&Value::Null) != *v)
+            .map(|(k, _)| k)
+            .collect(),
+        None => Vec::new(),
+    };
+    if later && (d.read.is_none() || !moved.is_empty()) {
+        let what = format!(
+            "{what}, but the row changed after the plan's data was read (updated_at \
+             {updated_at}{})",
+            if moved.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; changed: {}",
+                    moved
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
         return (Kind::ChangedMeanwhile, found, what);
+    }
+    if later {
+        let what = format!(
+            "{what}; only updated_at moved ({updated_at}), no column the decision read, so \
+             it is not a change made meanwhile"
+        );
+        return (Kind::Disagreed, found, what);
     }
     (Kind::Disagreed, found, what)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn planned(expect: &str) -> Planned {
-        serde_json::from_value(json!({
-            "function": "remove-expired-members", "table": "members", "id": 7,
-            "decision": "removed", "rule": "expired",
-            "identity": {"user_id": 3}, "updated_at": null, "expect": expect, "watched": {}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn each_case_is_judged_by_presence_identity_and_updated_at() {
-        let now: DateTime<Utc> = "2026-03-01T00:10:00Z".parse().unwrap();
-        let row = |user: i64, at: &str| -> Map<String, Value> {
-            serde_json::from_value(json!({"id": 7, "user_id": user, "updated_at": at})).unwrap()
-        };
-        let id = &["user_id"][..];
-        let early = row(3, "2026-02-01T00:00:00+00:00");
-        let late = row(3, "2026-03-02T00:00:00+00:00");
-        let other = row(4, "2026-02-01T00:00:00+00:00");
-        let j = |e: &str, r: Option<&Map<String, Value>>| judge(&planned(e), id, &[], r, now).0;
-        assert_eq!(j("absent", None), Kind::Agreed);
-        assert_eq!(j("present", None), Kind::Disagreed);
-        assert_eq!(j("absent", Some(&early)), Kind::Disagreed);
-        assert_eq!(j("absent", Some(&late)), Kind::ChangedMeanwhile);
-        assert_eq!(j("present", Some(&late)), Kind::Agreed);
-        assert_eq!(j("absent", Some(&other)), Kind::IdReused);
-    }
-
-    #[test]
-    fn a_plan_is_read_from_the_json_lines_of_hk_run() {
-        let text = "{\"function\":\"x\"}\n{\"plan\":{\"now\":\"2026-03-01T00:10:00Z\",\"decisions\":[]}}\n";
-        let p = PlanFile::parse(text).unwrap();
-        assert_eq!(p.now.to_rfc3339(), "2026-03-01T00:10:00+00:00");
-        assert!(PlanFile::parse("{\"function\":\"x\"}").is_err());
-    }
-}
+mod tests;

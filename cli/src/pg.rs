@@ -193,7 +193,7 @@ pub fn install_pg16(script: &Path) -> Result<PathBuf> {
         .ok_or_else(|| anyhow::anyhow!("{} printed no HK_PG_BIN_16 line", script.display()))
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY-free check: the effective uid is 0 when /proc/self is owned by root.
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
@@ -201,7 +201,7 @@ fn is_root() -> bool {
 }
 
 /// Run a server binary, as `postgres` when we are root.
-fn pg_cmd(bin: &Path, args: &[&str]) -> Command {
+pub(crate) fn pg_cmd(bin: &Path, args: &[&str]) -> Command {
     if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(bin).args(args);
@@ -213,7 +213,8 @@ fn pg_cmd(bin: &Path, args: &[&str]) -> Command {
     }
 }
 
-fn run(mut c: Command, what: &str) -> Result<()> {
+/// Run `c` to its end; a failure names `what` with the command's output.
+pub(crate) fn run(mut c: Command, what: &str) -> Result<()> {
     let out = c.output().with_context(|| format!("cannot start {what}"))?;
     if !out.status.success() {
         bail!(
@@ -276,7 +277,7 @@ impl Cluster {
     /// port its `postmaster.pid` names is taken. A pid file left by a server that was
     /// killed (its process gone, or a zombie nobody reaped) or by a machine that
     /// restarted is not one.
-    fn running(&self, bin: &Path) -> bool {
+    pub(crate) fn running(&self, bin: &Path) -> bool {
         let data = self.base.join("data").to_string_lossy().to_string();
         let listening = std::fs::read_to_string(self.base.join("data/postmaster.pid"))
             .ok()
@@ -388,7 +389,7 @@ impl Cluster {
         Ok(())
     }
 
-    fn stop(&self, bin: &Path) -> Result<()> {
+    pub(crate) fn stop(&self, bin: &Path) -> Result<()> {
         let data = self.base.join("data").to_string_lossy().to_string();
         run(
             pg_cmd(

@@ -1,26 +1,43 @@
 //! `hk run <function> --dry-run --until-idle --read-only`: the plan of a run made from
-//! a read-only copy of the live database, safe on a primary (issue 36, docs/shadow.md).
+//! a read-only copy of the live database, safe on a primary (issues 36 and 47,
+//! docs/shadow.md).
 //!
 //! Owns: recognising the live database's GitLab release and the model that fits it
 //! ([`recognise`]: `schema_migrations` as `hk check` reads it, and the deletion-state
 //! probe; anything else is refused), the one read-only snapshot transaction
 //! ([`ReadOnlySnapshot`]: `REPEATABLE READ READ ONLY`, nothing but `SELECT` and
-//! `COPY … TO STDOUT`, so only `AccessShareLock`s and no transaction id), the copy of
-//! every table of the model into a database built with that model ([`Copied`]: the
-//! columns both sides have, the sequences' positions), the check of group-destroy's
-//! blocking rows in tables the copy does not hold ([`live_blockers`]) and what the
-//! copied plan can only approximate ([`APPROXIMATIONS`]).
+//! `COPY … TO STDOUT`, so only `AccessShareLock`s and no transaction id, a bounded
+//! `statement_timeout`, the time it was taken), the copy's plan checked before any row
+//! is read ([`CopyPlan`]: the tables and columns to copy — by default only what the
+//! catalogue's statements use, [`selection`] — each present and readable on the live
+//! side, every sequence readable, the estimate from `pg_class`), the copy into a
+//! database built with that model ([`Copied`]; the sequences' positions and `ANALYZE`
+//! set after the live snapshot ended, [`Copied::finish`]), the check of
+//! group-destroy's blocking rows in tables the copy does not hold ([`live_blockers`])
+//! and what the copied plan can only approximate ([`APPROXIMATIONS`]). The copy's
+//! private cluster and its life are [`cluster`]'s.
 //!
 //! The plan itself is [`crate::local::Runner::plan_until_idle`], unchanged, run on the
 //! copy: the handlers write there (then roll back), never on the live database.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+/// The copy's private cluster: access, environment, watchdog, sweep.
+pub mod cluster;
+/// What a copy plans and what it copied.
+mod copied;
+/// What the live side is asked besides the copy: blocking rows, the copy's locks.
+mod live;
+/// The tables and columns the catalogue's statements use.
+pub mod selection;
 
-use anyhow::{anyhow, bail, Context, Result};
+pub use copied::{Copied, CopyPlan, Selection, TableCopy, TablePlan};
+pub use live::{live_blockers, locks_beyond_reads};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
 use futures::{pin_mut, SinkExt, TryStreamExt};
-use serde_json::{json, Value};
-use shared::gitlab::blockers::{self, Handling};
 use shared::gitlab::deletion_model::{self, DeletionModel};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
@@ -128,70 +145,6 @@ pub async fn recognise<C: GenericClient>(c: &C) -> Result<Source> {
     }
 }
 
-/// One table of the copy.
-#[derive(Debug, Clone)]
-pub struct TableCopy {
-    /// The table (schema `public`).
-    pub table: String,
-    /// Rows copied.
-    pub rows: u64,
-    /// Columns of the model the live table does not have (left at their default).
-    pub defaulted: Vec<String>,
-}
-
-/// What was copied.
-#[derive(Debug, Clone)]
-pub struct Copied {
-    /// The live database.
-    pub source: Source,
-    /// Per table, in copy order.
-    pub tables: Vec<TableCopy>,
-    /// Tables of the model the live database does not have (empty in the copy).
-    pub missing: Vec<String>,
-    /// Sequences set to the live position: `(sequence, last_value)`.
-    pub sequences: Vec<(String, i64)>,
-    /// How long the snapshot transaction was open.
-    pub elapsed: Duration,
-}
-
-impl Copied {
-    /// Rows copied in all.
-    pub fn rows(&self) -> u64 {
-        self.tables.iter().map(|t| t.rows).sum()
-    }
-
-    /// Rows per second of the copy.
-    pub fn rows_per_s(&self) -> f64 {
-        self.rows() as f64 / self.elapsed.as_secs_f64().max(1e-3)
-    }
-
-    /// The names of the copied tables.
-    pub fn table_names(&self) -> BTreeSet<String> {
-        self.tables.iter().map(|t| t.table.clone()).collect()
-    }
-
-    /// The `read_only` object of a `--json` plan (in its `plan` object).
-    pub fn to_json(&self, blockers: &[String]) -> Value {
-        json!({
-            "gitlab": self.source.release,
-            "newest_migration": self.source.newest_migration,
-            "deletion_model": self.source.deletion.as_str(),
-            "model": self.source.model.as_str(),
-            "tables": self.tables.len(),
-            "rows_copied": self.rows(),
-            "seconds": self.elapsed.as_secs_f64(),
-            "rows_per_s": self.rows_per_s().round(),
-            "defaulted_columns": self.tables.iter()
-                .flat_map(|t| t.defaulted.iter().map(move |c| format!("{}.{c}", t.table)))
-                .collect::<Vec<_>>(),
-            "missing_tables": self.missing,
-            "sequences": self.sequences.len(),
-            "live_blockers": blockers,
-            "approximations": APPROXIMATIONS,
-        })
-    }
-}
-
 /// A quoted identifier.
 fn ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
@@ -199,31 +152,41 @@ fn ident(s: &str) -> String {
 
 /// The one transaction on the live database: `REPEATABLE READ READ ONLY`, so every
 /// table is read at the same instant, nothing can be written and no transaction id is
-/// assigned; it takes `AccessShareLock`s only (held until it ends).
+/// assigned; it takes `AccessShareLock`s only (held until it ends, so it ends as soon
+/// as the last row is read: [`ReadOnlySnapshot::end`]).
 pub struct ReadOnlySnapshot<'a> {
     tx: Transaction<'a>,
     /// What [`recognise`] found, in the snapshot.
     pub source: Source,
     /// The live session's backend pid.
     pub pid: i32,
+    /// When the snapshot was taken: hk's clock read after the transaction's first
+    /// statement (which takes the snapshot), so no row of the copy is younger.
+    pub taken_at: DateTime<Utc>,
     started: Instant,
 }
 
 impl<'a> ReadOnlySnapshot<'a> {
     /// Begin the snapshot on `live` and recognise the database (refused when its model
-    /// is not recognised). `statement_timeout` is lifted for this transaction only (a
-    /// copy of a large table is one statement); `lock_timeout` stays the session's, so
-    /// the copy never queues long behind a lock another session waits for.
+    /// is not recognised). The session's `statement_timeout` and `lock_timeout` stay
+    /// (one table is one statement: a table too large to copy within it is refused
+    /// rather than holding the snapshot open longer; the copy never queues long behind
+    /// a lock another session waits for, such as a migration's).
     pub async fn begin(live: &'a mut Client) -> Result<ReadOnlySnapshot<'a>> {
         let started = Instant::now();
         let tx = read_only_transaction(live).await?;
-        tx.batch_execute("SET LOCAL statement_timeout = 0").await?;
+        // Bounded, not off: one table is one statement, and a copy that long is one
+        // to make from a replica or a clone instead (docs/shadow.md).
+        tx.batch_execute("SET LOCAL statement_timeout = '15min'")
+            .await?;
         let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+        let taken_at = Utc::now();
         let source = recognise(&tx).await?;
         Ok(ReadOnlySnapshot {
             tx,
             source,
             pid,
+            taken_at,
             started,
         })
     }
@@ -233,12 +196,13 @@ impl<'a> ReadOnlySnapshot<'a> {
         &self.tx
     }
 
-    /// Copy every table of the model into `local` (a database migrated with
-    /// `self.source.model`, whose rows are replaced): the columns both sides have,
-    /// with `COPY (SELECT …) TO STDOUT` from the snapshot and `COPY … FROM STDIN`
-    /// locally (triggers and foreign keys off, the data being consistent already),
-    /// then the sequences' positions and `ANALYZE`.
-    pub async fn copy_into(&self, local: &Client) -> Result<Copied> {
+    /// Plan the copy into `local` (a database migrated with `self.source.model`)
+    /// before any row is read: per table of `only` (every table of the model when
+    /// `None`) the columns both sides have, the estimates from `pg_class`, the live
+    /// sequences. Refused, listing every problem at once: a table of the model the live
+    /// database lacks (it would be copied empty and the plan decide nothing there), a
+    /// table or column the role may not `SELECT`, a sequence it may not `SELECT`.
+    pub async fn prepare(&self, local: &Client, only: Option<&Selection>) -> Result<CopyPlan> {
         let model = columns(
             local,
             "SELECT c.relname::text, a.attname::text, a.attnotnull AND NOT a.atthasdef AND a.attidentity = ''
@@ -249,102 +213,216 @@ impl<'a> ReadOnlySnapshot<'a> {
               ORDER BY c.relname, a.attnum",
         )
         .await?;
+        // pg_catalog, not information_schema: a table the role may not read is still
+        // seen (and refused by name) rather than taken for missing.
         let live = columns(
             &self.tx,
-            "SELECT table_name::text, column_name::text, false FROM information_schema.columns
-              WHERE table_schema = 'public' ORDER BY table_name, ordinal_position",
+            "SELECT c.relname::text, a.attname::text,
+                    has_column_privilege(c.oid, a.attnum, 'SELECT')
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_attribute a ON a.attrelid = c.oid
+              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'f')
+                AND a.attnum > 0 AND NOT a.attisdropped
+              ORDER BY c.relname, a.attnum",
         )
         .await?;
-        let names: Vec<String> = model.keys().map(|t| ident(t)).collect();
+        let mut problems = Vec::new();
+        let mut tables = Vec::new();
+        for (table, cols) in &model {
+            let wanted = match only {
+                Some(sel) => match sel.get(table) {
+                    Some(w) => Some(w),
+                    None => continue,
+                },
+                None => None,
+            };
+            let Some(live_cols) = live.get(table) else {
+                problems.push(format!(
+                    "table {table} is not on the live database (the copy would hold it empty)"
+                ));
+                continue;
+            };
+            let have: BTreeMap<&str, bool> =
+                live_cols.iter().map(|(c, ok)| (c.as_str(), *ok)).collect();
+            let (mut copy, mut defaulted, mut left_out) = (Vec::new(), Vec::new(), Vec::new());
+            for (c, required) in cols {
+                let want = wanted.is_none_or(|w| w.contains(c));
+                match (have.get(c.as_str()), want) {
+                    (Some(_), false) => left_out.push(c.clone()),
+                    (Some(true), true) => copy.push(c.clone()),
+                    (Some(false), true) => problems.push(format!(
+                        "no SELECT on {table}.{c} (GRANT SELECT ON {table} TO <role>)"
+                    )),
+                    (None, _) if *required => problems.push(format!(
+                        "the live table {table} has no column {c}, which the GitLab {} model \
+                         requires (NOT NULL, no default): this schema does not fit the model",
+                        self.source.model
+                    )),
+                    (None, _) => defaulted.push(c.clone()),
+                }
+            }
+            let est = self
+                .tx
+                .query_one(
+                    // A partitioned table's figures are its partitions' (its own
+                    // are -1).
+                    "SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint,
+                            coalesce(sum(greatest(c.relpages, 0)), 0)::bigint
+                              * current_setting('block_size')::bigint
+                       FROM pg_class c
+                      WHERE (c.oid = $1::text::regclass AND c.relkind = 'r')
+                         OR c.oid IN (SELECT relid FROM pg_partition_tree($1::text::regclass)
+                                       WHERE isleaf)",
+                    &[&format!("public.{}", ident(table))],
+                )
+                .await?;
+            let (rows, bytes): (i64, i64) = (est.get(0), est.get(1));
+            tables.push(TablePlan {
+                table: table.clone(),
+                columns: copy,
+                defaulted,
+                left_out,
+                est_rows: rows as u64,
+                est_bytes: bytes as u64,
+            });
+        }
+        let copied: BTreeSet<&str> = tables.iter().map(|t| t.table.as_str()).collect();
+        let mut sequences = Vec::new();
+        for (seq, table, column) in owned_sequences(local).await? {
+            if !copied.contains(table.as_str()) {
+                continue;
+            }
+            let r = self
+                .tx
+                .query_one(
+                    "SELECT s::text, has_sequence_privilege(s, 'SELECT')
+                       FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) x
+                      WHERE s IS NOT NULL",
+                    &[&format!("public.{}", ident(&table)), &column],
+                )
+                .await;
+            let Ok(r) = r else { continue };
+            let (live_seq, ok): (String, bool) = (r.get(0), r.get(1));
+            if !ok {
+                problems.push(format!(
+                    "no SELECT on sequence {live_seq} (GRANT SELECT ON SEQUENCE {live_seq} TO \
+                     <role>: the copy reads its position)"
+                ));
+            }
+            sequences.push((seq, live_seq));
+        }
+        if !problems.is_empty() {
+            bail!(
+                "the copy cannot start (nothing was read): {}",
+                problems.join("; ")
+            );
+        }
+        Ok(CopyPlan { tables, sequences })
+    }
+
+    /// Copy the planned tables into `local` (whose rows are replaced): the planned
+    /// columns, with `COPY (SELECT …) TO STDOUT` from the snapshot and `COPY … FROM
+    /// STDIN` locally (triggers and foreign keys off, the data being consistent
+    /// already; columns left out lose their `NOT NULL` on the copy), then the live
+    /// sequences' positions (set by [`Copied::finish`] once the snapshot ended).
+    /// `progress` hears each table's rows so far and its estimate.
+    pub async fn copy(
+        &self,
+        local: &Client,
+        plan: &CopyPlan,
+        mut progress: impl FnMut(&str, u64, u64),
+    ) -> Result<Copied> {
+        let all = columns(
+            local,
+            "SELECT c.relname::text, '', false FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+        )
+        .await?;
+        let names: Vec<String> = all.keys().map(|t| ident(t)).collect();
         local
             .batch_execute(&format!(
                 "SET session_replication_role = replica; TRUNCATE {} CASCADE",
                 names.join(", ")
             ))
             .await?;
-        let (mut tables, mut missing) = (Vec::new(), Vec::new());
-        for (table, cols) in &model {
-            let Some(live_cols) = live.get(table) else {
-                missing.push(table.clone());
-                continue;
-            };
-            let have: BTreeSet<&str> = live_cols.iter().map(|(c, _)| c.as_str()).collect();
-            let (both, defaulted): (Vec<_>, Vec<_>) =
-                cols.iter().partition(|(c, _)| have.contains(c.as_str()));
-            if let Some((c, _)) = defaulted.iter().find(|(_, required)| *required) {
-                bail!(
-                    "the live table {table} has no column {c}, which the GitLab {} model \
-                     requires (NOT NULL, no default): this schema does not fit the model",
-                    self.source.model
-                );
+        let mut tables = Vec::new();
+        for t in &plan.tables {
+            // A CHECK over a column left out would refuse its NULL: the live rows
+            // satisfied it already.
+            if !t.left_out.is_empty() {
+                for r in local
+                    .query(
+                        "SELECT k.conname::text FROM pg_constraint k
+                          WHERE k.conrelid = $1::text::regclass AND k.contype = 'c'
+                            AND EXISTS (SELECT 1 FROM pg_attribute a
+                                         WHERE a.attrelid = k.conrelid
+                                           AND a.attnum = ANY(k.conkey)
+                                           AND a.attname = ANY($2))",
+                        &[&format!("public.{}", ident(&t.table)), &t.left_out],
+                    )
+                    .await?
+                {
+                    let name: String = r.get(0);
+                    local
+                        .batch_execute(&format!(
+                            "ALTER TABLE public.{} DROP CONSTRAINT {}",
+                            ident(&t.table),
+                            ident(&name)
+                        ))
+                        .await?;
+                }
             }
-            let list = both
+            for c in &t.left_out {
+                local
+                    .batch_execute(&format!(
+                        "ALTER TABLE public.{} ALTER COLUMN {} DROP NOT NULL",
+                        ident(&t.table),
+                        ident(c)
+                    ))
+                    .await?;
+            }
+            let list = t
+                .columns
                 .iter()
-                .map(|(c, _)| ident(c))
+                .map(|c| ident(c))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let rows = copy_table(&self.tx, local, table, &list).await?;
+            let rows = copy_table(&self.tx, local, &t.table, &list, |n| {
+                progress(&t.table, n, t.est_rows)
+            })
+            .await?;
             tables.push(TableCopy {
-                table: table.clone(),
+                table: t.table.clone(),
                 rows,
-                defaulted: defaulted.into_iter().map(|(c, _)| c.clone()).collect(),
+                columns: t.columns.clone(),
+                defaulted: t.defaulted.clone(),
+                left_out: t.left_out.clone(),
             });
         }
-        local
-            .batch_execute("RESET session_replication_role")
-            .await?;
-        let sequences = self.sequences(local).await?;
-        local.batch_execute("ANALYZE").await?;
-        Ok(Copied {
-            source: self.source.clone(),
-            tables,
-            missing,
-            sequences,
-            elapsed: self.started.elapsed(),
-        })
-    }
-
-    /// Set every sequence of the model that a column owns to the position of the live
-    /// sequence that column owns.
-    async fn sequences(&self, local: &Client) -> Result<Vec<(String, i64)>> {
-        let owned = local
-            .query(
-                "SELECT s.oid::regclass::text, t.relname::text, a.attname::text
-                   FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace
-                   JOIN pg_depend d ON d.objid = s.oid AND d.classid = 'pg_class'::regclass
-                    AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
-                   JOIN pg_class t ON t.oid = d.refobjid
-                   JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = d.refobjsubid
-                  WHERE s.relkind = 'S' AND n.nspname = 'public' ORDER BY 1",
-                &[],
-            )
-            .await?;
-        let mut out = Vec::new();
-        for r in owned {
-            let (seq, table, column): (String, String, String) = (r.get(0), r.get(1), r.get(2));
-            let live: Option<String> = self
-                .tx
-                .query_one(
-                    "SELECT pg_get_serial_sequence($1, $2)",
-                    &[&format!("public.{}", ident(&table)), &column],
-                )
-                .await?
-                .get(0);
-            let Some(live) = live else { continue };
+        let mut sequences = Vec::new();
+        for (seq, live) in &plan.sequences {
             let row = self
                 .tx
                 .query_one(&format!("SELECT last_value, is_called FROM {live}"), &[])
                 .await?;
-            let (value, called): (i64, bool) = (row.get(0), row.get(1));
-            local
-                .execute(
-                    "SELECT setval($1::text::regclass, $2, $3)",
-                    &[&seq, &value, &called],
-                )
-                .await?;
-            out.push((seq, value));
+            sequences.push((seq.clone(), row.get(0), row.get(1)));
         }
-        Ok(out)
+        Ok(Copied {
+            source: self.source.clone(),
+            tables,
+            sequences,
+            snapshot_at: self.taken_at,
+            elapsed: self.started.elapsed(),
+            estimate: (plan.est_rows(), plan.est_bytes()),
+        })
+    }
+
+    /// [`ReadOnlySnapshot::prepare`] of every table and column, then
+    /// [`ReadOnlySnapshot::copy`].
+    pub async fn copy_into(&self, local: &Client) -> Result<Copied> {
+        let plan = self.prepare(local, None).await?;
+        self.copy(local, &plan, |_, _, _| {}).await
     }
 
     /// End the snapshot (a read-only transaction: nothing to keep).
@@ -353,7 +431,26 @@ impl<'a> ReadOnlySnapshot<'a> {
     }
 }
 
-/// `table → [(column, required)]` from a query of those three columns.
+/// Every sequence of `public` that a column owns: `(sequence, table, column)`.
+async fn owned_sequences(local: &Client) -> Result<Vec<(String, String, String)>> {
+    Ok(local
+        .query(
+            "SELECT s.oid::regclass::text, t.relname::text, a.attname::text
+               FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace
+               JOIN pg_depend d ON d.objid = s.oid AND d.classid = 'pg_class'::regclass
+                AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+               JOIN pg_class t ON t.oid = d.refobjid
+               JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = d.refobjsubid
+              WHERE s.relkind = 'S' AND n.nspname = 'public' ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// `table → [(column, flag)]` from a query of those three columns.
 async fn columns<C: GenericClient>(
     c: &C,
     sql: &str,
@@ -365,8 +462,16 @@ async fn columns<C: GenericClient>(
     Ok(out)
 }
 
-/// Stream `table`'s columns `list` from the snapshot into the local table.
-async fn copy_table(tx: &Transaction<'_>, local: &Client, table: &str, list: &str) -> Result<u64> {
+/// Stream `table`'s columns `list` from the snapshot into the local table; `rows`
+/// hears the rows streamed so far (COPY's text format ends each row with a newline,
+/// the data's own newlines being escaped).
+async fn copy_table(
+    tx: &Transaction<'_>,
+    local: &Client,
+    table: &str,
+    list: &str,
+    mut rows: impl FnMut(u64),
+) -> Result<u64> {
     let t = ident(table);
     let out = tx
         .copy_out(&format!("COPY (SELECT {list} FROM public.{t}) TO STDOUT"))
@@ -376,69 +481,14 @@ async fn copy_table(tx: &Transaction<'_>, local: &Client, table: &str, list: &st
         .copy_in::<_, bytes::Bytes>(&format!("COPY public.{t} ({list}) FROM STDIN"))
         .await?;
     pin_mut!(out, sink);
+    let mut seen = 0u64;
     while let Some(chunk) = out.try_next().await? {
+        seen += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        rows(seen);
         sink.feed(chunk).await?;
     }
     sink.as_mut()
         .finish()
         .await
         .with_context(|| format!("loading {table} into the copy"))
-}
-
-/// Rows on the live database that reference a group the plan removes (its tree: the
-/// group, its subgroups, their projects) through a blocking foreign key of a table
-/// the copy does not hold: the copied plan cannot see them. One line per key: those
-/// only GitLab's services delete mean the real run ends `blocked` for that group.
-/// Read in a read-only transaction of its own (catalog and `SELECT count(*)`).
-pub async fn live_blockers(
-    live: &mut Client,
-    groups: &[i64],
-    copied: &BTreeSet<String>,
-) -> Result<Vec<String>> {
-    if groups.is_empty() {
-        return Ok(Vec::new());
-    }
-    let tx = read_only_transaction(live).await?;
-    let keys: Vec<_> = blockers::keys(&tx)
-        .await?
-        .into_iter()
-        .filter(|k| !copied.contains(&k.table))
-        .collect();
-    let mut out = Vec::new();
-    for g in groups {
-        let tree = blockers::tree(&tx, *g).await?;
-        for f in blockers::scan(&tx, &keys, &tree).await? {
-            let what = match f.key.handling {
-                Handling::NeedsService { .. } => "the real run ends blocked",
-                _ => "the real run deletes them too",
-            };
-            out.push(format!(
-                "group {g}: {} row(s) in {}: {what}",
-                f.rows(),
-                f.key.name()
-            ));
-        }
-    }
-    tx.commit().await?;
-    Ok(out)
-}
-
-/// The live session's locks other than `AccessShareLock` on a relation and its own
-/// `virtualxid`, as `locktype mode` lines (empty when the copy only read), read from
-/// another session `observer` while the snapshot of backend `pid` is open.
-pub async fn locks_beyond_reads(observer: &Client, pid: i32) -> Result<Vec<String>> {
-    Ok(observer
-        .query(
-            "SELECT locktype || ' ' || mode || coalesce(' ' || relation::regclass::text, '')
-               FROM pg_locks WHERE pid = $1 AND granted
-                AND NOT (locktype = 'relation' AND mode = 'AccessShareLock')
-                AND NOT (locktype = 'virtualxid' AND mode = 'ExclusiveLock')
-              ORDER BY 1",
-            &[&pid],
-        )
-        .await
-        .map_err(|e| anyhow!(e))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
 }

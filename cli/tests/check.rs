@@ -52,6 +52,60 @@ async fn gitlab_db() -> TestDb {
     db
 }
 
+/// A GitLab release past the tested range fails `hk check` (exit 2), as the functions
+/// refuse it at cold start, unless accepted up to its newest migration with
+/// `--accept-schema` or `GITLAB_SCHEMA_ACCEPTED`; a later migration fails again.
+#[tokio::test]
+async fn a_release_past_the_tested_range_fails_unless_accepted() {
+    use shared::gitlab::release;
+    let db = gitlab_db().await;
+    let newer = release::PAST_NEWEST;
+    db.exec(&format!("INSERT INTO schema_migrations VALUES ('{newer}')"))
+        .await;
+    let o = hk_check(&db.url, false);
+    let text = out(&o);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    let f = failures(&o);
+    assert!(
+        f.len() == 1 && f[0].starts_with("✗ GitLab schema:") && f[0].contains("newer than tested"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("GITLAB_SCHEMA_ACCEPTED={newer}")),
+        "{text}"
+    );
+    let accepted = |c: &mut std::process::Command| {
+        let o = c.output().expect("hk runs");
+        let text = out(&o);
+        assert!(
+            text.contains("accepted by GITLAB_SCHEMA_ACCEPTED"),
+            "{text}"
+        );
+        o
+    };
+    let mut c = hk_on(&db.url);
+    c.args(["check", "--now", NOW, "--accept-schema", newer]);
+    let by_flag = accepted(&mut c);
+    let mut c = hk_on(&db.url);
+    c.args(["check", "--now", NOW])
+        .env("GITLAB_SCHEMA_ACCEPTED", newer);
+    let by_env = accepted(&mut c);
+    if server_version_num(&db).await >= 160_005 {
+        assert_eq!(by_flag.status.code(), Some(0), "{}", out(&by_flag));
+        assert_eq!(by_env.status.code(), Some(0), "{}", out(&by_env));
+    }
+    let later = (newer.parse::<u64>().unwrap() + 1).to_string();
+    db.exec(&format!("INSERT INTO schema_migrations VALUES ('{later}')"))
+        .await;
+    let o = c.output().expect("hk runs");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a later upgrade fails again: {}",
+        out(&o)
+    );
+}
+
 async fn server_version_num(db: &TestDb) -> i32 {
     db.scalar::<String>("SELECT current_setting('server_version_num')")
         .await
@@ -85,6 +139,7 @@ async fn the_migrated_schema_passes_every_check() {
         "✓ deletion model: ",
         "✓ foreign keys:",
         "✓ ghost user:",
+        "✓ instance: application_settings.uuid is ",
         "✓ session (advisory locks):",
         "✓ waiting remove-expired-members:",
         "✓ waiting pat-expiring:",
@@ -112,6 +167,39 @@ async fn the_migrated_schema_passes_every_check() {
     assert_eq!(j["ok"], true, "{j}");
     assert!(j["checks"].as_array().unwrap().len() > 10, "{j}");
     assert_eq!(db.snapshot().await, before, "hk check changes nothing");
+}
+
+/// Storage removal's instance binding (docs/storage-cleanup.md): `GITLAB_INSTANCE_UUID`
+/// naming another instance fails the `instance` line; naming this one passes it.
+#[tokio::test]
+async fn gitlab_instance_uuid_must_name_this_databases_instance() {
+    let db = gitlab_db().await;
+    db.exec(
+        "INSERT INTO application_settings (id, created_at, updated_at, uuid)
+         VALUES (1, '2024-01-01', '2024-01-01', 'aaaaaaaa-0000-4000-8000-000000000001')",
+    )
+    .await;
+    let run = |uuid: &str| {
+        hk_on(&db.url)
+            .args(["check", "--now", NOW])
+            .env("GITLAB_INSTANCE_UUID", uuid)
+            .output()
+            .expect("hk runs")
+    };
+    let o = run("bbbbbbbb-0000-4000-8000-000000000002");
+    let f = failures(&o);
+    assert!(
+        f.iter()
+            .any(|l| l.starts_with("✗ instance: GITLAB_INSTANCE_UUID is bbbbbbbb")),
+        "{}",
+        out(&o)
+    );
+    let o = run("aaaaaaaa-0000-4000-8000-000000000001");
+    assert!(
+        out(&o).contains("✓ instance: application_settings.uuid is GITLAB_INSTANCE_UUID"),
+        "{}",
+        out(&o)
+    );
 }
 
 #[tokio::test]

@@ -168,20 +168,23 @@ async fn the_printed_grants_are_what_a_role_with_nothing_needs() {
             && f[0].contains(&format!("GRANT USAGE ON SEQUENCE users_id_seq TO {role}")),
         "{out}"
     );
-    // The check's own read (GitLab's schema version) without its grant: a failed
-    // line naming it, not an error.
+    // GitLab's schema version (the functions' cold-start release gate reads it)
+    // without its grant: the version line and the privileges line name it, no error.
     db.exec(&format!(
         "GRANT USAGE ON SEQUENCE users_id_seq TO {role}; REVOKE SELECT ON schema_migrations FROM {role}"
     ))
     .await;
     let (code, f, out) = failures(&url);
     assert_eq!(code, Some(2), "{out}");
+    let grant = format!("GRANT SELECT ON schema_migrations TO {role}");
     assert!(
-        f.len() == 1
+        f.len() == 2
             && f[0].starts_with(&format!(
                 "✗ GitLab schema: role {role} may not read schema_migrations"
             ))
-            && f[0].contains(&format!("GRANT SELECT ON schema_migrations TO {role}")),
+            && f[1].starts_with("✗ privileges on schema_migrations:")
+            && f[1].contains("gitlab::release::NEWEST_MIGRATION")
+            && f.iter().all(|l| l.contains(&grant)),
         "{out}"
     );
 }

@@ -40,6 +40,7 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::hierarchy,
     gitlab::membership,
     gitlab::permissions,
+    gitlab::release,
     gitlab::storage,
     gitlab::user_removal,
     locks,
@@ -81,6 +82,11 @@ const COLUMN_MODULES: &[(&str, Column, StatementList)] = &[
         "gitlab::group_deletion",
         ("namespace_state_propagations", "target_state"),
         crate::gitlab::group_deletion::sql::propagation::ALL,
+    ),
+    (
+        "gitlab::storage",
+        ("lfs_objects_projects", "oid"),
+        crate::gitlab::storage::sql::oid_links::ALL,
     ),
 ];
 

@@ -103,6 +103,9 @@ impl Settings {
 /// longer (`hk bench b38-groups`, docs/benchmarks.md, "B38 after issue 19").
 pub const MEMBER_GROUP_SIZE: usize = 250;
 
+/// The variable naming the newest GitLab migration accepted past the tested range.
+pub const SCHEMA_ACCEPTED_ENV: &str = "GITLAB_SCHEMA_ACCEPTED";
+
 /// Everything a function needs from its environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -123,6 +126,10 @@ pub struct Config {
     /// `SERVICE_NAME`: the metrics' `Service` dimension (the stack). Required under
     /// Lambda (`TRANSPORT=sqs`); `local` in `hk` and tests.
     pub service: String,
+    /// `GITLAB_SCHEMA_ACCEPTED`: the newest GitLab migration version an operator
+    /// checked past the tested range (14 digits); the release gate
+    /// ([`crate::gitlab::release`]) refuses anything newer.
+    pub schema_accepted: Option<String>,
 }
 
 impl Config {
@@ -205,6 +212,15 @@ impl Config {
             }
         };
         let settings = Settings::from_lookup(&get)?;
+        let schema_accepted = get(SCHEMA_ACCEPTED_ENV).map(|v| v.trim().to_string());
+        if let Some(v) = schema_accepted.as_deref() {
+            if !crate::gitlab::release::valid_accepted(v) {
+                return Err(Error::Config(format!(
+                    "{SCHEMA_ACCEPTED_ENV} must be a GitLab migration version (14 digits, \
+                     the newest in schema_migrations that you checked), not `{v}`"
+                )));
+            }
+        }
         Ok(Config {
             database,
             transport,
@@ -214,6 +230,7 @@ impl Config {
             notify: notify::NotifyConfig::from_lookup(&get)?,
             storage: storage::StorageConfig::from_lookup(&get)?,
             service,
+            schema_accepted,
         })
     }
 

@@ -21,6 +21,7 @@ use crate::config::{Config, TransportKind};
 use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
+use crate::gitlab::release;
 use crate::job::Job;
 use crate::metrics;
 use crate::preflight;
@@ -59,6 +60,10 @@ pub enum InvokeError {
     /// The database schema does not match the statement catalogue: nothing is processed.
     #[error("schema incompatible: {0}")]
     SchemaIncompatible(String),
+    /// GitLab's release is outside the tested range and not accepted: nothing is
+    /// processed ([`crate::gitlab::release`]).
+    #[error("release refused: {0}")]
+    ReleaseRefused(String),
 }
 
 impl From<InvokeError> for Diagnostic {
@@ -67,6 +72,7 @@ impl From<InvokeError> for Diagnostic {
             error_type: match e {
                 InvokeError::MissingMessageId => "InvokeError".into(),
                 InvokeError::SchemaIncompatible(_) => "SchemaIncompatible".into(),
+                InvokeError::ReleaseRefused(_) => "ReleaseRefused".into(),
             },
             error_message: e.to_string(),
         }
@@ -120,7 +126,9 @@ impl Deps {
     }
 }
 
-/// The cold-start schema check: the catalogue must PREPARE ([`crate::preflight`]).
+/// The cold-start schema check: GitLab's release must be in the tested range or
+/// accepted ([`crate::gitlab::release`]), then the catalogue must PREPARE
+/// ([`crate::preflight`]).
 ///
 /// An incompatible schema fails the whole invocation rather than each record: Lambda's
 /// poller backs off on function errors, so the batch stays on the queue, untouched,
@@ -150,6 +158,34 @@ impl SchemaGate {
                 Ok(c) => c,
                 Err(_) => return Ok(Gate::Open),
             };
+            let accepted = deps.config.schema_accepted.as_deref();
+            let refusal = match release::read(&*client).await {
+                Err(_) => return Ok(Gate::Open),
+                Ok(release::Read::Version(v)) => release::classify(&v, accepted).refusal(&v),
+                Ok(release::Read::Empty) => Some(
+                    "schema_migrations holds no migration version: not a migrated GitLab database"
+                        .into(),
+                ),
+                Ok(release::Read::NoTable) => Some(
+                    "no schema_migrations: not a GitLab database (check DATABASE_SECRET_ARN)"
+                        .into(),
+                ),
+                Ok(release::Read::NotPermitted) => Some(
+                    "the role may not read schema_migrations, so GitLab's release is unknown: \
+                     run the GRANT `hk grants` prints"
+                        .into(),
+                ),
+            };
+            if let Some(reason) = refusal {
+                tracing::error!(
+                    function = deps.function.name(),
+                    error = reason.as_str(),
+                    error_class = "release_refused",
+                    "release refused: {reason}; processing nothing, the messages stay on the queue"
+                );
+                metrics::emit(deps.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
+                return Err(InvokeError::ReleaseRefused(reason));
+            }
             match preflight::prepare_catalogue(&client).await {
                 Ok(p) => p.failed,
                 Err(_) => return Ok(Gate::Open),

@@ -278,7 +278,9 @@ pub fn emit(function: Function, metrics: &[(Metric, f64)]) {
         line.insert(m.name.to_string(), json!(v));
     }
     let line = Value::Object(line);
-    tracing::info!(_flatten = %line, "metrics");
+    // Outside the log level filter (telemetry::targets enables this target at every
+    // level), stamped with a level Lambda's own filter keeps: the alarms read these.
+    tracing::info!(target: crate::telemetry::METRICS_TARGET, _flatten = %line, "metrics");
 }
 
 /// How one record ended, for its EMF line: exactly one `outcome_*` counter is 1.

@@ -3,8 +3,9 @@
 //! Owns: the one log format: a JSON object per line with `timestamp`, `level`,
 //! `message`, the fields of the enclosing spans flattened to the top level, and the
 //! event's own fields (a `_flatten` field holding an object is merged in); the JSON
-//! panic hook [`init`] installs. Callers log ids, never addresses, URLs, tokens or
-//! bodies.
+//! panic hook [`init`] installs; the EMF metric lines ([`METRICS_TARGET`]), which
+//! pass the level filter at every level and carry a `level` Lambda's filter keeps
+//! ([`metrics_level`]). Callers log ids, never addresses, URLs, tokens or bodies.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -29,15 +30,51 @@ pub enum Sink {
     Buffer(Arc<Mutex<Vec<Value>>>),
 }
 
+/// The target of the EMF metric lines ([`crate::metrics::emit`]): enabled at every
+/// level by [`targets`], whatever the configured log level.
+pub const METRICS_TARGET: &str = "emf";
+
 /// The JSON layer.
 pub struct JsonLayer {
     sink: Sink,
+    metrics_level: &'static str,
 }
 
 impl JsonLayer {
-    /// A layer writing to `sink`.
+    /// A layer writing to `sink`; metric lines carry `level` `info`.
     pub fn new(sink: Sink) -> JsonLayer {
-        JsonLayer { sink }
+        JsonLayer {
+            sink,
+            metrics_level: "info",
+        }
+    }
+
+    /// A layer writing to `sink` whose metric lines carry the `level` that Lambda's
+    /// log-level filter keeps under `lambda_level` (`AWS_LAMBDA_LOG_LEVEL`):
+    /// [`metrics_level`].
+    pub fn for_lambda_level(sink: Sink, lambda_level: Option<&str>) -> JsonLayer {
+        JsonLayer {
+            sink,
+            metrics_level: metrics_level(lambda_level),
+        }
+    }
+}
+
+/// The `level` of an EMF line so that Lambda's application log-level filter keeps it.
+/// With the JSON log format, Lambda drops a line whose `level` is below the
+/// function's `ApplicationLogLevel`, and treats a missing or unknown `level` as INFO
+/// (docs/logs.md, "Metrics at every log level"). A metric line is therefore stamped
+/// with the configured level itself when that is above INFO (`warn`, `error`,
+/// `fatal`), else `info`: it passes the filter whatever the operator sets.
+pub fn metrics_level(lambda_level: Option<&str>) -> &'static str {
+    match lambda_level
+        .map(|l| l.trim().to_ascii_uppercase())
+        .as_deref()
+    {
+        Some("WARN") => "warn",
+        Some("ERROR") => "error",
+        Some("FATAL") => "fatal",
+        _ => "info",
     }
 }
 
@@ -112,10 +149,12 @@ where
             "timestamp".into(),
             Value::from(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
         );
-        line.insert(
-            "level".into(),
-            Value::from(event.metadata().level().as_str().to_ascii_lowercase()),
-        );
+        let level = if event.metadata().target() == METRICS_TARGET {
+            self.metrics_level.to_string()
+        } else {
+            event.metadata().level().as_str().to_ascii_lowercase()
+        };
+        line.insert("level".into(), Value::from(level));
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope.from_root() {
                 if let Some(f) = span.extensions().get::<SpanFields>() {
@@ -141,40 +180,75 @@ where
     }
 }
 
-/// The level filter: `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then `info`; other
-/// crates are held at `warn` unless named. Directives are `level` or `target=level`,
-/// comma-separated (a `Targets` filter: no regular expressions, so the functions do not
-/// carry a regex engine).
-fn filter() -> Targets {
-    let spec = std::env::var("AWS_LAMBDA_LOG_LEVEL")
-        .ok()
+/// The level filter's spec: `AWS_LAMBDA_LOG_LEVEL` (`lambda_level`), then `RUST_LOG`
+/// (`rust_log`), then `info`.
+fn filter_spec(lambda_level: Option<&str>, rust_log: Option<&str>) -> String {
+    lambda_level
         .map(|l| l.to_ascii_lowercase())
-        .or_else(|| std::env::var("RUST_LOG").ok())
-        .unwrap_or_else(|| "info".into());
-    targets(&spec)
+        .or_else(|| rust_log.map(str::to_string))
+        .unwrap_or_else(|| "info".into())
 }
 
 /// Parse a filter spec; a bare level applies to this crate, `hk` and `checks` (the
-/// `hk-check` function's), `warn` elsewhere.
-fn targets(spec: &str) -> Targets {
+/// `hk-check` function's), `warn` elsewhere. Directives are `level` or
+/// `target=level`, comma-separated (a `Targets` filter: no regular expressions, so the
+/// functions do not carry a regex engine). The metric lines ([`METRICS_TARGET`]) are
+/// enabled whatever the spec says when `metrics_always` (a function: the alarms read
+/// them); otherwise (`hk` on a terminal) they follow this crate's level.
+pub fn targets(spec: &str, metrics_always: bool) -> Targets {
     let spec = if spec.contains('=') || spec.contains(',') {
         spec.to_string()
     } else {
-        format!("warn,shared={spec},hk={spec},checks={spec}")
+        format!("warn,shared={spec},hk={spec},checks={spec},{METRICS_TARGET}={spec}")
     };
-    spec.parse().unwrap_or_else(|_| {
+    let t = spec.parse().unwrap_or_else(|_| {
         Targets::new()
             .with_default(LevelFilter::WARN)
             .with_target("shared", LevelFilter::INFO)
             .with_target("hk", LevelFilter::INFO)
             .with_target("checks", LevelFilter::INFO)
-    })
+            .with_target(METRICS_TARGET, LevelFilter::INFO)
+    });
+    if metrics_always {
+        t.with_target(METRICS_TARGET, LevelFilter::TRACE)
+    } else {
+        t
+    }
 }
 
-/// Install the global subscriber writing to `sink`, and the JSON panic hook.
-/// Idempotent: a second call installs nothing new.
+/// The subscriber [`init`] installs for a function (writing to `sink`, metric lines at
+/// every level), for a given `AWS_LAMBDA_LOG_LEVEL` and `RUST_LOG`.
+pub fn subscriber(
+    sink: Sink,
+    lambda_level: Option<&str>,
+    rust_log: Option<&str>,
+) -> impl Subscriber + Send + Sync {
+    layered(sink, lambda_level, rust_log, true)
+}
+
+fn layered(
+    sink: Sink,
+    lambda_level: Option<&str>,
+    rust_log: Option<&str>,
+    metrics_always: bool,
+) -> impl Subscriber + Send + Sync {
+    Registry::default()
+        .with(targets(
+            &filter_spec(lambda_level, rust_log),
+            metrics_always,
+        ))
+        .with(JsonLayer::for_lambda_level(sink, lambda_level))
+}
+
+/// Install the global subscriber writing to `sink` (levels from
+/// `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`), and the JSON panic hook. On standard
+/// output (a function) the metric lines pass at every level; on standard error (`hk`)
+/// they follow the level like any line. Idempotent: a second call installs nothing new.
 pub fn init(sink: Sink) {
-    let subscriber = Registry::default().with(filter()).with(JsonLayer { sink });
+    let lambda_level = std::env::var("AWS_LAMBDA_LOG_LEVEL").ok();
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let always = matches!(sink, Sink::Stdout);
+    let subscriber = layered(sink, lambda_level.as_deref(), rust_log.as_deref(), always);
     if tracing::subscriber::set_global_default(subscriber).is_ok() {
         install_panic_hook();
     }
@@ -241,16 +315,40 @@ mod tests {
     #[test]
     fn filter_specs_set_levels_per_target() {
         use tracing::Level;
-        let t = targets("debug");
+        let t = targets("debug", true);
         assert!(t.would_enable("shared::batches", &Level::DEBUG));
         assert!(t.would_enable("hk", &Level::DEBUG));
         assert!(t.would_enable("checks::function", &Level::DEBUG));
         assert!(!t.would_enable("hyper", &Level::INFO));
         assert!(t.would_enable("hyper", &Level::WARN));
-        let t = targets("error,shared=info");
+        let t = targets("error,shared=info", true);
         assert!(t.would_enable("shared", &Level::INFO));
         assert!(!t.would_enable("tokio_postgres", &Level::WARN));
-        let t = targets("not a [filter");
+        let t = targets("not a [filter", true);
         assert!(t.would_enable("shared", &Level::INFO));
+    }
+
+    #[test]
+    fn metric_lines_pass_every_filter_and_lambdas() {
+        use tracing::Level;
+        for spec in [
+            "error",
+            "warn",
+            "info",
+            "error,shared=error",
+            "not a [filter",
+        ] {
+            assert!(
+                targets(spec, true).would_enable(METRICS_TARGET, &Level::INFO),
+                "{spec}"
+            );
+        }
+        // hk on a terminal: as this crate's level.
+        assert!(!targets("warn", false).would_enable(METRICS_TARGET, &Level::INFO));
+        assert!(targets("info", false).would_enable(METRICS_TARGET, &Level::INFO));
+        assert_eq!(metrics_level(Some("WARN")), "warn");
+        assert_eq!(metrics_level(Some("ERROR")), "error");
+        assert_eq!(metrics_level(Some("DEBUG")), "info");
+        assert_eq!(metrics_level(None), "info");
     }
 }

@@ -42,6 +42,7 @@ CHECKS = [
     "event_source_enabled",
     "queue_urls",
     "send_permission",
+    "bucket_permission",
     "schedule_target",
     "schedule_state",
     "alarm_metric",
@@ -98,7 +99,8 @@ def parameter_values(
             "RegistryKeySecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:registry-key-AbCdEf",
             "ObjectStorageBucketUploads": "gitlab-uploads",
             "ObjectStorageBucketLfs": "gitlab-lfs",
-            "ObjectStorageBucketPackages": "gitlab-packages",
+            "ObjectStorageBucketPackages": "gitlab-packages/prefix",
+            "GitlabInstanceUuid": "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d",
         }
         for name, value in storage.items():
             if name in t.get("Parameters", {}):
@@ -310,6 +312,23 @@ def m_dashboard_metric(t, params):
     return "no dashboard with a metric of the code's namespace"
 
 
+def m_bucket_permission(t, params):
+    # The packages bucket's ListBucket resource as `name/prefix` itself: not a bucket
+    # ARN (the statement may sit inside an Fn::If).
+    def walk(node):
+        if isinstance(node, dict):
+            if node.get("Action") == "s3:ListBucket" and "ObjectStorageBucketPackages" in json.dumps(node):
+                node["Resource"] = {"Fn::Sub": "arn:${AWS::Partition}:s3:::${ObjectStorageBucketPackages}"}
+                return True
+            return any(walk(v) for v in node.values())
+        if isinstance(node, list):
+            return any(walk(v) for v in node)
+        return False
+
+    if not walk(t["Resources"]):
+        return "no s3:ListBucket statement on the packages bucket"
+
+
 def m_no_skipped_resource(t, params):
     # A type moto 5.2.5 has no CloudFormation model for (and the launcher adds none).
     t["Resources"]["UnmodelledResource"] = {
@@ -326,6 +345,7 @@ MUTATIONS: dict[str, Callable[[dict, dict], str | None]] = {
     "event_source_enabled": m_event_source_enabled,
     "queue_urls": m_queue_urls,
     "send_permission": m_send_permission,
+    "bucket_permission": m_bucket_permission,
     "schedule_target": m_schedule_target,
     "schedule_state": m_schedule_state,
     "schedule_message": m_schedule_message,
@@ -505,6 +525,26 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
                 fail("queue_urls", f"{fn}: {var}={value}, expected {queues[target]['url']}")
             if not allows(role_statements(cfg["Role"]), "sqs:SendMessage", queues[target]["arn"]):
                 fail("send_permission", f"{fn}: its role may not sqs:SendMessage to {target}")
+
+    # bucket_permission: a bucket given as `name/prefix` (GitLab's bucket_prefix) is
+    # listed on the bucket's own ARN, its objects under the prefix only.
+    for var, param in (
+        ("OBJECT_STORAGE_BUCKET_UPLOADS", "ObjectStorageBucketUploads"),
+        ("OBJECT_STORAGE_BUCKET_LFS", "ObjectStorageBucketLfs"),
+        ("OBJECT_STORAGE_BUCKET_PACKAGES", "ObjectStorageBucketPackages"),
+    ):
+        value = params.get(param) or ""
+        if not value:
+            continue
+        bucket = value.split("/")[0]
+        for fn, cfg in sorted(functions.items()):
+            if (cfg.get("Environment", {}).get("Variables", {}) or {}).get(var) != value:
+                continue
+            stmts = role_statements(cfg["Role"])
+            if not allows(stmts, "s3:ListBucket", f"arn:aws:s3:::{bucket}"):
+                fail("bucket_permission", f"{fn}: may not s3:ListBucket on {bucket} ({param}={value})")
+            if not allows(stmts, "s3:DeleteObject", f"arn:aws:s3:::{value}/x"):
+                fail("bucket_permission", f"{fn}: may not s3:DeleteObject under {value}/")
 
     # Schedules.
     sched = clients["scheduler"]

@@ -7,7 +7,8 @@ Run with the SAM CLI's Python (.venv-sam, requirements-sam.txt):
 Every AWS::Serverless::Function gets CodeUri s3://CODE_BUCKET/CODE_KEY (the deploy
 test uploads a tiny zip there), and the managed policies SAM attaches come from a fixed
 map instead of IAM's ListPolicies: no network. The result is the JSON CloudFormation
-would receive after the AWS::Serverless-2016-10-31 transform.
+would receive after the AWS::Serverless-2016-10-31 transform. `translate` is also used
+by sam_package_check.py on the template `sam package` wrote (CodeUri kept).
 """
 
 import json
@@ -36,6 +37,15 @@ MANAGED_POLICIES["AWSXrayWriteOnlyAccess"] = "arn:aws:iam::aws:policy/AWSXrayWri
 MANAGED_POLICIES["AWSXRayDaemonWriteAccess"] = "arn:aws:iam::aws:policy/AWSXRayDaemonWriteAccess"
 
 
+def translate(sam: dict) -> dict:
+    """The plain CloudFormation of a SAM template (its CodeUri as they are)."""
+    return Translator(None, Parser()).translate(
+        sam,
+        parameter_values={},
+        get_managed_policy_map=lambda: MANAGED_POLICIES,
+    )
+
+
 def main() -> None:
     if len(sys.argv) != 5:
         sys.exit("usage: translate.py TEMPLATE OUT.json CODE_BUCKET CODE_KEY")
@@ -45,11 +55,7 @@ def main() -> None:
     for logical, res in sam.get("Resources", {}).items():
         if res.get("Type") == "AWS::Serverless::Function":
             res.setdefault("Properties", {})["CodeUri"] = f"s3://{bucket}/{key}"
-    cfn = Translator(None, Parser()).translate(
-        sam,
-        parameter_values={},
-        get_managed_policy_map=lambda: MANAGED_POLICIES,
-    )
+    cfn = translate(sam)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(cfn, f, indent=1, sort_keys=True)
 

@@ -159,7 +159,8 @@ fn storage_items() -> Vec<String> {
     [
         StorageItem::Repository {
             storage: "default".into(),
-            relative_path: "@hashed/aa/bb/cc.git".into(),
+            relative_path: format!("{}.git", shared::messages::project_disk_path(999_999)),
+            snippet_id: None,
         },
         StorageItem::ContainerRepository {
             id: 999_999,
@@ -167,7 +168,7 @@ fn storage_items() -> Vec<String> {
         },
         StorageItem::Object {
             bucket: Bucket::Uploads,
-            key: "gone/key".into(),
+            key: "project/avatar/999999/gone.png".into(),
         },
     ]
     .into_iter()

@@ -8,67 +8,24 @@
 //! GitLab's `schema_migrations` by the marker versions of docs/gitlab-source-notes.md
 //! §A.1 ([`release_of`], [`schema_version_check`]), and the `ON CONFLICT` arbiter
 //! check (PREPARE does not plan, so a missing unique index shows only when the
-//! statement runs).
+//! statement runs), and the instance binding of storage removal ([`instance`]:
+//! `application_settings.uuid` against `GITLAB_INSTANCE_UUID`).
 
 use anyhow::Result;
 use tokio_postgres::Client;
 
 use super::{sql, Check};
 
-/// The first migration version known for each release (docs/gitlab-source-notes.md
-/// §A.1): a newest version at or above it means at least that release.
-pub const MARKERS: &[(&str, &str)] = &[
-    ("20250502102329", "18.0"),
-    ("20250526065102", "18.1"),
-    ("20250709143510", "18.2"),
-    ("20250722084637", "18.3"),
-    ("20250813085941", "18.4"),
-    ("20250915232121", "18.5"),
-    ("20251014132633", "18.6"),
-    ("20251119195901", "18.7"),
-    ("20251231013427", "18.8"),
-    ("20260117231951", "18.9"),
-    ("20260330104732", "19.0"),
-    ("20260604190000", "19.1"),
-    ("20260617120000", "19.2"),
-    ("20260727141402", "19.3"),
-    ("20260818153000", "19.4"),
-    ("20260916223000", "19.5"),
-];
-
-/// The oldest supported release.
-pub const OLDEST: &str = "18.2";
-/// The newest supported (and tested) release.
-pub const NEWEST: &str = "19.5";
-/// The first migration version past the newest release's range: no 19.6 marker is
-/// known, so this is the day after 19.5's release (2026-10-15; a migration's version
-/// is the time it was written, and a release ships none written after it). A newer
-/// version means 19.6 or later (docs/gitlab-source-notes.md §A.1).
-pub const PAST_NEWEST: &str = "20261016000000";
-
-fn marker(release: &str) -> &'static str {
-    MARKERS
-        .iter()
-        .find(|(_, r)| *r == release)
-        .expect("a listed release")
-        .0
-}
-
-/// The newest release whose marker is at or below `newest` (a 14-digit migration
-/// version); `None` below 18.0's.
-pub fn release_of(newest: &str) -> Option<&'static str> {
-    MARKERS
-        .iter()
-        .rev()
-        .find(|(v, _)| newest.len() == v.len() && newest >= *v)
-        .map(|(_, r)| *r)
-}
+use shared::gitlab::release::{self, Fit};
+pub use shared::gitlab::release::{release_of, MARKERS, NEWEST, OLDEST, PAST_NEWEST};
 
 /// The schema version line for the newest `schema_migrations` version (`None`: the
-/// table is empty; `table` false: there is no such table).
-pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
+/// table is empty; `table` false: there is no such table); `accepted` is
+/// `GITLAB_SCHEMA_ACCEPTED`. A release past the tested range fails, as the functions'
+/// cold start refuses it, unless the operator accepted that schema.
+pub fn schema_version_check(table: bool, newest: Option<&str>, accepted: Option<&str>) -> Check {
     let name = "GitLab schema";
-    let range = format!("supported {OLDEST} to {NEWEST}");
+    let range = format!("supported {}", release::range());
     let Some(v) = newest.filter(|_| table) else {
         return Check::fail(
             name,
@@ -77,61 +34,65 @@ pub fn schema_version_check(table: bool, newest: Option<&str>) -> Check {
             } else {
                 "not a GitLab database (no schema_migrations)".to_string()
             },
-            format!("point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab {OLDEST} to {NEWEST}"),
+            format!("point DATABASE_URL at GitLab's database (gitlabhq_production), migrated by GitLab {}", release::range()),
         );
     };
-    // No marker of 18.10 or 18.11 is known: 18.9's marker up to 19.0's is 18.9 to 18.11.
-    let (old, next) = (marker(OLDEST), PAST_NEWEST);
-    match release_of(v) {
-        Some(_) if v.len() == next.len() && v >= next => Check::fail(
+    let next = release::PAST_NEWEST;
+    match release::classify(v, accepted) {
+        Fit::Tested("18.9") => Check::pass(
             name,
-            format!("GitLab newer than {NEWEST} found (newest migration {v}, past {NEWEST}'s release): newer than tested ({range})"),
-            format!("the lines above tell whether this schema still fits; the bundle is tested up to {NEWEST} (below migration {next})"),
-        )
-        .advisory(),
-        Some(r) if v >= old => Check::pass(
-            name,
-            if r == "18.9" {
-                format!("GitLab 18.9 to 18.11 found (newest migration {v}, before 19.0's; {range})")
-            } else {
-                format!("GitLab {r} found (newest migration {v}; {range})")
-            },
+            format!("GitLab 18.9 to 18.11 found (newest migration {v}, before 19.0's; {range})"),
         ),
-        found => Check::fail(
+        Fit::Tested(r) => Check::pass(name, format!("GitLab {r} found (newest migration {v}; {range})")),
+        Fit::Newer { accepted: true } => Check::pass(
+            name,
+            format!(
+                "GitLab newer than {NEWEST} found (newest migration {v}): newer than tested ({range}), \
+                 accepted by GITLAB_SCHEMA_ACCEPTED={}",
+                accepted.unwrap_or_default()
+            ),
+        ),
+        Fit::Newer { accepted: false } => Check::fail(
+            name,
+            format!("GitLab newer than {NEWEST} found (newest migration {v}, at or past {next}): newer than tested ({range}); every function refuses it at cold start"),
+            format!(
+                "read the release notes of every GitLab release after {NEWEST} for the tables this bundle touches; \
+                 if nothing it relies on changed, set GITLAB_SCHEMA_ACCEPTED={v} (stack parameter GitlabSchemaAccepted; \
+                 `hk check --accept-schema {v}`), else wait for a bundle tested on it"
+            ),
+        ),
+        Fit::Older(found) => Check::fail(
             name,
             format!(
                 "GitLab {} found (newest migration {v}): older than the {range}",
                 found.map_or("before 18.0".to_string(), str::to_string)
             ),
-            format!("upgrade GitLab to {OLDEST} or later: its migrations from {old} on are missing"),
+            format!(
+                "upgrade GitLab to {OLDEST} or later: its migrations from {} on are missing",
+                release::marker(OLDEST)
+            ),
         ),
     }
 }
 
 /// The GitLab schema version line, read from `schema_migrations`. A role that may not
-/// read it (the functions never do; `hk grants` grants it for the check) fails the
-/// line, naming the grant.
-pub async fn schema_version(c: &Client) -> Result<Check> {
-    let table: bool = c.query_one(sql::HAS_SCHEMA_MIGRATIONS, &[]).await?.get(0);
-    let newest: Option<String> = if table {
-        match c.query_opt(sql::NEWEST_MIGRATION, &[]).await {
-            Ok(r) => r.map(|r| r.get(0)),
-            Err(e)
-                if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) =>
-            {
-                let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
-                return Ok(Check::fail(
-                    "GitLab schema",
-                    format!("role {role} may not read schema_migrations: the GitLab version is not known"),
-                    format!("GRANT SELECT ON schema_migrations TO {role} (`hk grants` prints it: hk check reads GitLab's schema version there)"),
-                ));
-            }
-            Err(e) => return Err(e.into()),
+/// read it fails the line, naming the grant: the functions read it too (the release
+/// gate at cold start).
+pub async fn schema_version(c: &Client, accepted: Option<&str>) -> Result<Check> {
+    let (table, newest) = match release::read(c).await? {
+        release::Read::Version(v) => (true, Some(v)),
+        release::Read::Empty => (true, None),
+        release::Read::NoTable => (false, None),
+        release::Read::NotPermitted => {
+            let role: String = c.query_one(sql::ROLE, &[]).await?.get(0);
+            return Ok(Check::fail(
+                "GitLab schema",
+                format!("role {role} may not read schema_migrations: the GitLab version is not known"),
+                format!("GRANT SELECT ON schema_migrations TO {role} (`hk grants` prints it: every function reads GitLab's schema version there at cold start)"),
+            ));
         }
-    } else {
-        None
     };
-    Ok(schema_version_check(table, newest.as_deref()))
+    Ok(schema_version_check(table, newest.as_deref(), accepted))
 }
 
 /// The writable line, from `(in recovery, default_transaction_read_only,
@@ -244,6 +205,42 @@ pub async fn conflict_arbiters(c: &Client) -> Result<Vec<Check>> {
     Ok(out)
 }
 
+/// Storage removal's instance binding (docs/storage-cleanup.md): the database's
+/// `application_settings.uuid` against `GITLAB_INSTANCE_UUID` when set.
+pub(crate) async fn instance(c: &Client) -> Check {
+    use shared::config::storage::INSTANCE_UUID_VAR as VAR;
+    let have: Option<String> = match c.query_opt(sql::INSTANCE_UUID, &[]).await {
+        Ok(r) => r.and_then(|r| r.get(0)),
+        Err(e) => {
+            return super::db_failure(
+                "instance",
+                format!(
+                    "cannot read application_settings.uuid: {}",
+                    super::db_message(&e)
+                ),
+                "the column must exist as in GitLab 18",
+                &e,
+            )
+        }
+    };
+    let shown = have.as_deref().unwrap_or("not set");
+    match std::env::var(VAR).ok().filter(|v| !v.trim().is_empty()) {
+        Some(want) if have.as_deref() == Some(want.trim()) => Check::pass(
+            "instance",
+            format!("application_settings.uuid is {VAR} ({shown}): storage removal may run"),
+        ),
+        Some(want) => Check::fail(
+            "instance",
+            format!("{VAR} is {} but application_settings.uuid is {shown}: storage-cleanup removes nothing here", want.trim()),
+            format!("point DATABASE_URL at the instance whose storage this stack removes, or set {VAR} to this instance's uuid"),
+        ),
+        None => Check::pass(
+            "instance",
+            format!("application_settings.uuid is {shown}: the value of {VAR} when a STORAGE_* kind is on"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,17 +267,17 @@ mod tests {
 
     #[test]
     fn the_supported_range_passes_older_fails_and_newer_warns() {
-        let c = schema_version_check(true, Some("20250610152957"));
+        let c = schema_version_check(true, Some("20250610152957"), None);
         assert!(!c.ok && c.required, "{c:?}");
         assert!(c
             .detail
             .contains("GitLab 18.1 found (newest migration 20250610152957)"));
         assert!(c.fix.as_deref().unwrap().contains("20250709143510"));
-        let c = schema_version_check(true, Some("20250709143510"));
+        let c = schema_version_check(true, Some("20250709143510"), None);
         assert!(c.ok && c.detail.starts_with("GitLab 18.2 found"), "{c:?}");
-        let c = schema_version_check(true, Some("20251231013427"));
+        let c = schema_version_check(true, Some("20251231013427"), None);
         assert!(c.ok && c.detail.starts_with("GitLab 18.8 found"), "{c:?}");
-        let c = schema_version_check(true, Some("20260117231951"));
+        let c = schema_version_check(true, Some("20260117231951"), None);
         assert!(
             c.ok && c.detail.starts_with("GitLab 18.9 to 18.11 found"),
             "18.9 to 18.11: {c:?}"
@@ -294,21 +291,36 @@ mod tests {
             ("20260916223000", "19.5"),
             ("20261015235959", "19.5"),
         ] {
-            let c = schema_version_check(true, Some(v));
+            let c = schema_version_check(true, Some(v), None);
             assert!(
                 c.ok && c.detail.starts_with(&format!("GitLab {r} found")),
                 "{v}: {c:?}"
             );
         }
-        let c = schema_version_check(true, Some(PAST_NEWEST));
-        assert!(!c.ok && !c.required, "a warning: {c:?}");
-        assert!(c.detail.contains("newer than tested"), "{c:?}");
+        let past = shared::gitlab::release::PAST_NEWEST;
+        let c = schema_version_check(true, Some(past), None);
+        assert!(
+            !c.ok && c.required,
+            "refused, as the functions refuse it: {c:?}"
+        );
         assert!(c.detail.contains("GitLab newer than 19.5"), "{c:?}");
-        let c = schema_version_check(false, None);
+        assert!(
+            c.fix
+                .as_deref()
+                .unwrap()
+                .contains(&format!("GITLAB_SCHEMA_ACCEPTED={past}")),
+            "{c:?}"
+        );
+        let c = schema_version_check(true, Some(past), Some(past));
+        assert!(
+            c.ok && c.detail.contains("accepted by GITLAB_SCHEMA_ACCEPTED"),
+            "{c:?}"
+        );
+        let c = schema_version_check(false, None, None);
         assert!(!c.ok && c.required);
         assert_eq!(c.detail, "not a GitLab database (no schema_migrations)");
-        assert!(!schema_version_check(true, None).ok);
-        assert!(!schema_version_check(true, Some("20240101000000")).ok);
+        assert!(!schema_version_check(true, None, None).ok);
+        assert!(!schema_version_check(true, Some("20240101000000"), None).ok);
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub async fn handle_with(
         },
     };
     let checks = match target::from_lookup(get).await {
-        Ok(t) => super::run(&t.connector, t.loopback, now).await,
+        Ok(t) => super::run(&t, now).await,
         Err(e) => Err(e),
     };
     let checks = checks.unwrap_or_else(|e| {

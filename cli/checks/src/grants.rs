@@ -136,16 +136,6 @@ pub async fn grants(connector: &Connector, role: &str, columns: bool) -> Result<
         }
         sequences.push(format!("GRANT USAGE ON SEQUENCE {seq} TO {role};"));
     }
-    // What `hk check` reads besides the statements' tables (the functions never do):
-    // GitLab's schema version.
-    let has_migrations: bool = a.query_one(sql::HAS_SCHEMA_MIGRATIONS, &[]).await?.get(0);
-    if has_migrations {
-        tables
-            .entry("schema_migrations".to_string())
-            .or_default()
-            .0
-            .insert(0, "SELECT".to_string());
-    }
     let mut out = vec![format!("GRANT CONNECT ON DATABASE {database} TO {role};")];
     out.extend(
         schemas

@@ -41,7 +41,6 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 
 use shared::batches::pat_expiring::Interval;
 use shared::batches::placeholder_user_cleanup as b70;
-use shared::db::Connector;
 use shared::gitlab::group_deletion;
 
 /// One check's result: one output line.
@@ -286,9 +285,11 @@ async fn row(c: &Client, q: &str) -> Result<Vec<String>> {
     anyhow::bail!("no row from `{q}`")
 }
 
-/// Every check, in output order. `a` and `b` are two sessions opened like the
-/// functions'; `loopback` whether the configured host is this machine; `now` the clock.
-pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> Result<Vec<Check>> {
+/// Every check, in output order, against `target` (its connector opens sessions like
+/// the functions'; `loopback`: the configured host is this machine; its
+/// `schema_accepted`: `GITLAB_SCHEMA_ACCEPTED`); `now` the clock.
+pub async fn run(target: &target::Target, now: DateTime<Utc>) -> Result<Vec<Check>> {
+    let (connector, loopback) = (&target.connector, target.loopback);
     let a = connector
         .connect("hk-check")
         .await
@@ -320,7 +321,8 @@ pub async fn run(connector: &Connector, loopback: bool, now: DateTime<Utc>) -> R
     let (trees, mut notices) = catalogue::tree_session(connector).await?;
     let pass = catalogue::pass(&trees, &mut notices, &a).await?;
     drop(trees);
-    let mut checks = in_read_only(&a, writable, pass, loopback, now).await?;
+    let accepted = target.schema_accepted.as_deref();
+    let mut checks = in_read_only(&a, writable, pass, loopback, accepted, now).await?;
     checks.push(session);
     Ok(checks)
 }
@@ -330,6 +332,7 @@ async fn in_read_only(
     writable: Check,
     pass: catalogue::Pass,
     loopback: bool,
+    accepted: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Check>> {
     let mut checks = Vec::new();
@@ -338,7 +341,7 @@ async fn in_read_only(
     checks.push(writable);
     let hidden = pass.schema_hidden;
     if !hidden {
-        checks.push(database::schema_version(c).await?);
+        checks.push(database::schema_version(c, accepted).await?);
     }
     checks.extend(pass.checks);
     checks.extend(privileges::check(c, &pass.needs, pass.without_tree, pass.busy).await?);
@@ -431,6 +434,7 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
         )),
         Err(e) => db_failure("settings", format!("cannot read application_settings: {}", db_message(&e)), "the table must exist as in GitLab 18", &e),
     });
+    out.push(database::instance(c).await);
     let ghost = c.query_opt(sql::GHOST, &[]).await;
     let orgs = c.query_one(sql::ORGANIZATIONS, &[]).await;
     out.push(match (ghost, orgs) {

@@ -87,9 +87,8 @@ pub const RELATION_OID: &str = "SELECT c.oid FROM pg_class c
 
 /// Whether GitLab's `schema_migrations` exists.
 pub const HAS_SCHEMA_MIGRATIONS: &str = "SELECT to_regclass('schema_migrations') IS NOT NULL";
-/// The newest migration version (14 digits, so text order is numeric order).
-pub const NEWEST_MIGRATION: &str = "SELECT version::text FROM schema_migrations
-     WHERE version ~ '^[0-9]{14}$' ORDER BY version DESC LIMIT 1";
+/// The newest migration version (the functions' own statement).
+pub use shared::gitlab::release::sql::NEWEST_MIGRATION;
 /// The unique indexes (or constraints) of table `$1` that can arbitrate `ON CONFLICT
 /// ($2)`: unique, immediate, valid, not partial, no expression, key columns exactly
 /// the set `$2`.
@@ -143,6 +142,9 @@ pub const FK_ACTIONS: &str = "SELECT c.conname::text, c.confdeltype::text
 
 /// Whether `application_settings` has a row (the batches read the first one).
 pub const SETTINGS_ROWS: &str = "SELECT count(*)::int8 FROM application_settings";
+/// The instance's identity (`application_settings.uuid`, the first row), which
+/// `GITLAB_INSTANCE_UUID` must name for storage removal.
+pub const INSTANCE_UUID: &str = "SELECT uuid::text FROM application_settings ORDER BY id LIMIT 1";
 /// The ghost user's id, if one exists (`user_type` 5).
 pub const GHOST: &str = "SELECT id::int8 FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
 /// Whether an organization exists (the ghost user's namespace needs one).

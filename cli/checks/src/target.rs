@@ -20,6 +20,8 @@ pub struct Target {
     pub connector: Connector,
     /// Whether the configured host is this machine (TLS is then not required).
     pub loopback: bool,
+    /// `GITLAB_SCHEMA_ACCEPTED`: the newest migration accepted past the tested range.
+    pub schema_accepted: Option<String>,
 }
 
 /// Whether every host of `pg` is this machine (`localhost`, a loopback address or a
@@ -52,5 +54,6 @@ pub async fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Target>
     Ok(Target {
         connector,
         loopback,
+        schema_accepted: config.schema_accepted,
     })
 }

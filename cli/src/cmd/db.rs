@@ -14,9 +14,23 @@ pub(crate) enum DbAction {
     },
     /// Stop the cluster and remove its directory (HK_PG_BASE, else <tmp>/hk-pg).
     Down,
+    /// The watchdog of a `--read-only` copy's cluster (started by `hk run
+    /// --read-only`, not by hand): when its stdin ends, the server is stopped and
+    /// BASE removed (hk::shadow::cluster).
+    #[command(hide = true)]
+    WatchCopy {
+        /// The server binaries.
+        #[arg(long)]
+        bin: PathBuf,
+        /// The cluster's folder.
+        base: PathBuf,
+    },
 }
 
 pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
+    if let DbAction::WatchCopy { bin, base } = action {
+        return watch_copy(bin, base).await;
+    }
     let mut c = hk::pg::Cluster::default_location();
     match action {
         DbAction::Up { json } => {
@@ -48,7 +62,22 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
             c.down()?;
             println!("stopped; removed {}", c.base.display());
         }
+        DbAction::WatchCopy { .. } => unreachable!("handled above"),
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hk db watch-copy`: SIGINT, SIGTERM and SIGHUP are caught (and ignored: only the
+/// end of stdin, i.e. the end of the `hk` that started it, ends the watch), then
+/// the cluster is removed.
+async fn watch_copy(bin: PathBuf, base: PathBuf) -> Result<ExitCode> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _held = [
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::hangup())?,
+    ];
+    tokio::task::spawn_blocking(move || hk::shadow::cluster::watch(&base, &bin)).await??;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,7 +1,7 @@
 //! `hk parity <plan.json>`: compare a plan's decisions with the database after
 //! GitLab's own cron ran (read only; docs/parity.md). Exit 0 at full agreement
 //! (rows changed meanwhile listed, not counted against it), 4 when a decision
-//! disagrees or an id was reused, 1 or 2 when the comparison could not run.
+//! disagrees or an id was reused, or the plan is empty or stopped early, 1 or 2 when the comparison could not run.
 
 use super::exit::DISAGREED;
 use super::*;
@@ -48,8 +48,8 @@ fn print_report(plan: &PlanFile, r: &Report) {
         shared::clock::rfc3339(plan.now),
         plan.decisions.len()
     );
-    if let Some(why) = &r.stopped {
-        println!("the plan stopped early ({why}): only what it planned until then is compared");
+    for why in &r.problems {
+        println!("NOT in agreement: {why}");
     }
     println!(
         "{:<26} {:<18} {:<28} {:>7} {:>9} {:>17} {:>9}",
@@ -87,6 +87,9 @@ fn print_report(plan: &PlanFile, r: &Report) {
             r.count(Kind::Agreed)
         );
     } else {
-        println!("NOT in agreement: {dis} disagreed, {reused} id(s) reused, {meanwhile} changed meanwhile (exit {DISAGREED})");
+        println!(
+            "NOT in agreement: {dis} disagreed, {reused} id(s) reused, {meanwhile} changed meanwhile{} (exit {DISAGREED})",
+            if r.problems.is_empty() { String::new() } else { format!(", {} problem(s) with the plan above", r.problems.len()) }
+        );
     }
 }

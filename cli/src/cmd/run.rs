@@ -5,6 +5,7 @@
 //! database `hk` did not create it uses none of its demo defaults for the notifying
 //! functions, and refuses the `log` mailer.
 
+use super::read_only::write_plan;
 use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
@@ -50,6 +51,13 @@ pub(crate) struct RunArgs {
     /// One JSON object per function run on stdout.
     #[arg(long)]
     pub(crate) json: bool,
+    /// With --dry-run --until-idle: write the plan's JSON lines (what --json prints)
+    /// to this file, which hk creates with mode 0600 (a plan names production rows);
+    /// stdout then holds the text form (nothing with --json).
+    #[arg(long, requires_all = ["dry_run", "until_idle"])]
+    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) copy: super::read_only::CopyArgs,
     /// Also write every sent message to this directory. Not with --dry-run: a dry
     /// run's messages stand for work that was rolled back, so none is kept.
     #[arg(long)]
@@ -406,7 +414,10 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
                 return Err(e.into());
             }
         };
-        print_plan(&runner.runs, &plan, a.json);
+        match &a.out {
+            Some(out) => write_plan(out, &runner.runs, &plan, a.json)?,
+            None => print_plan(&runner.runs, &plan, a.json),
+        }
         if let Some(why) = &plan.stopped {
             bail!("{why}");
         }

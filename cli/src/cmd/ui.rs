@@ -40,6 +40,20 @@ pub(crate) fn progress(json: bool, msg: impl Into<Cow<'static, str>>) -> Progres
     pb
 }
 
+/// The copy's bar of `--read-only` (rows of the estimate): on a terminal only, never
+/// with `--json` (whose copy counts are lines on stderr and the plan's `read_only`).
+pub(crate) fn copy_progress(json: bool, rows: u64) -> ProgressBar {
+    if !show_progress(std::io::stderr().is_terminal(), json) {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(rows.max(1));
+    pb.set_style(
+        ProgressStyle::with_template("copy [{elapsed_precise}] {bar:30} {pos}/~{len} rows {msg}")
+            .expect("a valid template"),
+    );
+    pb
+}
+
 /// Running totals of a local run, for the progress line.
 #[derive(Default)]
 pub(crate) struct RunTally {

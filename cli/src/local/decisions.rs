@@ -7,8 +7,10 @@
 //! rollback, so from the database as it was) and its state at the end of the slice
 //! (`expect`: `absent` or `present`, with the watched columns of its table); and
 //! [`TABLES`], per table the columns that identify a row (an id reused by another row
-//! differs there) and the columns whose value a decision changes. The row reads here
-//! (`to_jsonb` of the row by id) are `hk`'s own, not the functions'.
+//! differs there), the columns whose value a decision changes and those it reads;
+//! [`selection`], the rows a cron function's selection takes at the plan's start,
+//! and [`implied`], the authorizations a slice's membership removals leave gone. The
+//! row reads here (`to_jsonb` of the row by id) are `hk`'s own, not the functions'.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -28,7 +30,18 @@ pub struct TableRule {
     pub identity: &'static [&'static str],
     /// Columns a decision sets (`…_at`: compared as set or not; others by value).
     pub watched: &'static [&'static str],
+    /// Columns a decision reads (its inputs besides the identity): a row whose
+    /// decision disagrees counts as changed meanwhile only when one of these moved
+    /// (`hk parity`; `updated_at` alone moves for many reasons).
+    pub read: &'static [&'static str],
 }
+
+/// A group's deletion state, in every deletion-state model (docs/parity.md): its
+/// `namespaces.state` (18.4 on; `null` before), whether it has a
+/// `group_deletion_schedules` row, and (18.10 on) whether
+/// `namespace_details.deletion_scheduled_at` is set. A group restored and one still
+/// scheduled differ here. [`rows`] adds the two that are not `namespaces` columns.
+pub const DELETION_STATE: &[&str] = &["state", "deletion_schedule", "deletion_scheduled_at"];
 
 /// Every table a function decides on.
 pub const TABLES: &[TableRule] = &[
@@ -36,21 +49,38 @@ pub const TABLES: &[TableRule] = &[
         table: "members",
         identity: &["user_id", "source_id", "source_type"],
         watched: &[],
+        read: &[
+            "expires_at",
+            "access_level",
+            "source_id",
+            "source_type",
+            "requested_at",
+            "member_namespace_id",
+        ],
     },
     TableRule {
         table: "members_deletion_schedules",
         identity: &["namespace_id", "user_id"],
         watched: &[],
+        read: &["scheduled_by_id"],
     },
     TableRule {
         table: "namespaces",
         identity: &["type", "created_at"],
-        watched: &[],
+        watched: DELETION_STATE,
+        read: &[
+            "parent_id",
+            "state",
+            "deletion_schedule",
+            "deletion_scheduled_at",
+            "deletion_scheduled_by",
+        ],
     },
     TableRule {
         table: "users",
         identity: &["created_at"],
         watched: &[],
+        read: &["state", "user_type"],
     },
     TableRule {
         table: "personal_access_tokens",
@@ -61,16 +91,19 @@ pub const TABLES: &[TableRule] = &[
             "sixty_days_notification_sent_at",
             "expire_notification_delivered",
         ],
+        read: &["expires_at", "revoked", "impersonation"],
     },
     TableRule {
         table: "web_hooks",
         identity: &["created_at"],
         watched: &[],
+        read: &["disabled_until", "recent_failures"],
     },
     TableRule {
         table: "import_placeholder_user_details",
         identity: &["placeholder_user_id"],
         watched: &["deletion_attempts"],
+        read: &["namespace_id", "last_deletion_attempt_at"],
     },
 ];
 
@@ -108,6 +141,8 @@ pub struct PlannedDecision {
     pub identity: Option<Map<String, Value>>,
     /// `updated_at` before the plan, when the table has one.
     pub updated_at: Option<Value>,
+    /// The columns the decision read ([`TableRule::read`]) before the plan.
+    pub read: Option<Map<String, Value>>,
     /// The row at the end of the plan's slice: `None` when absent, else the watched
     /// columns.
     pub expect: Option<Map<String, Value>>,
@@ -125,6 +160,7 @@ impl PlannedDecision {
             "rule": d.rule,
             "identity": self.identity,
             "updated_at": self.updated_at,
+            "read": self.read,
             "expect": if self.expect.is_some() { "present" } else { "absent" },
             "watched": self.expect,
         })
@@ -139,10 +175,25 @@ pub async fn rows<C: GenericClient>(
 ) -> Result<BTreeMap<i64, Map<String, Value>>> {
     let rule = table_rule(table)
         .ok_or_else(|| Error::Invariant(format!("no row identity is known for table {table}")))?;
-    let sql = format!(
-        "SELECT id::bigint, to_jsonb(t) FROM public.{} t WHERE id = ANY($1::bigint[])",
-        rule.table
-    );
+    let sql = if rule.table == "namespaces" {
+        // The deletion state beside the row: the schedule row, and 18.10's
+        // `deletion_scheduled_at` (null where the column does not exist).
+        "SELECT t.id::bigint, to_jsonb(t) || jsonb_build_object(
+                'deletion_schedule', EXISTS (SELECT 1 FROM public.group_deletion_schedules s
+                                              WHERE s.group_id = t.id),
+                'deletion_scheduled_by', (SELECT s.user_id FROM public.group_deletion_schedules s
+                                           WHERE s.group_id = t.id),
+                'deletion_scheduled_at', (SELECT to_jsonb(d) -> 'deletion_scheduled_at'
+                                            FROM public.namespace_details d
+                                           WHERE d.namespace_id = t.id))
+           FROM public.namespaces t WHERE t.id = ANY($1::bigint[])"
+            .to_string()
+    } else {
+        format!(
+            "SELECT id::bigint, to_jsonb(t) FROM public.{} t WHERE id = ANY($1::bigint[])",
+            rule.table
+        )
+    };
     let mut out = BTreeMap::new();
     for r in c.query(&sql, &[&ids]).await? {
         if let Value::Object(m) = r.get::<_, Value>(1) {
@@ -219,6 +270,7 @@ pub async fn after_slice<C: GenericClient>(
                 decision: d,
                 identity: None,
                 updated_at: None,
+                read: None,
                 expect,
             }
         })
@@ -237,7 +289,9 @@ pub async fn before<C: GenericClient>(c: &C, planned: &mut [PlannedDecision]) ->
         let d = &p.decision;
         if let Some(row) = now[d.table].get(&d.id) {
             let identity = table_rule(d.table).map_or(&[][..], |r| r.identity);
+            let read = table_rule(d.table).map_or(&[][..], |r| r.read);
             p.identity = Some(pick(row, identity, false));
+            p.read = Some(pick(row, read, false));
             p.updated_at = row.get("updated_at").cloned();
         }
     }
@@ -257,4 +311,90 @@ pub fn counts(planned: &[PlannedDecision]) -> BTreeMap<(String, String, String),
         .or_default() += 1;
     }
     t
+}
+
+/// The rows a cron function's selection takes at the plan's start (`hk parity`
+/// checks that the plan decided each: a plan cut short, or a table copied empty,
+/// leaves some undecided). Known for `remove-expired-members` (behaviour §B38.4:
+/// `expires_at` on or before the plan's UTC day, `-infinity` included); `None` for
+/// the others.
+pub async fn selection<C: GenericClient>(
+    c: &C,
+    function: shared::Function,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<Value>> {
+    if function != shared::Function::RemoveExpiredMembers {
+        return Ok(None);
+    }
+    let today = now.date_naive();
+    let ids: Vec<i64> = c
+        .query(
+            "SELECT id::bigint FROM public.members
+              WHERE expires_at IS NOT NULL AND expires_at <= $1::date ORDER BY id",
+            &[&today],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(Some(json!({
+        "function": function.name(),
+        "table": "members",
+        "rule": "expires_at on or before the plan's day",
+        "ids": ids,
+    })))
+}
+
+/// What a slice's removals of memberships imply besides the rows: the
+/// `project_authorizations` of their users that the slice left gone, read inside the
+/// slice's transaction `tx` (after) and on `other`, a session that sees the database
+/// without the slice (before). One object per authorization:
+/// `{"function", "member", "user_id", "project_id"}`.
+pub async fn implied<C: GenericClient, D: GenericClient>(
+    tx: &C,
+    other: &D,
+    decisions: &[Decision],
+) -> Result<Vec<Value>> {
+    let removed: Vec<(&'static str, i64)> = decisions
+        .iter()
+        .filter(|d| d.table == "members" && d.decision == "removed")
+        .map(|d| (d.function.name(), d.id))
+        .collect();
+    if removed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = removed.iter().map(|(_, id)| *id).collect();
+    let users: Vec<(i64, i64)> = other
+        .query(
+            "SELECT id::bigint, user_id::bigint FROM public.members WHERE id = ANY($1::bigint[])",
+            &[&ids],
+        )
+        .await?
+        .iter()
+        // An invitation has no user yet: it authorizes nobody.
+        .filter_map(|r| Some((r.get(0), r.get::<_, Option<i64>>(1)?)))
+        .collect();
+    let user_ids: Vec<i64> = users.iter().map(|(_, u)| *u).collect();
+    let auths = "SELECT user_id::bigint, project_id::bigint FROM public.project_authorizations
+                  WHERE user_id = ANY($1::bigint[])";
+    let pairs = |rows: Vec<tokio_postgres::Row>| -> std::collections::BTreeSet<(i64, i64)> {
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    let before = pairs(other.query(auths, &[&user_ids]).await?);
+    let after = pairs(tx.query(auths, &[&user_ids]).await?);
+    let mut out = Vec::new();
+    for (user, project) in before.difference(&after) {
+        // The first removed membership of that user names the cause.
+        let Some((member, _)) = users.iter().find(|(_, u)| u == user) else {
+            continue;
+        };
+        let function = removed
+            .iter()
+            .find(|(_, id)| id == member)
+            .map_or("", |(f, _)| *f);
+        out.push(json!({
+            "function": function, "member": member, "user_id": user, "project_id": project,
+        }));
+    }
+    Ok(out)
 }

@@ -98,6 +98,12 @@ pub struct Plan {
     pub decisions: Vec<PlannedDecision>,
     /// The storage `storage-cleanup` would remove, by kind (issue 37).
     pub storage: StoragePlan,
+    /// The rows the cron function's selection took at the start
+    /// ([`decisions::selection`]), when known.
+    pub selection: Option<Value>,
+    /// The authorizations the plan's membership removals leave gone
+    /// ([`decisions::implied`]).
+    pub implied: Vec<Value>,
 }
 
 /// The storage items a plan's `storage-cleanup` messages name, by kind: how many
@@ -165,6 +171,8 @@ impl Plan {
                 "gitlab": self.gitlab,
                 "decisions": self.decisions.iter().map(PlannedDecision::to_json).collect::<Vec<_>>(),
                 "storage": self.storage.to_json(),
+                "selection": self.selection,
+                "implied": self.implied,
             }
         })
     }
@@ -290,6 +298,15 @@ impl Runner {
         let mut planned: Vec<PlannedDecision> = Vec::new();
         let locks = LockBudget::read(&client).await?;
         let sequences_before = budget::sequences(&client).await?;
+        // Not a reason to stop the plan (a lock held on the table, say): recorded,
+        // and `hk parity` then refuses to call the plan complete.
+        let selection = decisions::selection(&client, function, start)
+            .await
+            .unwrap_or_else(|e| Some(json!({"function": function.name(), "error": e.to_string()})));
+        // A second session sees the database without the slice (the authorizations
+        // before it).
+        let outside = self.connector.connect("hk-plan-outside").await?;
+        let mut implied = Vec::new();
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         recorder.push(OutMessage::new(function, 0, env));
         let first = self.runs.len();
@@ -322,7 +339,9 @@ impl Runner {
             }
             let tables = table_changes(&tx).await?;
             totals.add(tables_before, tables, &before, &ids(&tx).await?);
-            let mut slice = decisions::after_slice(&tx, decider.take()).await?;
+            let made = decider.take();
+            implied.extend(decisions::implied(&tx, &outside, &made).await?);
+            let mut slice = decisions::after_slice(&tx, made).await?;
             tx.rollback().await?;
             decisions::before(&client, &mut slice).await?;
             planned.extend(slice);
@@ -372,6 +391,8 @@ impl Runner {
             gitlab,
             decisions: decisions::last_of_each(planned),
             storage,
+            selection,
+            implied,
         })
     }
 

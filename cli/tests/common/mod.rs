@@ -1,6 +1,7 @@
 //! What the `hk` integration tests share: `hk` run against one database, a run's output
 //! as text, and on moto a queue's ARN and depth and the stack's schedule group.
-//! Each test binary uses part of it.
+//! Each test binary uses part of it; the demo data on a given day and a plan clock
+//! after any snapshot (`hk run --read-only`).
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
@@ -69,4 +70,26 @@ pub async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (i64, i64) {
         n(QueueAttributeName::ApproximateNumberOfMessages),
         n(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
     )
+}
+
+/// The demo data set on `now`'s date.
+pub async fn demo_on(now: &str) -> integration_tests::TestDb {
+    let day = integration_tests::t(now).date_naive();
+    integration_tests::TestDb::from_template(
+        &format!("read_only_demo_{}", day.format("%Y_%m_%d")),
+        |mut db| async move {
+            hk::demo::seed(&mut db.client, day)
+                .await
+                .expect("the demo data loads");
+            db
+        },
+    )
+    .await
+}
+
+/// A plan clock after any snapshot these tests take (`hk run --read-only` refuses
+/// a `--now` before its snapshot): 00:10 UTC tomorrow.
+pub fn tomorrow() -> String {
+    let d = chrono::Utc::now().date_naive() + chrono::Days::new(1);
+    format!("{d}T00:10:00Z")
 }

@@ -170,8 +170,39 @@ pub struct StorageConfig {
     pub gitaly: Option<GitalySource>,
     /// The registry.
     pub registry: Option<RegistrySource>,
-    /// The bucket of each kind of file (`OBJECT_STORAGE_BUCKET_*`).
+    /// The bucket of each kind of file (`OBJECT_STORAGE_BUCKET_*`), as GitLab's
+    /// `object_store` bucket: `name` or `name/prefix` (its `bucket_prefix`).
     pub buckets: BTreeMap<Bucket, String>,
+    /// `GITLAB_INSTANCE_UUID`: the GitLab instance this stack serves
+    /// (`application_settings.uuid`); storage removal refuses another's database.
+    pub instance_uuid: Option<String>,
+}
+
+/// The variable naming the GitLab instance storage removal serves.
+pub const INSTANCE_UUID_VAR: &str = "GITLAB_INSTANCE_UUID";
+
+/// Split a bucket setting into the bucket and its prefix, as GitLab's
+/// `ObjectStoreSettings.split_bucket_prefix` does, refusing (by `var`) the combinations
+/// of `/` and `.` it refuses.
+pub fn split_bucket(var: &str, value: &str) -> Result<(String, Option<String>)> {
+    let bad = || {
+        Error::Config(format!(
+            "{var}: a bucket name, or name/prefix without empty, '.' or '..' segments"
+        ))
+    };
+    let (name, prefix) = match value.split_once('/') {
+        None => (value, None),
+        Some((n, p)) => (n, Some(p)),
+    };
+    if name.is_empty() || name.chars().all(|c| c == '.') {
+        return Err(bad());
+    }
+    if let Some(p) = prefix {
+        if p.split('/').any(|seg| seg.chars().all(|c| c == '.')) {
+            return Err(bad());
+        }
+    }
+    Ok((name.to_string(), prefix.map(str::to_string)))
 }
 
 /// The variable naming `b`'s bucket.
@@ -225,18 +256,29 @@ impl StorageConfig {
         let mut buckets = BTreeMap::new();
         for b in Bucket::ALL {
             if let Some(name) = get(bucket_variable(b)) {
+                split_bucket(bucket_variable(b), name.trim())?;
                 buckets.insert(b, name.trim().to_string());
             }
         }
+        let instance_uuid = get(INSTANCE_UUID_VAR)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
         Ok(StorageConfig {
             gitaly,
             registry,
             buckets,
+            instance_uuid,
         })
     }
 
     /// Refuse, by variable name, a kind switched `on` that `storage-cleanup` cannot reach.
     pub fn require(&self, modes: &StorageModes) -> Result<()> {
+        let any_on = [modes.gitaly, modes.registry, modes.objects].contains(&Mode::On);
+        if any_on && self.instance_uuid.is_none() {
+            return Err(Error::Config(format!(
+                "storage removal is on (STORAGE_*=on): set {INSTANCE_UUID_VAR} to the GitLab instance's application_settings.uuid, so that a copy of another instance's database never removes that instance's storage"
+            )));
+        }
         if modes.gitaly == Mode::On && self.gitaly.is_none() {
             return Err(Error::Config(
                 "STORAGE_GITALY=on needs GITALY_ADDRESSES (storage=address, comma separated)"
@@ -302,6 +344,14 @@ mod tests {
         let cfg =
             StorageConfig::from_lookup(&lookup(&[("OBJECT_STORAGE_BUCKET_UPLOADS", "u")])).unwrap();
         let e = cfg.require(&StorageModes::ALL_ON).unwrap_err().to_string();
+        assert!(e.contains(INSTANCE_UUID_VAR), "{e}");
+        let cfg = StorageConfig::from_lookup(&lookup(&[
+            ("OBJECT_STORAGE_BUCKET_UPLOADS", "u"),
+            (INSTANCE_UUID_VAR, "abc"),
+        ]))
+        .unwrap();
+        assert!(cfg.require(&StorageModes::default()).is_ok());
+        let e = cfg.require(&StorageModes::ALL_ON).unwrap_err().to_string();
         assert!(e.contains("GITALY_ADDRESSES"), "{e}");
         let modes = StorageModes {
             objects: Mode::On,
@@ -318,5 +368,21 @@ mod tests {
         ]))
         .unwrap();
         assert!(!format!("{k:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn bucket_prefixes_split_as_gitlab_splits_them() {
+        assert_eq!(
+            split_bucket("V", "gitlab").unwrap(),
+            ("gitlab".to_string(), None)
+        );
+        assert_eq!(
+            split_bucket("V", "shared/gitlab/packages").unwrap(),
+            ("shared".to_string(), Some("gitlab/packages".to_string()))
+        );
+        for bad in ["", "/x", "b/", "b//p", "b/../p", "b/./p", ".."] {
+            let e = split_bucket("OBJECT_STORAGE_BUCKET_LFS", bad).unwrap_err();
+            assert!(e.to_string().contains("OBJECT_STORAGE_BUCKET_LFS"), "{bad}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! GitLab's domain rules over the schema subset (behaviour §1–§5), shared by every
 //! batch: hierarchy, permissions, the `project_authorizations` refresh, membership
-//! removal, user removal, `blockers`, `storage`, `notifications`. Everything here runs inside the
+//! removal, user removal, `blockers`, `storage`, `notifications`, the release gate. Everything here runs inside the
 //! caller's transaction and never commits; each rule module keeps its statements in its
 //! own `sql` submodule.
 
@@ -12,6 +12,7 @@ pub mod hierarchy;
 pub mod membership;
 pub mod notifications;
 pub mod permissions;
+pub mod release;
 pub mod storage;
 pub mod user_removal;
 

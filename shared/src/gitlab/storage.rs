@@ -6,17 +6,23 @@
 //!
 //! Owns: what a group's tree holds of each kind ([`tree_counts`]) and whether the
 //! configured modes let a destroy start ([`blocking`]); a project's container
-//! repositories and their delete-scheduled mark; and [`take_manifest`], which reads a
-//! project's storage items and deletes the rows no foreign key removes with the project
-//! (LFS links and unlinked LFS objects, uploads). Runs inside the caller's transaction
-//! and never commits.
+//! repositories, the mark `group-destroy` leaves on them (`delete_started_at` alone:
+//! GitLab's `ContainerRegistry::CleanupWorker` acts on `status`, never set here) and
+//! their re-check under lock ([`lock_registry_item`]: the path recomputed from the
+//! project's current route, the project still under the scheduled group); a project's
+//! repository storage moves in progress; [`take_manifest`], which reads a project's
+//! storage items and deletes the rows no foreign key removes with the project (LFS
+//! links and unlinked LFS objects, uploads), and [`take_group_uploads`] for a group's
+//! own uploads; and the instance's identity (`application_settings.uuid`). Runs inside
+//! the caller's transaction and never commits.
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::GenericClient;
 
 use crate::config::storage::{Mode, StorageModes};
 use crate::error::Result;
-use crate::messages::{Bucket, StorageItem};
+use crate::gitlab::deletion_model;
+use crate::messages::{bound_rule, Bucket, StorageItem};
 
 pub mod sql;
 
@@ -29,18 +35,26 @@ pub struct TreeStorage {
     pub remote_files: i64,
     /// Files on the local disk of GitLab's nodes (`store`/`file_store` 1).
     pub local_files: i64,
+    /// Uploads of the groups themselves and uploads beside the projects (group avatars
+    /// and files, design thumbnails, import/export files: any model but `Project`),
+    /// which `storage-cleanup` does not remove.
+    pub other_uploads: i64,
 }
 
-/// What `projects` hold of each kind.
-pub async fn tree_counts<C: GenericClient>(c: &C, projects: &[i64]) -> Result<TreeStorage> {
-    if projects.is_empty() {
-        return Ok(TreeStorage::default());
-    }
-    let r = c.query_one(sql::TREE_COUNTS, &[&projects]).await?;
+/// What `projects` and the `namespaces` of a tree hold of each kind.
+pub async fn tree_counts<C: GenericClient>(
+    c: &C,
+    projects: &[i64],
+    namespaces: &[i64],
+) -> Result<TreeStorage> {
+    let r = c
+        .query_one(sql::TREE_COUNTS, &[&projects, &namespaces])
+        .await?;
     Ok(TreeStorage {
         repositories: r.get(0),
         remote_files: r.get(1),
         local_files: r.get(2),
+        other_uploads: r.get(3),
     })
 }
 
@@ -55,7 +69,13 @@ pub fn blocking(modes: &StorageModes, t: &TreeStorage) -> Vec<String> {
             t.repositories
         ));
     }
-    let files = t.remote_files + t.local_files;
+    let files = t.remote_files + t.local_files + t.other_uploads;
+    if modes.objects == Mode::On && t.other_uploads > 0 {
+        out.push(format!(
+            "{} uploads of the groups or beside their projects (group avatars and files, design thumbnails, import/export files), which storage-cleanup does not remove: set STORAGE_OBJECTS=leave to delete their rows and keep the files (each logged), or remove them in GitLab first",
+            t.other_uploads
+        ));
+    }
     if modes.objects == Mode::Off && files > 0 {
         out.push(format!(
             "{files} files (STORAGE_OBJECTS=off): set STORAGE_OBJECTS=on to remove them from object storage, or leave to keep them"
@@ -96,7 +116,8 @@ pub async fn container_repositories<C: GenericClient>(
         .collect())
 }
 
-/// Mark `ids` delete-scheduled at `now`.
+/// Mark `ids` as sent to `storage-cleanup` at `now`: `delete_started_at` only, on rows
+/// without a `status` (GitLab's own deletion state is never set nor touched).
 pub async fn mark_container_repositories<C: GenericClient>(
     c: &C,
     ids: &[i64],
@@ -105,6 +126,108 @@ pub async fn mark_container_repositories<C: GenericClient>(
     c.execute(sql::MARK_CONTAINER_REPOSITORIES, &[&ids, &now])
         .await?;
     Ok(())
+}
+
+/// Undo the mark of container repository `id` (kept: restored, moved or renamed).
+pub async fn unmark_container_repository<C: GenericClient>(c: &C, id: i64) -> Result<()> {
+    c.execute(sql::UNMARK_CONTAINER_REPOSITORY, &[&id]).await?;
+    Ok(())
+}
+
+/// Whether project `p` has a repository storage move scheduled or started (GitLab's
+/// `Projects::DestroyService` refuses to destroy it then).
+pub async fn storage_move_in_progress<C: GenericClient>(c: &C, p: i64) -> Result<bool> {
+    Ok(c.query_one(sql::STORAGE_MOVE_IN_PROGRESS, &[&p])
+        .await?
+        .get(0))
+}
+
+/// What the re-check of a container repository found under its locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryItem {
+    /// The row is gone (removed, or never this project's).
+    Gone,
+    /// The group is no longer scheduled, or the project left it: keep.
+    Kept,
+    /// The repository's path is no longer the message's (rename or transfer): keep.
+    Moved {
+        /// The path the database gives it now.
+        current: String,
+    },
+    /// Locked, under the scheduled group, at the message's path: it may go.
+    Go,
+}
+
+/// Lock container repository `id` of project `project` and what its removal depends
+/// on, in the chunks' order: the group's schedule (`schedule`: the caller's locked
+/// read, `FOR SHARE`), then the project and its namespace `FOR SHARE` (a transfer
+/// updates one of them), its routes `FOR SHARE` (a rename updates them), then the row
+/// `FOR UPDATE`. `Go` only when the schedule holds, the project lies under `group`,
+/// and the path recomputed from the current route is `path`.
+pub async fn lock_registry_item<C: GenericClient>(
+    c: &C,
+    scheduled: bool,
+    group: i64,
+    project: i64,
+    id: i64,
+    path: &str,
+) -> Result<RegistryItem> {
+    if !scheduled {
+        return Ok(
+            match c
+                .query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &project])
+                .await?
+            {
+                None => RegistryItem::Gone,
+                Some(_) => RegistryItem::Kept,
+            },
+        );
+    }
+    let under = c
+        .query_opt(sql::SHARE_PROJECT_UNDER, &[&project, &group])
+        .await?
+        .is_some_and(|r| r.get::<_, bool>(0));
+    let base: Option<String> = match c.query_opt(sql::SHARE_PROJECT_ROUTE, &[&project]).await? {
+        Some(r) => Some(r.get(0)),
+        None => c
+            .query_opt(sql::SHARE_NAMESPACE_ROUTE, &[&project])
+            .await?
+            .map(|r| r.get(0)),
+    };
+    let Some(row) = c
+        .query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &project])
+        .await?
+    else {
+        return Ok(RegistryItem::Gone);
+    };
+    if !under {
+        return Ok(RegistryItem::Kept);
+    }
+    let name: String = row.get(1);
+    let current = registry_path(base.as_deref().unwrap_or_default(), &name);
+    Ok(if current == path {
+        RegistryItem::Go
+    } else {
+        RegistryItem::Moved { current }
+    })
+}
+
+/// A container repository's registry path, GitLab's way: the project's full path, then
+/// `/<name>` when it has one, lower case (`ContainerRegistry::Path`).
+pub fn registry_path(project_full_path: &str, name: &str) -> String {
+    let p = if name.is_empty() {
+        project_full_path.to_string()
+    } else {
+        format!("{project_full_path}/{name}")
+    };
+    p.to_lowercase()
+}
+
+/// The instance's identity, `application_settings.uuid` (`None` without a row or a uuid).
+pub async fn instance_uuid<C: GenericClient>(c: &C) -> Result<Option<String>> {
+    Ok(c.query_opt(sql::INSTANCE_UUID, &[])
+        .await?
+        .and_then(|r| r.get(0)))
 }
 
 /// A project's storage items, by what happens to them.
@@ -127,8 +250,13 @@ pub async fn take_manifest<C: GenericClient>(
     modes: &StorageModes,
 ) -> Result<Manifest> {
     let mut m = Manifest::default();
-    let place =
-        |m: &mut Manifest, item: StorageItem, local: bool| match (modes.of(item.kind()), local) {
+    let place = |m: &mut Manifest, item: StorageItem, local: bool| {
+        match (modes.of(item.kind()), local) {
+            (Mode::On, false) if bound_rule(&item, p).is_err() => m.blocked.push(format!(
+                "{} of project {p}, not at the hashed path GitLab gives it (legacy storage: migrate the project to hashed storage, or set {}=leave)",
+                item.describe(),
+                StorageModes::variable(item.kind())
+            )),
             (Mode::On, false) => m.remove.push(item),
             (Mode::Off, _) => {
                 let kind = item.kind();
@@ -142,11 +270,13 @@ pub async fn take_manifest<C: GenericClient>(
                 }
             }
             _ => m.left.push(item),
-        };
+        }
+    };
     for r in c.query(sql::REPOSITORIES, &[&p]).await? {
         let item = StorageItem::Repository {
             storage: r.get(0),
             relative_path: r.get(1),
+            snippet_id: r.get(2),
         };
         place(&mut m, item, false);
     }
@@ -161,7 +291,14 @@ pub async fn take_manifest<C: GenericClient>(
         };
         place(&mut m, item, !r.get::<_, bool>(2));
     }
-    let lfs = c.query(sql::LFS_ONLY_OF_PROJECT, &[&p]).await?;
+    // From GitLab 19.3 a link may name its object by oid alone: another project's
+    // such link keeps the object too.
+    let only = if deletion_model::has_column(c, "lfs_objects_projects", "oid").await? {
+        sql::oid_links::LFS_ONLY_OF_PROJECT
+    } else {
+        sql::LFS_ONLY_OF_PROJECT
+    };
+    let lfs = c.query(only, &[&p]).await?;
     let mut lfs_ids = Vec::new();
     for r in &lfs {
         lfs_ids.push(r.get::<_, i64>(0));
@@ -172,14 +309,58 @@ pub async fn take_manifest<C: GenericClient>(
         };
         place(&mut m, item, !r.get::<_, bool>(2));
     }
+    // Uploads beside the project (design thumbnails, import/export files): never
+    // removed here; left (and their rows deleted) only with `leave`.
+    for r in c.query(sql::OTHER_UPLOADS_OF_PROJECT, &[&p]).await? {
+        other_upload(&mut m, modes, format!("project {p}"), r.get(0));
+    }
     if !m.blocked.is_empty() {
         return Ok(m);
     }
+    c.execute(sql::DELETE_OTHER_UPLOADS_OF_PROJECT, &[&p])
+        .await?;
     c.execute(sql::DELETE_LFS_LINKS, &[&p]).await?;
     if !lfs_ids.is_empty() {
         c.execute(sql::DELETE_LFS_OBJECTS, &[&lfs_ids]).await?;
     }
     c.execute(sql::DELETE_UPLOADS, &[&p]).await?;
+    Ok(m)
+}
+
+/// An upload of a model other than `Project` (`path` as recorded): left with `leave`,
+/// blocking otherwise.
+fn other_upload(m: &mut Manifest, modes: &StorageModes, owner: String, path: String) {
+    let item = StorageItem::Object {
+        bucket: Bucket::Uploads,
+        key: path,
+    };
+    if modes.objects == Mode::Leave {
+        m.left.push(item);
+    } else {
+        let line = format!(
+            "uploads of {owner} that storage-cleanup does not remove (STORAGE_OBJECTS={}): set STORAGE_OBJECTS=leave, or remove them in GitLab first",
+            modes.objects.as_str()
+        );
+        if !m.blocked.contains(&line) {
+            m.blocked.push(line);
+        }
+    }
+}
+
+/// Group `g`'s own uploads (avatar, group files): with `leave` their rows are deleted
+/// and the items returned as left; otherwise `blocked` names them and nothing changes.
+pub async fn take_group_uploads<C: GenericClient>(
+    c: &C,
+    g: i64,
+    modes: &StorageModes,
+) -> Result<Manifest> {
+    let mut m = Manifest::default();
+    for r in c.query(sql::UPLOADS_OF_GROUP, &[&g]).await? {
+        other_upload(&mut m, modes, format!("group {g}"), r.get(0));
+    }
+    if m.blocked.is_empty() && !m.left.is_empty() {
+        c.execute(sql::DELETE_UPLOADS_OF_GROUP, &[&g]).await?;
+    }
     Ok(m)
 }
 
@@ -206,11 +387,14 @@ pub async fn lfs_oid_exists<C: GenericClient>(c: &C, oid: &str) -> Result<bool> 
     Ok(c.query_one(sql::LFS_OID_EXISTS, &[&oid]).await?.get(0))
 }
 
-/// Lock container repository `id` of project `p`; whether it still exists.
-pub async fn lock_container_repository<C: GenericClient>(c: &C, id: i64, p: i64) -> Result<bool> {
-    Ok(c.query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &p])
-        .await?
-        .is_some())
+/// Whether snippet `s` still exists.
+pub async fn snippet_exists<C: GenericClient>(c: &C, s: i64) -> Result<bool> {
+    Ok(c.query_one(sql::SNIPPET_EXISTS, &[&s]).await?.get(0))
+}
+
+/// Whether a package file row names `key` as its direct upload's final path.
+pub async fn final_path_in_use<C: GenericClient>(c: &C, key: &str) -> Result<bool> {
+    Ok(c.query_one(sql::FINAL_PATH_IN_USE, &[&key]).await?.get(0))
 }
 
 /// Delete container repository `id`'s row.
@@ -237,6 +421,7 @@ mod tests {
             repositories: 3,
             remote_files: 2,
             local_files: 1,
+            other_uploads: 0,
         };
         assert_eq!(blocking(&StorageModes::default(), &t).len(), 2);
         let on = StorageModes::ALL_ON;
@@ -249,5 +434,18 @@ mod tests {
             objects: Mode::Leave,
         };
         assert!(blocking(&leave, &t).is_empty());
+        let avatar = TreeStorage {
+            other_uploads: 1,
+            ..TreeStorage::default()
+        };
+        assert_eq!(blocking(&StorageModes::default(), &avatar).len(), 1);
+        assert!(blocking(&on, &avatar)[0].contains("group avatars"));
+        assert!(blocking(&leave, &avatar).is_empty());
+    }
+
+    #[test]
+    fn registry_paths_are_the_full_path_and_name_in_lower_case() {
+        assert_eq!(registry_path("Acme/Web", "App"), "acme/web/app");
+        assert_eq!(registry_path("acme/web", ""), "acme/web");
     }
 }

@@ -20,10 +20,11 @@ pub use keys::{
 };
 pub use message::{unknown_type, FromMessage, Notification};
 pub use payloads::{
-    AdjournedGroupDeletionRun, Bucket, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
-    EmailNotification, Fields, GroupCursor, GroupDestroyRun, MemberCursor, PatExpiringRun, Payload,
-    PayloadError, PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun,
-    ResourceType, SchedulePruneDeletionsRun, StorageCleanupRun, StorageItem, StorageKind,
-    WebhookNotification, ANCESTORS_MAX, ATTEMPT_MAX, DAYS_TO_EXPIRE, FULL_PATH_MAX_CHARS,
-    NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
+    bound_rule, id_hash, project_disk_path, snippet_disk_path, AdjournedGroupDeletionRun, Bucket,
+    DeletePlaceholderUserRun, DeleteUserRun, DetailCursor, EmailNotification, Fields, GroupCursor,
+    GroupDestroyRun, MemberCursor, PatExpiringRun, Payload, PayloadError,
+    PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun, ResourceType,
+    SchedulePruneDeletionsRun, StorageCleanupRun, StorageItem, StorageKind, WebhookNotification,
+    ANCESTORS_MAX, ATTEMPT_MAX, DAYS_TO_EXPIRE, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
+    TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
 };

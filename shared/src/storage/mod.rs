@@ -45,6 +45,9 @@ pub struct Storage {
     /// A dry run (`hk run --dry-run`, the plan): every re-check runs, no service is
     /// called and nothing is deleted.
     pub dry_run: bool,
+    /// The GitLab instance the services belong to (`GITLAB_INSTANCE_UUID`): every
+    /// removal first requires the database's `application_settings.uuid` to be it.
+    pub instance_uuid: Option<String>,
     /// The clock that dates the services' tokens (Gitaly's v2 token, the registry's
     /// JWT): the wall clock, because each service checks them against its own clock.
     /// The database decisions use the invocation's injected `now`; under Lambda both
@@ -59,6 +62,7 @@ impl Default for Storage {
             registry: None,
             objects: None,
             dry_run: false,
+            instance_uuid: None,
             token_clock: std::sync::Arc::new(crate::clock::SystemClock),
         }
     }
@@ -71,6 +75,7 @@ impl std::fmt::Debug for Storage {
             .field("registry", &self.registry.is_some())
             .field("objects", &self.objects.is_some())
             .field("dry_run", &self.dry_run)
+            .field("instance_uuid", &self.instance_uuid)
             .finish()
     }
 }
@@ -101,7 +106,10 @@ impl Storage {
     ) -> Result<Storage> {
         use crate::config::storage::Mode;
         cfg.require(modes)?;
-        let mut s = Storage::default();
+        let mut s = Storage {
+            instance_uuid: cfg.instance_uuid.clone(),
+            ..Storage::default()
+        };
         if let (Mode::On, Some(g)) = (modes.gitaly, &cfg.gitaly) {
             let token = match &g.token {
                 Some(t) => Some(resolve(t, aws).await?),

@@ -2,7 +2,9 @@
 //! objects, package files), deleted through S3.
 //!
 //! Owns: [`Objects`] (the S3 client and the bucket of each kind, GitLab's
-//! `object_store` configuration), whose [`Objects::delete`] is idempotent: a ranged
+//! `object_store` configuration: a bucket given as `name/prefix` stores every key under
+//! the prefix, as GitLab's `ObjectStorage#store_path` prefixes it with the
+//! `bucket_prefix`), whose [`Objects::delete`] is idempotent: a ranged
 //! `GET` first tells a removal from an object already gone (S3's `DELETE` answers 204
 //! for both), then the `DELETE`. Failures are [`Error::Storage`] with kind `s3`, naming the
 //! bucket and key.
@@ -19,7 +21,8 @@ use crate::messages::Bucket;
 #[derive(Debug, Clone)]
 pub struct Objects {
     client: aws_sdk_s3::Client,
-    buckets: BTreeMap<Bucket, String>,
+    /// The bucket of each kind and its key prefix.
+    buckets: BTreeMap<Bucket, (String, Option<String>)>,
 }
 
 impl Objects {
@@ -34,25 +37,43 @@ impl Objects {
         if let Some(url) = endpoint {
             conf = conf.endpoint_url(url).force_path_style(true);
         }
+        let buckets = buckets
+            .iter()
+            .map(|(b, v)| {
+                let (name, prefix) = v.split_once('/').map_or((v.clone(), None), |(n, p)| {
+                    (n.to_string(), Some(p.to_string()))
+                });
+                (*b, (name, prefix))
+            })
+            .collect();
         Objects {
             client: aws_sdk_s3::Client::from_conf(conf.build()),
-            buckets: buckets.clone(),
+            buckets,
         }
     }
 
     /// The bucket configured for `b`.
     pub fn bucket(&self, b: Bucket) -> Result<&str> {
-        self.buckets
-            .get(&b)
-            .map(String::as_str)
-            .ok_or_else(|| Error::Storage {
-                kind: "s3",
-                message: format!(
-                    "no bucket configured for {} objects: set {}",
-                    b.as_str(),
-                    crate::config::storage::bucket_variable(b)
-                ),
-            })
+        Ok(self.place(b)?.0.as_str())
+    }
+
+    /// The S3 key of GitLab key `key` in `b`'s bucket: under the bucket's prefix.
+    pub fn stored_key(&self, b: Bucket, key: &str) -> Result<String> {
+        Ok(match &self.place(b)?.1 {
+            Some(prefix) => format!("{prefix}/{key}"),
+            None => key.to_string(),
+        })
+    }
+
+    fn place(&self, b: Bucket) -> Result<&(String, Option<String>)> {
+        self.buckets.get(&b).ok_or_else(|| Error::Storage {
+            kind: "s3",
+            message: format!(
+                "no bucket configured for {} objects: set {}",
+                b.as_str(),
+                crate::config::storage::bucket_variable(b)
+            ),
+        })
     }
 
     /// Delete `key` from `b`'s bucket: `Removed`, or `AlreadyGone` when no such object.
@@ -61,6 +82,7 @@ impl Objects {
             return Ok(Removal::AlreadyGone);
         }
         let bucket = self.bucket(b)?;
+        let key = &self.stored_key(b, key)?;
         self.client
             .delete_object()
             .bucket(bucket)
@@ -79,6 +101,7 @@ impl Objects {
     /// misnamed bucket must fail, never pass for "already gone".
     pub async fn exists(&self, b: Bucket, key: &str) -> Result<bool> {
         let bucket = self.bucket(b)?;
+        let key = &self.stored_key(b, key)?;
         let got = self
             .client
             .get_object()

@@ -37,7 +37,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::OnceCell;
 
-use self::api::{next_link, References};
+use self::api::{next_link, next_target, same_origin, References};
 use self::token::{Access, SigningKey};
 use super::Removal;
 use crate::error::{Error, Result};
@@ -56,6 +56,10 @@ application/vnd.oci.image.index.v1+json";
 const FULL_ACCESS: &[&str] = &["*"];
 /// The actions of a read-only token (GitLab's `pull_access_token`).
 const PULL: &[&str] = &["pull"];
+
+/// How many times a repository's tags are listed and deleted before tags still
+/// appearing (pushes racing the deletion) are an error.
+pub const DELETE_ROUNDS: usize = 3;
 
 /// Where the registry is and how to sign for it.
 #[derive(Clone)]
@@ -223,6 +227,9 @@ impl Registry {
     }
 
     fn url(&self, target: &str) -> Result<url::Url> {
+        if let Ok(abs) = url::Url::parse(target) {
+            return same_origin(&self.base, abs);
+        }
         self.base
             .join(target.trim_start_matches('/'))
             .map_err(|e| Error::Invariant(format!("registry URL {target}: {e}")))
@@ -335,14 +342,15 @@ impl Registry {
                 tags.extend(list.iter().filter_map(|t| t.as_str().map(str::to_string)));
             }
             match r.next {
-                // A registry repeating the same page would loop forever.
-                Some(next) if next.trim_start_matches('/') != target => {
-                    target = next.trim_start_matches('/').to_string()
-                }
-                Some(_) => {
-                    return Err(storage(format!(
-                        "GET tags/list {path}: the next page is the same page"
-                    )))
+                Some(next) => {
+                    let next = next_target(&self.base, &next)?;
+                    // A registry repeating the same page would loop forever.
+                    if self.url(&next)? == self.url(&target)? {
+                        return Err(storage(format!(
+                            "GET tags/list {path}: the next page is the same page"
+                        )));
+                    }
+                    target = next;
                 }
                 None => break,
             }
@@ -411,26 +419,57 @@ impl Registry {
     /// (`DELETE /v2/<path>/blobs/<digest>`: the layers are no longer served under this
     /// path, even before the registry's garbage collector reclaims them), then delete
     /// each distinct manifest once, which removes its tags. Blobs go first so that a
-    /// replay after a failure still finds every manifest through its tags. Unknown
-    /// repository, or no tag left: `AlreadyGone`. Anything already gone (404) is not
-    /// an error.
+    /// replay after a failure still finds every manifest through its tags. Then the tags
+    /// are listed again: an image pushed meanwhile goes too (up to [`DELETE_ROUNDS`]
+    /// rounds; tags still appearing after them are an error, so the caller keeps the
+    /// row). Unknown repository, or no tag left: `AlreadyGone`. Anything already gone
+    /// (404) is not an error.
     pub async fn delete_repository(
         &self,
         path: &str,
         now: DateTime<Utc>,
     ) -> Result<RepositoryRemoval> {
-        let gone = RepositoryRemoval {
+        let mut total = RepositoryRemoval {
             removal: Removal::AlreadyGone,
             manifests_deleted: 0,
             tags: 0,
             blobs_unlinked: 0,
         };
-        let Some(tags) = self.list_tags(path, FULL_ACCESS, now).await? else {
-            return Ok(gone);
-        };
-        if tags.is_empty() {
-            return Ok(gone);
+        for _ in 0..DELETE_ROUNDS {
+            let Some(tags) = self.list_tags(path, FULL_ACCESS, now).await? else {
+                return Ok(total);
+            };
+            if tags.is_empty() {
+                return Ok(total);
+            }
+            let round = self.delete_tagged(path, tags, now).await?;
+            if round.manifests_deleted == 0 && round.blobs_unlinked == 0 {
+                // Tags whose manifests are already gone: nothing left to delete.
+                return Ok(RepositoryRemoval {
+                    removal: Removal::Removed,
+                    ..total
+                });
+            }
+            total = RepositoryRemoval {
+                removal: Removal::Removed,
+                manifests_deleted: total.manifests_deleted + round.manifests_deleted,
+                tags: total.tags + round.tags,
+                blobs_unlinked: total.blobs_unlinked + round.blobs_unlinked,
+            };
         }
+        Err(storage(format!(
+            "DELETE {path}: tags were still being pushed after {DELETE_ROUNDS} rounds of deletion; the row is kept for a retry"
+        )))
+    }
+
+    /// One round: `tags` resolved to their manifests, their blobs unlinked, then the
+    /// manifests deleted.
+    async fn delete_tagged(
+        &self,
+        path: &str,
+        tags: Vec<String>,
+        now: DateTime<Utc>,
+    ) -> Result<RepositoryRemoval> {
         let mut manifests: Vec<String> = Vec::new();
         let mut blobs: Vec<String> = Vec::new();
         let mut pending: Vec<String> = tags.clone();

@@ -4,14 +4,21 @@
 //!
 //! Owns: the re-check before every removal (at-least-once delivery: the database says
 //! whether the item is still to go) and the removal through the item's client,
-//! idempotently (already gone = done). A repository or object goes only once its
-//! project's row is gone (the manifest is sent before `group-destroy` commits); a
-//! project still there waits while its group is scheduled for deletion and is kept once
-//! the group is restored. An LFS object goes only while no `lfs_objects` row has its
-//! oid again. A container repository goes while its row exists and its group is still
-//! scheduled; the row is deleted after the registry in the same transaction that locked
-//! it. A failure is re-sent with a growing delay ([`BACKOFF_S`]), then the record fails
-//! and reaches the DLQ with the item named. The `done` result is [`StorageCleanupDone`].
+//! idempotently (already gone = done). Nothing is removed unless the database is the
+//! instance's the stack serves (`GITLAB_INSTANCE_UUID` = `application_settings.uuid`).
+//! Every item is bound to its ids by the payload's decoder (hashed paths only); a
+//! repository or object goes only once its project's row (and its snippet's) is gone
+//! (the manifest is sent before `group-destroy` commits); a project still there waits
+//! while its group is scheduled for deletion and is kept once the group is restored. An
+//! LFS object goes only while no `lfs_objects` row has its oid again, a package file's
+//! final path only while no row names it. A container repository goes while its row
+//! exists, its project lies under the still scheduled group and its path recomputed from
+//! the project's current route is the message's (all under lock, schedule and project
+//! `FOR SHARE`); the registry is called outside any transaction, then the same re-check
+//! runs again under lock and the row is deleted; a repository kept (restored, moved,
+//! renamed) loses `group-destroy`'s mark. A failure is re-sent with a growing delay
+//! ([`BACKOFF_S`]), then the record fails and reaches the DLQ with the item named. The
+//! `done` result is [`StorageCleanupDone`].
 
 use serde::Serialize;
 use tokio_postgres::GenericClient;
@@ -46,8 +53,12 @@ pub enum Outcome {
     ProjectPresent,
     /// The project still exists and its group is no longer scheduled: kept.
     Kept,
-    /// An LFS object with this oid exists again (linked or uploaded since): kept.
+    /// A live row refers to the object again (an LFS object with this oid, a package
+    /// file with this final path): kept.
     Reused,
+    /// The container repository's path is no longer the message's (renamed or moved):
+    /// kept, its mark undone; `group-destroy` sends the current path.
+    Moved,
     /// The removal failed: re-sent later, or failed for the DLQ.
     Failed,
 }
@@ -76,7 +87,7 @@ impl Done for StorageCleanupDone {
     fn status(&self) -> Status {
         match self.outcome {
             Outcome::Removed | Outcome::AlreadyGone | Outcome::WouldRemove => Status::Completed,
-            Outcome::Kept | Outcome::Reused => Status::Stale,
+            Outcome::Kept | Outcome::Reused | Outcome::Moved => Status::Stale,
             Outcome::ProjectPresent => Status::LimitReached,
             Outcome::Failed => Status::Failed,
         }
@@ -119,23 +130,120 @@ async fn group_scheduled<C: GenericClient>(c: &C, group_id: i64) -> Result<bool>
 
 /// The re-check of a repository or an object: `None` when it may go.
 async fn recheck<C: GenericClient>(c: &C, p: &StorageCleanupRun) -> Result<Option<Outcome>> {
-    if storage::project_exists(c, p.project_id).await? {
+    let snippet = match &p.item {
+        StorageItem::Repository {
+            snippet_id: Some(s),
+            ..
+        } => storage::snippet_exists(c, *s).await?,
+        _ => false,
+    };
+    if snippet || storage::project_exists(c, p.project_id).await? {
         return Ok(Some(if group_scheduled(c, p.group_id).await? {
             Outcome::ProjectPresent
         } else {
             Outcome::Kept
         }));
     }
-    if let StorageItem::Object {
-        bucket: Bucket::Lfs,
-        key,
-    } = &p.item
-    {
-        if storage::lfs_oid_exists(c, &storage::lfs_oid(key)).await? {
-            return Ok(Some(Outcome::Reused));
+    let reused = match &p.item {
+        StorageItem::Object {
+            bucket: Bucket::Lfs,
+            key,
+        } => storage::lfs_oid_exists(c, &storage::lfs_oid(key)).await?,
+        StorageItem::Object {
+            bucket: Bucket::Packages,
+            key,
+        } => storage::final_path_in_use(c, key).await?,
+        _ => false,
+    };
+    Ok(reused.then_some(Outcome::Reused))
+}
+
+/// Refuse to remove anything unless this database is the instance's the stack serves:
+/// `GITLAB_INSTANCE_UUID` must be `application_settings.uuid` (a staging copy of
+/// production's database with production's storage endpoints must not remove
+/// production's storage). A dry run without the variable is let through: it calls
+/// nothing.
+async fn same_instance<C: GenericClient>(c: &C, s: &Storage) -> Result<()> {
+    use crate::config::storage::INSTANCE_UUID_VAR;
+    let Some(want) = s.instance_uuid.as_deref() else {
+        if s.dry_run {
+            return Ok(());
+        }
+        return Err(Error::Config(format!(
+            "storage-cleanup has no {INSTANCE_UUID_VAR}: set it to the instance's application_settings.uuid (the item is kept for a replay)"
+        )));
+    };
+    let have = storage::instance_uuid(c).await?;
+    if have.as_deref() == Some(want) {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "{INSTANCE_UUID_VAR} is {want} but this database's application_settings.uuid is {}: storage removal refused (a copy of another instance's database?); the item is kept for a replay",
+        have.as_deref().unwrap_or("not set")
+    )))
+}
+
+/// The re-check of container repository `id` at `path` under its locks, in the open
+/// transaction `tx`: the group's schedule `FOR SHARE`, then the project, its routes and
+/// the row (`gitlab::storage::lock_registry_item`). A repository kept loses its mark.
+async fn lock_registry<C: GenericClient>(
+    tx: &C,
+    p: &StorageCleanupRun,
+    id: i64,
+    path: &str,
+) -> Result<storage::RegistryItem> {
+    use crate::workers::group_destroy::sql as gd;
+    let model = deletion_model::probe(tx).await?;
+    let scheduled = group_deletion::locked_schedule(
+        tx,
+        model,
+        p.group_id,
+        gd::scheduled_at::SHARE_DETAILS_SCHEDULE,
+        gd::SHARE_SCHEDULE,
+    )
+    .await?
+    .is_some();
+    let found =
+        storage::lock_registry_item(tx, scheduled, p.group_id, p.project_id, id, path).await?;
+    if matches!(
+        found,
+        storage::RegistryItem::Kept | storage::RegistryItem::Moved { .. }
+    ) {
+        storage::unmark_container_repository(tx, id).await?;
+    }
+    Ok(found)
+}
+
+/// What a registry re-check that does not let the item go means.
+fn registry_kept(p: &StorageCleanupRun, found: &storage::RegistryItem, after: bool) -> Outcome {
+    let when = if after {
+        "after the registry calls (its images are removed, the row is kept)"
+    } else {
+        "(nothing removed)"
+    };
+    match found {
+        storage::RegistryItem::Moved { current } => {
+            tracing::warn!(
+                group_id = p.group_id,
+                project_id = p.project_id,
+                current_path = current.as_str(),
+                "Storage cleanup refused: the container repository's path is no longer the message's {}",
+                when
+            );
+            Outcome::Moved
+        }
+        _ => {
+            if after {
+                tracing::warn!(
+                    group_id = p.group_id,
+                    project_id = p.project_id,
+                    "Storage cleanup: the group was restored or the project left it {}",
+                    when
+                );
+            }
+            Outcome::Kept
         }
     }
-    Ok(None)
 }
 
 fn client<'a, T>(c: Option<&'a T>, var: &str) -> Result<&'a T> {
@@ -155,16 +263,18 @@ where
         Removal::Removed => Outcome::Removed,
         Removal::AlreadyGone => Outcome::AlreadyGone,
     };
+    same_instance(&*client_db, s).await?;
+    use storage::RegistryItem;
     match &p.item {
         StorageItem::ContainerRepository { id, path } => {
             let tx = client_db.transaction().await?;
-            if !storage::lock_container_repository(&tx, *id, p.project_id).await? {
+            let found = lock_registry(&tx, p, *id, path).await?;
+            if found != RegistryItem::Go {
                 tx.commit().await?;
-                return Ok((Outcome::AlreadyGone, 0));
-            }
-            if !group_scheduled(&tx, p.group_id).await? {
-                tx.commit().await?;
-                return Ok((Outcome::Kept, 0));
+                return Ok(match found {
+                    RegistryItem::Gone => (Outcome::AlreadyGone, 0),
+                    other => (registry_kept(p, &other, false), 0),
+                });
             }
             if s.dry_run {
                 // The row goes as it would after the registry (a dry run is rolled
@@ -173,17 +283,31 @@ where
                 tx.commit().await?;
                 return Ok((Outcome::WouldRemove, 0));
             }
+            tx.commit().await?;
+            // The registry outside any transaction (a repository with many tags takes
+            // longer than the idle-in-transaction limit), then the same re-check under
+            // lock before the row goes.
             let registry = client(s.registry.as_ref(), "STORAGE_REGISTRY")?;
             let r = registry
                 .delete_repository(path, s.token_clock.now())
                 .await?;
-            storage::delete_container_repository(&tx, *id).await?;
+            let tx = client_db.transaction().await?;
+            let found = lock_registry(&tx, p, *id, path).await?;
+            let outcome = match &found {
+                RegistryItem::Go => {
+                    storage::delete_container_repository(&tx, *id).await?;
+                    done(r.removal)
+                }
+                RegistryItem::Gone => done(r.removal),
+                other => registry_kept(p, other, true),
+            };
             tx.commit().await?;
-            Ok((done(r.removal), r.manifests_deleted))
+            Ok((outcome, r.manifests_deleted))
         }
         StorageItem::Repository {
             storage: name,
             relative_path,
+            ..
         } => {
             if let Some(o) = recheck(&*client_db, p).await? {
                 return Ok((o, 0));
@@ -289,8 +413,9 @@ impl Job for StorageCleanup {
                     Outcome::Reused => tracing::warn!(
                         project_id = p.project_id,
                         item = item.as_str(),
-                        "Storage cleanup skipped: an LFS object with this oid exists again"
+                        "Storage cleanup skipped: a live row refers to this object again"
                     ),
+                    Outcome::Moved => {}
                     Outcome::WouldRemove => tracing::info!(
                         project_id = p.project_id,
                         item = item.as_str(),

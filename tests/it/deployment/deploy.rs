@@ -30,6 +30,7 @@ const CHECKS: &[&str] = &[
     "event_source_enabled",
     "queue_urls",
     "send_permission",
+    "bucket_permission",
     "schedule_target",
     "schedule_state",
     "schedule_message",
@@ -51,6 +52,7 @@ const ON_DEFAULTS: &[&str] = &[
     "send_permission",
 ];
 const ON_OPERATIONS: &[&str] = &[
+    "bucket_permission",
     "schedule_target",
     "schedule_state",
     "schedule_message",

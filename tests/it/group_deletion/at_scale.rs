@@ -444,6 +444,10 @@ fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             "project_repositories",
             Some(format!("project_repositories WHERE project_id = ANY({p})")),
         ),
+        (
+            "project_repository_storage_moves",
+            Some(format!("project_repository_storage_moves WHERE project_id = ANY({p})")),
+        ),
         ("snippets", Some(format!("snippets WHERE project_id = ANY({p})"))),
         ("snippet_repositories", Some("snippet_repositories".into())),
         (

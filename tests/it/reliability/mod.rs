@@ -7,7 +7,8 @@
 //!   messages.
 //! * `fuzz` and `hostile`: hostile input to the parser, the Lambda glue and the handlers.
 //! * `glue`: the Lambda glue on real SQS event JSON.
-//! * `cold_start`: the schema check when a function starts.
+//! * `cold_start`: the schema check when a function starts; `release_gate`: the
+//!   GitLab release check before it; `log_level`: metrics at every log level.
 //! * `lock_order`: no deadlock between functions over the same users.
 //! * `messages`: the envelope's and the payloads' rules, keys and wire shapes.
 //! * `outputs`: every `done` line's fields, status and metrics, and B28's hook body
@@ -25,9 +26,11 @@ mod fuzz;
 mod glue;
 mod hostile;
 mod lock_order;
+mod log_level;
 mod messages;
 mod observability;
 mod outputs;
+mod release_gate;
 mod rotation;
 mod secrets;
 mod stored_values;

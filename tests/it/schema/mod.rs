@@ -65,6 +65,8 @@ async fn public_holds_exactly_the_modelled_gitlab_tables() {
         "packages_package_files",
         "packages_packages",
         "project_repositories",
+        // A repository storage move in progress holds a project back (issue 46).
+        "project_repository_storage_moves",
         "shards",
         "snippet_repositories",
         "snippets",

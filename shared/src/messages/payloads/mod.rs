@@ -33,7 +33,10 @@ pub use pat_expiring::{
 pub use placeholders::{
     DeletePlaceholderUserRun, DetailCursor, PlaceholderUserCleanupRun, ATTEMPT_MAX,
 };
-pub use storage::{Bucket, StorageCleanupRun, StorageItem, StorageKind};
+pub use storage::{
+    bound_rule, id_hash, project_disk_path, snippet_disk_path, Bucket, StorageCleanupRun,
+    StorageItem, StorageKind,
+};
 
 /// `Deserialize` through the validating decoder, so no path decodes a payload unchecked.
 macro_rules! validated_deserialize {

@@ -3,7 +3,10 @@
 //! Owns: [`StorageCleanupRun`] (one storage item of one destroyed project: a Git
 //! repository on a Gitaly storage, a container repository in the registry, or an object
 //! in one of GitLab's buckets) and its validating decoder, which refuses paths that could
-//! leave their tree (`..`, a leading `/`, control characters).
+//! leave their tree (`..`, a leading `/`, control characters) and binds every item to the
+//! ids the message carries (issue 46): the only path an item may name is the one GitLab
+//! derives from its project's id (or its snippet's), hashed storage only
+//! ([`bound_rule`]); the database confirms the rest at removal.
 
 use serde::Serialize;
 
@@ -54,6 +57,10 @@ pub enum StorageItem {
         storage: String,
         /// The path relative to the storage, `….git`.
         relative_path: String,
+        /// The snippet whose repository this is (`@snippets/…`); absent for the
+        /// project's own repositories (`@hashed/…`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        snippet_id: Option<i64>,
     },
     /// A container repository: its images in the registry, then its row.
     ContainerRepository {
@@ -119,6 +126,7 @@ impl StorageItem {
             StorageItem::Repository {
                 storage,
                 relative_path,
+                ..
             } => format!("gitaly {storage}:{relative_path}"),
             StorageItem::ContainerRepository { id, path } => {
                 format!("registry container_repositories.id={id} {path}")
@@ -133,6 +141,7 @@ impl StorageItem {
             StorageItem::Repository {
                 storage,
                 relative_path,
+                ..
             } => format!("{storage}:{relative_path}"),
             StorageItem::ContainerRepository { path, .. } => path.clone(),
             StorageItem::Object { bucket, key } => format!("{}:{key}", bucket.as_str()),
@@ -188,6 +197,7 @@ impl Payload for StorageItem {
                 Ok(StorageItem::Repository {
                     storage,
                     relative_path,
+                    snippet_id: f.opt_id("snippet_id")?,
                 })
             }
             "container_repository" => Ok(StorageItem::ContainerRepository {
@@ -210,11 +220,157 @@ impl Payload for StorageItem {
 
 impl Payload for StorageCleanupRun {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
+        let project_id = f.id("project_id")?;
+        let fields = f.object("item")?;
+        let item = StorageItem::from_payload(&fields)?;
+        if let Err((field, rule)) = bound_rule(&item, project_id) {
+            return Err(fields.err(field, &rule));
+        }
         Ok(StorageCleanupRun {
             group_id: f.id("group_id")?,
-            project_id: f.id("project_id")?,
-            item: StorageItem::from_payload(&f.object("item")?)?,
+            project_id,
+            item,
         })
+    }
+}
+
+/// The SHA-256 of an id in lower-case hex, as GitLab's hashed storage computes it
+/// (`Storage::Hashed`, `Gitlab::HashedPath`: the digest of the id's decimal text).
+pub fn id_hash(id: i64) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(id.to_string().as_bytes()))
+}
+
+/// `<h[0..2]>/<h[2..4]>/<h>` of id hash `h`.
+fn hashed_dirs(h: &str) -> String {
+    format!("{}/{}/{h}", &h[..2], &h[2..4])
+}
+
+/// Project `p`'s hashed disk path, `@hashed/<h[0..2]>/<h[2..4]>/<h>`.
+pub fn project_disk_path(p: i64) -> String {
+    format!("@hashed/{}", hashed_dirs(&id_hash(p)))
+}
+
+/// Snippet `s`'s hashed disk path, `@snippets/<h[0..2]>/<h[2..4]>/<h>`.
+pub fn snippet_disk_path(s: i64) -> String {
+    format!("@snippets/{}", hashed_dirs(&id_hash(s)))
+}
+
+fn is_hex(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `item` has the one shape GitLab gives storage of project `project_id`
+/// (docs/storage-cleanup.md, "Which items a message may name"): `Err` names the field
+/// and the rule. Repositories are `@hashed/<h>{.git,.wiki.git,.design.git}` of the
+/// project, or `@snippets/<h>.git` of the message's `snippet_id`; LFS keys a 64-hex
+/// oid split `<2>/<2>/<60>`; package files under the project's hashed directory
+/// (`packages/<id>/files/<id>/…` or a direct upload's `@final/<2>/<2>/<hex>`); uploads
+/// under the project's hashed disk path (attachments) or `project/<mount>/<id>/…`
+/// (avatars). Legacy (non-hashed) storage is refused. Container repositories are bound
+/// to the project's current route by `storage-cleanup` under lock.
+pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static str, String)> {
+    let ok =
+        |b: bool, field: &'static str, rule: String| if b { Ok(()) } else { Err((field, rule)) };
+    match item {
+        StorageItem::Repository {
+            relative_path,
+            snippet_id: None,
+            ..
+        } => {
+            let dp = project_disk_path(project_id);
+            let fits = [".git", ".wiki.git", ".design.git"]
+                .iter()
+                .any(|sfx| relative_path.strip_prefix(dp.as_str()) == Some(sfx));
+            ok(
+                fits,
+                "relative_path",
+                format!(
+                    "must be the hashed path of project_id ({dp}.git, .wiki.git or .design.git)"
+                ),
+            )
+        }
+        StorageItem::Repository {
+            relative_path,
+            snippet_id: Some(s),
+            ..
+        } => {
+            let dp = snippet_disk_path(*s);
+            ok(
+                relative_path.strip_prefix(dp.as_str()) == Some(".git"),
+                "relative_path",
+                format!("must be the hashed path of snippet_id ({dp}.git)"),
+            )
+        }
+        StorageItem::ContainerRepository { .. } => Ok(()),
+        StorageItem::Object {
+            bucket: Bucket::Lfs,
+            key,
+        } => {
+            let parts: Vec<&str> = key.split('/').collect();
+            let fits = parts.len() == 3
+                && parts[0].len() == 2
+                && parts[1].len() == 2
+                && parts[2].len() == 60
+                && parts.iter().all(|p| is_hex(p));
+            ok(
+                fits,
+                "key",
+                "must be an LFS oid (64 lower-case hex) split 2/2/60".into(),
+            )
+        }
+        StorageItem::Object {
+            bucket: Bucket::Packages,
+            key,
+        } => {
+            let dir = hashed_dirs(&id_hash(project_id));
+            let rest: Vec<&str> = key
+                .strip_prefix(dir.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+                .map(|r| r.split('/').collect())
+                .unwrap_or_default();
+            let fits = match rest.as_slice() {
+                ["packages", pkg, "files", file, _name, ..] => is_digits(pkg) && is_digits(file),
+                ["@final", a, b, c] => {
+                    a.len() == 2 && b.len() == 2 && is_hex(a) && is_hex(b) && is_hex(c)
+                }
+                _ => false,
+            };
+            ok(
+                fits,
+                "key",
+                format!("must lie under project_id's hashed directory ({dir}/packages/<id>/files/<id>/… or {dir}/@final/…)"),
+            )
+        }
+        StorageItem::Object {
+            bucket: Bucket::Uploads,
+            key,
+        } => {
+            let dp = project_disk_path(project_id);
+            let attachment = key
+                .strip_prefix(dp.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+                .is_some_and(|r| r.split('/').count() >= 2);
+            let id = project_id.to_string();
+            let mounted = matches!(
+                key.split('/').collect::<Vec<_>>().as_slice(),
+                ["project", mount, pid, _file, ..]
+                    if *pid == id && !mount.is_empty() && mount.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            );
+            ok(
+                attachment || mounted,
+                "key",
+                format!(
+                    "must lie under project_id's hashed path ({dp}/…) or be project/<mount>/{id}/…"
+                ),
+            )
+        }
     }
 }
 
@@ -240,8 +396,10 @@ mod tests {
 
     #[test]
     fn items_decode_and_name_the_bad_field() {
+        let oid = "aa11bb22cc33dd44ee55ff6677889900aa11bb22cc33dd44ee55ff6677889900";
+        let key = format!("{}/{}/{}", &oid[..2], &oid[2..4], &oid[4..]);
         let ok = serde_json::json!({"group_id": 1, "project_id": 2,
-            "item": {"kind": "object", "bucket": "lfs", "key": "aa/bb/cc"}});
+            "item": {"kind": "object", "bucket": "lfs", "key": key}});
         let run = StorageCleanupRun::from_value(&ok).unwrap();
         assert_eq!(run.item.kind(), StorageKind::Objects);
         assert_eq!(serde_json::to_value(&run).unwrap(), ok);
@@ -260,5 +418,63 @@ mod tests {
             StorageCleanupRun::from_value(&bad).unwrap_err().field,
             "item.kind"
         );
+    }
+
+    #[test]
+    fn items_are_bound_to_the_ids_the_message_carries() {
+        let run = |project: i64, item: serde_json::Value| {
+            StorageCleanupRun::from_value(
+                &serde_json::json!({"group_id": 1, "project_id": project, "item": item}),
+            )
+        };
+        let dp = project_disk_path(200);
+        let repo = |p: &str| serde_json::json!({"kind": "repository", "storage": "default", "relative_path": p});
+        for sfx in [".git", ".wiki.git", ".design.git"] {
+            assert!(run(200, repo(&format!("{dp}{sfx}"))).is_ok(), "{sfx}");
+        }
+        // Another project's path under a missing project's id, a legacy path, and a
+        // snippet path without its snippet id are refused, naming the field.
+        for p in [
+            format!("{dp}.git"),
+            "acme/web.git".into(),
+            snippet_disk_path(30) + ".git",
+        ] {
+            let e = run(999, repo(&p)).unwrap_err();
+            assert_eq!(e.field, "item.relative_path", "{p}");
+        }
+        let snip = serde_json::json!({"kind": "repository", "storage": "default",
+            "relative_path": snippet_disk_path(30) + ".git", "snippet_id": 30});
+        assert!(run(200, snip.clone()).is_ok());
+        let mut other = snip;
+        other["snippet_id"] = 31.into();
+        assert!(run(200, other).is_err());
+        let h = id_hash(200);
+        let obj = |b: &str, k: &str| serde_json::json!({"kind": "object", "bucket": b, "key": k});
+        let dir = format!("{}/{}/{h}", &h[..2], &h[2..4]);
+        for (b, k, good) in [
+            (
+                "packages",
+                format!("{dir}/packages/40/files/41/pkg-1.0.tgz"),
+                true,
+            ),
+            (
+                "packages",
+                format!("{dir}/@final/ab/cd/0123456789abcdef"),
+                true,
+            ),
+            ("packages", format!("{dir}/@final/ab/cd/../x"), false),
+            ("packages", "ab/cd/ef/packages/40/files/41/x".into(), false),
+            (
+                "uploads",
+                format!("{dp}/0123456789abcdef0123456789abcdef/a.png"),
+                true,
+            ),
+            ("uploads", "project/avatar/200/logo.png".into(), true),
+            ("uploads", "project/avatar/201/logo.png".into(), false),
+            ("uploads", format!("{dp}/a.png"), false),
+            ("lfs", "aa/bb/cc".into(), false),
+        ] {
+            assert_eq!(run(200, obj(b, &k)).is_ok(), good, "{b} {k}");
+        }
     }
 }

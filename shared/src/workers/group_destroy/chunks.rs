@@ -204,6 +204,10 @@ where
     let chunk = match lock_project(&tx, p.group_id, project).await? {
         ProjectLock::Gone => Chunk::Nothing,
         ProjectLock::Left => Chunk::Left,
+        // A repository storage move in progress holds the whole project back.
+        ProjectLock::Under { .. } if storage::storage_move_in_progress(&tx, project).await? => {
+            Chunk::Nothing
+        }
         ProjectLock::Under { .. } => {
             let n = tx
                 .execute(table.statement(), &[&project, &CONTRIBUTION_BATCH])
@@ -295,6 +299,17 @@ where
         }
         ProjectLock::Under { project_namespace } => project_namespace,
     };
+    // GitLab's Projects::DestroyService refuses a project whose repository is being
+    // moved to another storage: the copy on the destination would be leaked.
+    if storage::storage_move_in_progress(&tx, p).await? {
+        tx.commit().await?;
+        return Ok((
+            Chunk::NotEmpty(vec![
+                "a repository storage move in progress (project_repository_storage_moves scheduled or started): the next run retries once it ends".into(),
+            ]),
+            none,
+        ));
+    }
     let modes = inv.settings.storage;
     let mut outbox = Vec::new();
     // The registry first: the rows of its repositories hold the project back (their
@@ -448,6 +463,23 @@ where
     if !left.is_empty() {
         tx.commit().await?;
         return Ok(Chunk::NotEmpty(left));
+    }
+    // The group's own uploads (avatar, files): left with `leave` (rows deleted, each
+    // logged), otherwise they hold the group back.
+    let uploads = storage::take_group_uploads(&tx, g, &inv.settings.storage).await?;
+    if !uploads.blocked.is_empty() {
+        tx.rollback().await?;
+        return Ok(Chunk::NotEmpty(uploads.blocked));
+    }
+    if !uploads.left.is_empty() {
+        let shown: Vec<String> = uploads.left.iter().take(10).map(|i| i.describe()).collect();
+        tracing::warn!(
+            group_id = msg.group_id,
+            namespace_id = g,
+            storage_items_left = uploads.left.len(),
+            items = shown.join("; ").as_str(),
+            "Group destroy left storage in place (STORAGE_*=leave, or files on local disk)"
+        );
     }
     let mut outbox = Vec::new();
     // What g's shares reached (groups shared with g, projects shared with g): the

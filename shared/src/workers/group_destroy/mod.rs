@@ -195,7 +195,7 @@ where
         return Ok((Outcome::Blocked, n));
     }
     // Storage the configured modes neither remove nor leave: blocked, nothing deleted.
-    let held = storage::tree_counts(&*client, &tree.projects).await?;
+    let held = storage::tree_counts(&*client, &tree.projects, &tree.namespaces).await?;
     let lines = storage::blocking(&modes, &held);
     if !lines.is_empty() {
         tracing::error!(
@@ -203,8 +203,10 @@ where
             blocking = lines.join("; ").as_str(),
             "Group destroy blocked: the group's projects hold storage this deployment does not remove; nothing was deleted. Do what each entry says, then the group deletion resumes at the next cron run"
         );
-        n.blocking_rows =
-            u64::try_from(held.repositories + held.remote_files + held.local_files).unwrap_or(0);
+        n.blocking_rows = u64::try_from(
+            held.repositories + held.remote_files + held.local_files + held.other_uploads,
+        )
+        .unwrap_or(0);
         return Ok((Outcome::Blocked, n));
     }
     // A chunk that deleted rows is one unit of progress; only after one may we stop.

@@ -15,6 +15,8 @@
 //!   that read it, or documented as not one.
 //! * `deploy_path`: `sam build` runs infra/Makefile, which runs the package script;
 //!   reserved concurrency and the secrets' KMS key.
+//! * `first_deploy`: crons off, operator answers without defaults, placeholders and a
+//!   missing VPC refused, samconfig's `prod` environment, the guided order.
 //!
 //! Here: the parsed template and the readers of its values, resources and alarms.
 
@@ -26,6 +28,7 @@ use shared::metrics::{FUNCTION_DIMENSION, NAMESPACE, SERVICE_DIMENSION, SERVICE_
 use shared::Function;
 
 mod deploy_path;
+mod first_deploy;
 mod functions;
 mod item_alarms;
 mod metrics;

@@ -26,32 +26,32 @@ use super::*;
 const GITALY_TOKEN: &str = "gitaly-secret";
 
 /// The registry path of P200's container repository `app`.
-const IMAGE: &str = "acme-deletion_scheduled-100/web/site/app";
+pub(super) const IMAGE: &str = "acme-deletion_scheduled-100/web/site/app";
 
 /// Every real service with P200's storage in it.
-struct World {
-    gitaly: GitalyStub,
-    registry: TestRegistry,
-    buckets: BTreeMap<Bucket, String>,
+pub(super) struct World {
+    pub(super) gitaly: GitalyStub,
+    pub(super) registry: TestRegistry,
+    pub(super) buckets: BTreeMap<Bucket, String>,
     /// The wall-clock start of the run, and the schedule date due by then.
-    now: DateTime<Utc>,
+    pub(super) now: DateTime<Utc>,
     marked: chrono::NaiveDate,
 }
 
 /// P200's four repositories.
-fn repositories() -> Vec<String> {
+pub(super) fn repositories() -> Vec<String> {
     let dp = disk_path(200);
     vec![
         format!("{dp}.git"),
         format!("{dp}.wiki.git"),
         format!("{dp}.design.git"),
-        "@snippets/aa/bb/snippet30.git".to_string(),
+        format!("{}.git", snippet_path(30)),
     ]
 }
 
 /// The fixture of behaviour §B51.9 scheduled 8 days before the wall clock, with P200's
 /// storage rows and a container repository, and every item present in its service.
-async fn world() -> (TestDb, World) {
+pub(super) async fn world() -> (TestDb, World) {
     let db = storage_fixture().await;
     let now = Utc::now();
     let marked = (now - chrono::Duration::days(8)).date_naive();
@@ -83,24 +83,29 @@ async fn world() -> (TestDb, World) {
 }
 
 impl World {
-    /// The clients of every kind.
-    async fn storage(&self) -> Arc<Storage> {
-        let gitaly = Gitaly::new(&GitalyConfig {
+    /// The Gitaly client of the stand-in.
+    pub(super) fn gitaly_client(&self) -> Gitaly {
+        Gitaly::new(&GitalyConfig {
             storages: [("default".to_string(), self.gitaly.address())].into(),
             token: Some(GITALY_TOKEN.into()),
             timeout: std::time::Duration::from_secs(10),
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The clients of every kind.
+    pub(super) async fn storage(&self) -> Arc<Storage> {
         Arc::new(Storage {
-            gitaly: Some(gitaly),
+            gitaly: Some(self.gitaly_client()),
             registry: Some(Registry::new(&self.registry.client_config()).unwrap()),
             objects: Some(objects(&self.buckets).await),
+            instance_uuid: Some(INSTANCE.into()),
             ..Storage::default()
         })
     }
 
     /// The destroy message of G100 for the world's schedule.
-    fn destroy(&self) -> String {
+    pub(super) fn destroy(&self) -> String {
         Envelope::new(
             "group-destroy.run",
             group_destroy_key(100, self.marked, 11),
@@ -116,7 +121,7 @@ impl World {
     }
 
     /// A runner at the wall clock with `modes` and every client.
-    async fn runner(&self, db: &TestDb, modes: StorageModes) -> Runner {
+    pub(super) async fn runner(&self, db: &TestDb, modes: StorageModes) -> Runner {
         db.runner_with(self.now, with_modes(modes))
             .with_storage(self.storage().await)
     }
@@ -141,7 +146,7 @@ impl World {
     }
 
     /// Assert every item of P200 is still in its service.
-    async fn assert_all_present(&self) {
+    pub(super) async fn assert_all_present(&self) {
         for r in repositories() {
             assert!(self.gitaly.exists("default", &r), "{r} removed");
         }

@@ -10,6 +10,12 @@
 //!   service; any kind off blocks it; crashes remove each item once.
 //! * `objects`: files in S3 (uploads, LFS objects only this project links, package
 //!   files), and storage-cleanup's re-checks.
+//! * `binding` (issue 46): the registry's mark is invisible to GitLab and undone when a
+//!   repository is kept; a stale path, a missing project id naming a live project's
+//!   storage and another instance's database are refused with no service called.
+//! * `refusals` (issue 46): what GitLab keeps or refuses — group uploads per mode, a
+//!   repository storage move in progress — and package files at their final path in a
+//!   prefixed bucket.
 //!
 //! Here: the storage rows of P200 and the buckets in moto.
 
@@ -23,9 +29,11 @@ use shared::storage::Storage;
 
 use super::*;
 
+mod binding;
 mod end_to_end;
 mod modes;
 mod objects;
+mod refusals;
 
 const SF: Function = Function::StorageCleanup;
 
@@ -39,6 +47,15 @@ fn sha(id: i64) -> String {
 fn disk_path(id: i64) -> String {
     let h = sha(id);
     format!("@hashed/{}/{}/{h}", &h[..2], &h[2..4])
+}
+
+/// The fixture instance's `application_settings.uuid` (`GITLAB_INSTANCE_UUID`).
+const INSTANCE: &str = "0e5c1d2a-7d3f-4b8e-9a61-5f2c8d4e7b10";
+
+/// `@snippets/<h[0..1]>/<h[2..3]>/<h>` of snippet `id`.
+fn snippet_path(id: i64) -> String {
+    let h = sha(id);
+    format!("@snippets/{}/{}/{h}", &h[..2], &h[2..4])
 }
 
 /// The LFS object only P200 links.
@@ -82,8 +99,8 @@ fn shared_lfs_key() -> String {
     )
 }
 
-/// P200's storage rows: its repository on storage `default` (wiki and design beside
-/// it), a snippet with a repository, two uploads and a package file in object storage,
+/// P200's storage rows (and the instance's uuid): its repository on storage `default`
+/// (wiki and design beside it), a snippet with a repository, two uploads and a package file in object storage,
 /// an LFS object only it links and one it shares with P900 outside the group.
 async fn storage_rows(db: &TestDb) {
     let fx = Fx(db);
@@ -93,7 +110,7 @@ async fn storage_rows(db: &TestDb) {
         "INSERT INTO shards (id, name) VALUES (1, 'default');
          INSERT INTO project_repositories (shard_id, disk_path, project_id) VALUES (1, '{dp}', 200);
          INSERT INTO snippets (id, title, author_id, project_id, type) VALUES (30, 's', 11, 200, 'ProjectSnippet');
-         INSERT INTO snippet_repositories (snippet_id, shard_id, disk_path) VALUES (30, 1, '@snippets/aa/bb/snippet30');
+         INSERT INTO snippet_repositories (snippet_id, shard_id, disk_path) VALUES (30, 1, '{sp}');
          INSERT INTO uploads (size, path, model_id, model_type, uploader, created_at, store, secret)
          VALUES (10, '{SECRET}/screen.png', 200, 'Project', 'FileUploader', '2025-01-01', 2, '{SECRET}'),
                 (10, 'uploads/-/system/project/avatar/200/logo.png', 200, 'Project', 'AvatarUploader', '2025-01-01', 2, NULL);
@@ -103,8 +120,10 @@ async fn storage_rows(db: &TestDb) {
          INSERT INTO packages_packages (id, project_id, created_at, updated_at, name, package_type)
          VALUES (40, 200, '2025-01-01', '2025-01-01', 'pkg', 1);
          INSERT INTO packages_package_files (id, package_id, created_at, updated_at, file_store, file_name, file)
-         VALUES (41, 40, '2025-01-01', '2025-01-01', 2, 'pkg-1.0.tgz', 'pkg-1.0.tgz');",
-        dp = disk_path(200)
+         VALUES (41, 40, '2025-01-01', '2025-01-01', 2, 'pkg-1.0.tgz', 'pkg-1.0.tgz');
+         UPDATE application_settings SET uuid = '{INSTANCE}';",
+        dp = disk_path(200),
+        sp = snippet_path(30)
     ))
     .await;
 }
@@ -183,6 +202,7 @@ async fn until_idle(r: &mut Runner, group: i64) {
 fn storage_with(objects: Option<Objects>) -> Arc<Storage> {
     Arc::new(Storage {
         objects,
+        instance_uuid: Some(INSTANCE.into()),
         ..Storage::default()
     })
 }

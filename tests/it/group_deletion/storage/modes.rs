@@ -110,7 +110,7 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
         format!("{dp}.git"),
         format!("{dp}.wiki.git"),
         format!("{dp}.design.git"),
-        "@snippets/aa/bb/snippet30.git".to_string(),
+        format!("{}.git", snippet_path(30)),
     ] {
         assert!(paths.contains(&p), "{p} in {paths:?}");
     }

@@ -179,3 +179,59 @@ async fn a_failing_bucket_is_retried_with_growing_delays_then_fails_naming_the_i
         .unwrap()
         .contains("no-such-bucket-anywhere"));
 }
+
+/// From GitLab 19.3 a link may name its LFS object by oid alone (`lfs_object_id` NULL):
+/// P900's link to the shared object in that shape still keeps it (its row and its
+/// object). On an older model the shape does not exist: the test says so and stops.
+#[tokio::test]
+async fn an_lfs_object_another_project_links_by_oid_alone_stays() {
+    let db = storage_fixture().await;
+    let has_oid: bool = db
+        .scalar(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+              WHERE table_name = 'lfs_objects_projects' AND column_name = 'oid')",
+        )
+        .await;
+    if !has_oid {
+        assert!(
+            matches!(
+                integration_tests::db::gitlab_version(),
+                hk::migrate::GitlabVersion::V18_2
+                    | hk::migrate::GitlabVersion::V18_8
+                    | hk::migrate::GitlabVersion::V18_11
+            ),
+            "only releases before 19.3 lack lfs_objects_projects.oid"
+        );
+        return;
+    }
+    db.exec(&format!(
+        "UPDATE lfs_objects_projects SET lfs_object_id = NULL, oid = '{OID_SHARED}'
+          WHERE project_id = 900"
+    ))
+    .await;
+    let b = buckets().await;
+    for (bucket, key) in p200_keys() {
+        put(&b, bucket, &key).await;
+    }
+    put(&b, Bucket::Lfs, &shared_lfs_key()).await;
+    let s3 = objects(&b).await;
+    let mut r = db
+        .runner_with(t(NOW), with_modes(OBJECTS_ON))
+        .with_storage(storage_with(Some(objects(&b).await)));
+    until_idle(&mut r, 100).await;
+    assert!(!db.exists("namespaces WHERE id = 100").await, "destroyed");
+    assert!(
+        db.exists(&format!("lfs_objects WHERE oid = '{OID_SHARED}'"))
+            .await,
+        "the shared object's row stays"
+    );
+    assert!(
+        s3.exists(Bucket::Lfs, &shared_lfs_key()).await.unwrap(),
+        "P900 still links the shared object by its oid"
+    );
+    let own = &p200_keys()[2];
+    assert!(
+        !s3.exists(own.0, &own.1).await.unwrap(),
+        "P200's own LFS object removed"
+    );
+}
