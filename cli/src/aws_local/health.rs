@@ -158,7 +158,7 @@ fn field_matches(field: &str, v: u32) -> Option<bool> {
 pub fn next_run(expr: &str, now: ChronoTime<Utc>) -> Option<ChronoTime<Utc>> {
     let inner = expr.strip_prefix("cron(")?.strip_suffix(')')?;
     let f: Vec<&str> = inner.split_whitespace().collect();
-    if f.len() != 6 || f[4] != "?" && f[4] != "*" {
+    if f.len() != 6 || (f[4] != "?" && f[4] != "*") {
         return None;
     }
     let mut t = now.with_second(0)?.with_nanosecond(0)? + chrono::Duration::minutes(1);
