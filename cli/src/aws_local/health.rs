@@ -143,7 +143,7 @@ fn field_matches(field: &str, v: u32) -> Option<bool> {
                 let (start, step) = p.split_once('/')?;
                 let start: u32 = if start == "*" { 0 } else { start.parse().ok()? };
                 let step: u32 = step.parse().ok()?;
-                step > 0 && v >= start && (v - start) % step == 0
+                step > 0 && v >= start && (v - start).is_multiple_of(step)
             }
             p => p.parse::<u32>().ok()? == v,
         };
