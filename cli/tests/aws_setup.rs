@@ -2,7 +2,8 @@
 //! line saying what to set, exit 2, none of the AWS SDK's JSON log lines; and a
 //! request that never reaches AWS (an endpoint nobody listens on): one line, exit 1.
 //! The credentials provider chain runs for real (environment, shared files under an
-//! empty home, no instance metadata).
+//! empty home, no instance metadata). An IAM Identity Center (SSO) profile is loaded
+//! (aws-config's `sso` feature): without a session it names `aws sso login`.
 
 use std::process::{Command, Output};
 
@@ -42,6 +43,8 @@ fn aws_commands(file: &str) -> Vec<Vec<String>> {
         vec!["replay", "file", file, "--queue", "--stack", "s"],
         vec!["local", "setup", "--prefix", "s", "--env-file", "/dev/null"],
         vec!["local", "pump", "--prefix", "s", "--max-seconds", "1"],
+        vec!["pause", "remove-expired-members", "--stack", "s"],
+        vec!["resume", "all", "--stack", "s"],
     ]
     .into_iter()
     .map(|a| a.into_iter().map(String::from).collect())
@@ -113,4 +116,35 @@ fn an_aws_that_cannot_be_reached_is_one_retryable_line() {
         assert_one_line(&o, 1, "dispatch failure");
         assert!(String::from_utf8_lossy(&o.stderr).contains("looking up queue s-"));
     }
+}
+
+#[test]
+fn an_sso_profile_is_loaded_and_without_a_session_names_aws_sso_login() {
+    let dir = std::env::temp_dir().join(format!("hk-sso-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        "[profile oncall]\nsso_session = corp\nsso_account_id = 123456789012\n\
+         sso_role_name = Housekeeping\nregion = eu-west-1\n\n\
+         [sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n\
+         sso_region = eu-west-1\nsso_registration_scopes = sso:account:access\n",
+    )
+    .unwrap();
+    let files = [("AWS_CONFIG_FILE", config.to_str().unwrap())];
+    for (args, env) in [
+        (
+            vec!["status", "--stack", "s", "--profile", "oncall"],
+            vec![],
+        ),
+        (
+            vec!["pause", "all", "--stack", "s"],
+            vec![("AWS_PROFILE", "oncall")],
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = files.iter().copied().chain(env).collect();
+        let o = hk(&args, &env);
+        assert_one_line(&o, 2, "run `aws sso login --profile oncall`");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

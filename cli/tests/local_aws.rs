@@ -198,6 +198,7 @@ async fn functions_under_cargo_lambda_watch_run_pump_and_replay_end_to_end() {
             &endpoint,
             "--prefix",
             &prefix,
+            "--yes",
         ],
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("moved 1 message(s)"));

@@ -12,7 +12,9 @@ definitions the stack produced (read back with describe_alarms) and CloudWatch's
 documented rules: each period of the evaluation range is the metric's sum or missing;
 missing periods count as TreatMissingData says; ALARM when at least DatapointsToAlarm
 periods breach, INSUFFICIENT_DATA when no period counts; a notification goes to
-AlarmActions / OKActions only on a change of state, and only with ActionsEnabled. The
+AlarmActions / OKActions only on a change of state, and only with ActionsEnabled; a
+heartbeat pages through its composite alarm (`<Cron>MissedRunAlarm`), whose state and
+notifications alarm_rules.py derives from the heartbeat's (moto evaluates no composite). The
 state CloudWatch would hold is stored in moto with set_alarm_state, and the stack
 update (update_stack, schedules on) keeps it, as CloudWatch keeps an updated alarm's
 state.
@@ -42,6 +44,7 @@ from datetime import datetime, timedelta, timezone
 import boto3
 from botocore.config import Config
 
+import alarm_rules
 from deploy_check import REGION, parameter_values, resources_of, tiny_zip
 
 T = datetime(2026, 3, 2, 12, 0, tzinfo=timezone.utc)
@@ -56,12 +59,15 @@ def heartbeat_logicals(t: dict) -> list[str]:
 
 def mutate_old_design(t: dict) -> None:
     """The design issue 35 found: actions switched by the schedule parameter, missing
-    data always breaching."""
+    data always breaching (the actions are those of the heartbeat's paging composite,
+    `<Cron>MissedRunAlarm`, since issue 51)."""
     for k in heartbeat_logicals(t):
         p = t["Resources"][k]["Properties"]
         cond = p["TreatMissingData"]["Fn::If"][0]
         p["TreatMissingData"] = "breaching"
         p["ActionsEnabled"] = {"Fn::If": [cond, True, False]}
+        page = t["Resources"][k.replace("HeartbeatAlarm", "MissedRunAlarm")]["Properties"]
+        page["ActionsEnabled"] = {"Fn::If": [cond, True, False]}
 
 
 def compare(value: float, op: str, threshold: float) -> bool:
@@ -99,14 +105,31 @@ def evaluate(alarm: dict, points: list[tuple[datetime, float]], now: datetime) -
     return "ALARM" if breaching >= m else "OK"
 
 
+def describe_all(cw) -> dict[str, dict]:
+    """Every alarm, metric and composite, by name."""
+    out = {}
+    for p in cw.get_paginator("describe_alarms").paginate(AlarmTypes=["MetricAlarm", "CompositeAlarm"]):
+        for a in p["MetricAlarms"] + p["CompositeAlarms"]:
+            out[a["AlarmName"]] = a
+    return out
+
+
 def step(cw, alarm: dict, old: str, points, now) -> dict:
+    """The heartbeat's new state at `now`, stored in moto, and the topics notified by
+    the change: the heartbeat pages through its composite, whose state alarm_rules.py
+    derives (moto evaluates no composite)."""
     new = evaluate(alarm, points, now)
-    notified: list[str] = []
-    if new != old and alarm.get("ActionsEnabled", True):
-        notified = list({"ALARM": alarm.get("AlarmActions", []), "OK": alarm.get("OKActions", [])}.get(
-            new, alarm.get("InsufficientDataActions", [])))
-    if new != old:
-        cw.set_alarm_state(AlarmName=alarm["AlarmName"], StateValue=new, StateReason="cutover_check")
+    everything = describe_all(cw)
+    # This heartbeat alone: every other metric alarm held OK, so that several crons
+    # missing at once (the stalled page, which suppresses the missed-run pages: see
+    # paging_check.py) does not hide the change this timeline follows.
+    name = alarm["AlarmName"]
+    base = {n: "OK" for n, a in everything.items() if "AlarmRule" not in a}
+    before = alarm_rules.settle(everything, dict(base, **{name: old}))
+    after = alarm_rules.settle(everything, dict(base, **{name: new}))
+    if new != everything[name]["StateValue"]:
+        cw.set_alarm_state(AlarmName=name, StateValue=new, StateReason="cutover_check")
+    notified = sorted({t for n in alarm_rules.notifications(everything, before, after) for t in n["topics"]})
     return {"state": new, "notified": notified}
 
 

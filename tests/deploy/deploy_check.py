@@ -32,6 +32,7 @@ from botocore.config import Config
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
+RUNBOOK_URL = "https://gitlab.acme-corp.internal/platform/housekeeping/-/blob/main/docs/runbook.md"
 
 # Every check this file makes (the Rust test knows the same names).
 CHECKS = [
@@ -75,7 +76,9 @@ def parameter_values(
     KMS key for the secrets, storage removal on with its services and buckets)."""
     values = {}
     for name, p in t.get("Parameters", {}).items():
-        if "Default" not in p:
+        if name == "RunbookBaseUrl":
+            values[name] = RUNBOOK_URL
+        elif "Default" not in p:
             values[name] = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}-AbCdEf"
     if which == "operations":
         for name in t.get("Parameters", {}):
@@ -642,10 +645,29 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
         alarms += cw.describe_alarms(AlarmNames=alarm_names[i : i + 100])["MetricAlarms"]
     if len(alarms) != len(alarm_names):
         fail("no_skipped_resource", f"{len(alarm_names)} alarms in the stack, {len(alarms)} in CloudWatch")
-    # An alarm whose description starts "Page:" notifies the page topic, every other
-    # one the ticket topic (an empty topic parameter: no actions).
+    # An alarm whose description starts "Page:" notifies the page topic, "Ticket:" the
+    # ticket topic (an empty topic parameter: no actions); the children of a paging
+    # composite ("Feeds <alarm>:") and its suppressor notify nobody themselves.
     topic = params.get("PageTopicArn") or ""
     ticket = params.get("TicketTopicArn") or ""
+
+    def expected_actions(description: str) -> list:
+        if description.startswith("Page: "):
+            return [topic] if topic else []
+        if description.startswith("Ticket: "):
+            return [ticket] if ticket else []
+        return []
+
+    composite_names = list(s.of("AWS::CloudWatch::CompositeAlarm").values())
+    composites = []
+    for i in range(0, len(composite_names), 100):
+        composites += cw.describe_alarms(AlarmNames=composite_names[i : i + 100])["CompositeAlarms"]
+    if len(composites) != len(composite_names):
+        fail("no_skipped_resource", f"{len(composite_names)} composite alarms in the stack, {len(composites)} in CloudWatch")
+    for a in composites:
+        want = expected_actions(a.get("AlarmDescription") or "")
+        if a.get("AlarmActions", []) != want or (a.get("OKActions") and a["OKActions"] != want):
+            fail("alarm_actions", f"{a['AlarmName']}: AlarmActions {a.get('AlarmActions')}, OKActions {a.get('OKActions')}, expected {want}")
     for a in alarms:
         metrics = []
         if a.get("MetricName"):
@@ -661,8 +683,7 @@ def check_stack(clients: dict, stack: str, t: dict, params: dict, emitted: list[
             p = metric_problem(ns, metric, dims)
             if p:
                 fail(p[0], f"{a['AlarmName']}: {p[1]}")
-        to = topic if (a.get("AlarmDescription") or "").startswith("Page: ") else ticket
-        want = [to] if to else []
+        want = expected_actions(a.get("AlarmDescription") or "")
         if a.get("AlarmActions", []) != want:
             fail("alarm_actions", f"{a['AlarmName']}: AlarmActions {a.get('AlarmActions')}, expected {want}")
         if a.get("OKActions") and a["OKActions"] != want:

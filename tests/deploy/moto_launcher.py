@@ -11,7 +11,9 @@ models for the types the housekeeping template uses that moto lacks, each callin
 moto's own service backend so the resource is visible through the service's API:
 
 - AWS::Scheduler::ScheduleGroup, AWS::Scheduler::Schedule (scheduler backend);
-- AWS::CloudWatch::Alarm (cloudwatch backend; MetricName or Metrics).
+- AWS::CloudWatch::Alarm (cloudwatch backend; MetricName or Metrics);
+- AWS::CloudWatch::CompositeAlarm (cloudwatch backend: an alarm with a rule, plus its
+  ActionsSuppressor; moto evaluates no rule and publishes no notification).
 
 (AWS::CloudWatch::Dashboard and AWS::Logs::LogGroup have models in moto 5.2.5.)
 
@@ -273,6 +275,70 @@ class AlarmModel(_NamedWithArn, CloudFormationModel):
         return new
 
 
+class CompositeAlarmModel(_NamedWithArn, CloudFormationModel):
+    """AWS::CloudWatch::CompositeAlarm: Ref is the alarm name. moto 5.2.5 has no
+    PutCompositeAlarm; its backend stores a composite as an alarm with a rule, and
+    describe_alarms lists it under CompositeAlarms. ActionsSuppressor and its periods,
+    which the backend does not know, are kept on the alarm so describe_alarms returns
+    them. moto evaluates no rule and publishes nothing: tests/deploy/paging_check.py
+    does both from what describe_alarms returns."""
+
+    __module__ = "moto.cloudwatch.launcher_models"
+
+    @staticmethod
+    def cloudformation_type() -> str:
+        return "AWS::CloudWatch::CompositeAlarm"
+
+    @staticmethod
+    def cloudformation_name_type() -> str:
+        return "AlarmName"
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[misc]
+        cls, resource_name, cloudformation_json, account_id, region_name, **kwargs
+    ):
+        p = cloudformation_json.get("Properties", {})
+        name = p.get("AlarmName") or resource_name
+        alarm = cloudwatch_backends[account_id][region_name].put_metric_alarm(
+            name=name,
+            namespace=None,
+            metric_name=None,
+            metric_data_queries=None,
+            comparison_operator=None,
+            evaluation_periods=None,
+            datapoints_to_alarm=None,
+            period=None,
+            threshold=None,
+            statistic=None,
+            extended_statistic=None,
+            description=p.get("AlarmDescription"),
+            dimensions=[],
+            alarm_actions=p.get("AlarmActions", []),
+            ok_actions=p.get("OKActions", []),
+            insufficient_data_actions=p.get("InsufficientDataActions", []),
+            unit=None,
+            actions_enabled=_bool(p.get("ActionsEnabled", True)),
+            treat_missing_data=None,
+            evaluate_low_sample_count_percentile=None,
+            threshold_metric_id=None,
+            rule=p["AlarmRule"],
+            tags=p.get("Tags", []),
+        )
+        if p.get("ActionsSuppressor"):
+            alarm.actions_suppressor = p["ActionsSuppressor"]
+            alarm.actions_suppressor_wait_period = int(p.get("ActionsSuppressorWaitPeriod", 0))
+            alarm.actions_suppressor_extension_period = int(p.get("ActionsSuppressorExtensionPeriod", 0))
+        return cls(name, alarm.alarm_arn)
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[misc]
+        cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+    ):
+        return AlarmModel.update_from_cloudformation_json.__func__(
+            cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name
+        )
+
+
 def _bool(v: Any) -> Any:
     if isinstance(v, str) and v.lower() in ("true", "false"):
         return v.lower() == "true"
@@ -368,7 +434,12 @@ parsing.ResourceMap.build_resource_diff = _build_resource_diff_with_conditions
 # The model map is cached on first use: rebuild it with the models above.
 for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
     cached.cache_clear()
-for t in ("AWS::Scheduler::ScheduleGroup", "AWS::Scheduler::Schedule", "AWS::CloudWatch::Alarm"):
+for t in (
+    "AWS::Scheduler::ScheduleGroup",
+    "AWS::Scheduler::Schedule",
+    "AWS::CloudWatch::Alarm",
+    "AWS::CloudWatch::CompositeAlarm",
+):
     assert t in parsing.get_model_map(), t
 
 

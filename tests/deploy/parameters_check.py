@@ -54,6 +54,7 @@ ANSWERS = {
     "SmtpSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:gitlab-smtp-AbCdEf",
     "PageTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:pager",
     "TicketTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:tickets",
+    "RunbookBaseUrl": "https://gitlab.acme-corp.internal/platform/housekeeping/-/blob/main/docs/runbook.md",
     "ServiceName": "gitlab-housekeeping-prod",
 }
 
@@ -154,6 +155,7 @@ def main() -> int:
         GitlabBaseUrl="https://gitlab.example.com",
         MailFrom="gitlab@example.com",
         SmtpHost="smtp.example.com",
+        RunbookBaseUrl="https://gitlab.example.com/platform/housekeeping/-/blob/main/docs/runbook.md",
     )
     no_vpc = {k: v for k, v in answered.items() if k not in ("SubnetIds", "SecurityGroupIds")}
     notices = {k: v for k, v in answered.items() if k != "GitlabDbKeyBaseSecretArn"}

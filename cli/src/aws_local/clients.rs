@@ -65,10 +65,11 @@ pub fn credentials_advice(profile: Option<&str>, reason: &str) -> String {
         None => "no AWS credentials: set AWS_PROFILE or pass --profile, or set \
                  AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
             .to_string(),
-        Some(p) if reason.contains("sso") && reason.contains("feature") => format!(
-            "AWS profile `{p}` uses IAM Identity Center (SSO), which hk does not load itself: \
-             run `aws sso login --profile {p}` and then \
-             `eval \"$(aws configure export-credentials --profile {p} --format env)\"`"
+        // SSO profiles load (aws-config's `sso` feature) from the AWS CLI's token cache;
+        // without a session, or with an expired one, the provider says so.
+        Some(p) if reason.to_ascii_lowercase().contains("sso") => format!(
+            "AWS profile `{p}` uses IAM Identity Center (SSO) and has no valid session: \
+             run `aws sso login --profile {p}`, then hk again"
         ),
         Some(p) => {
             // The chain ends at instance metadata whatever the profile lacked: its
@@ -112,8 +113,11 @@ pub struct Aws {
     pub sqs: aws_sdk_sqs::Client,
     /// Scheduler.
     pub scheduler: aws_sdk_scheduler::Client,
-    /// CloudWatch (the queues' `AWS/SQS` metrics, for `hk status`).
+    /// CloudWatch (the queues' `AWS/SQS` metrics and the alarms, for `hk status`;
+    /// the missed-run pages' actions, for `hk pause`).
     pub cloudwatch: aws_sdk_cloudwatch::Client,
+    /// Lambda (the event-source mappings, for `hk pause` and `hk status`).
+    pub lambda: aws_sdk_lambda::Client,
 }
 
 impl Aws {
@@ -172,6 +176,7 @@ impl Aws {
             sqs: aws_sdk_sqs::Client::new(&cfg),
             scheduler: aws_sdk_scheduler::Client::new(&cfg),
             cloudwatch: aws_sdk_cloudwatch::Client::new(&cfg),
+            lambda: aws_sdk_lambda::Client::new(&cfg),
         })
     }
 

@@ -13,14 +13,19 @@
 //!   runner.
 //!
 //! * `hk status` reads queue depths, oldest-message ages (CloudWatch) and schedule
-//!   states of a deployed stack.
+//!   states of a deployed stack, and (`health`) its mappings' and alarms' states, the
+//!   last run that finished and the next cron run.
 //! * `hk tick` sends a cron function's message as its schedule sends it.
+//! * `hk pause` / `hk resume` disable and enable a function's schedules, event-source
+//!   mappings and missed-run page without a deploy.
 //!
 //! The parts: `clients` (the AWS clients with `--region`/`--profile`, the up-front
 //! credentials and region check, the classification of SDK failures, the queue
-//! names), `setup`, `pump`, `replay`, `status` and `tick`.
+//! names), `setup`, `pump`, `replay`, `status` with `health`, `tick` and `pause`.
 
 mod clients;
+mod health;
+mod pause;
 mod pump;
 mod replay;
 mod setup;
@@ -31,6 +36,8 @@ pub use clients::{
     batch_size, credentials_advice, dlq_name, one_line, queue_name, sdk_failure, Aws, AwsOptions,
     AwsSetupError, QueueMissing, REGION_ADVICE,
 };
+pub use health::{alarms, camel, last_done, next_run, DONE_WINDOW};
+pub use pause::{mappings, missed_run_alarm, set_paused, PauseChange};
 pub use pump::{fire_due_schedules, pump, PumpStats};
 pub use replay::{
     read_lines, receiver_of, replay_dlq, replay_file_to_queues, Poll, ReplayReport, HOLD_S,

@@ -12,8 +12,9 @@
 //! attribute: SQS publishes it only as the CloudWatch metric
 //! `ApproximateAgeOfOldestMessage` (namespace `AWS/SQS`, dimension `QueueName`), so
 //! it is the Maximum over the last [`AGE_WINDOW`] in periods of [`AGE_PERIOD_S`]
-//! (`None` when CloudWatch has no datapoint: "no data", not 0). `hk status` receives
-//! no message.
+//! (`None` when CloudWatch has no datapoint: "no data", not 0). The mappings, alarms,
+//! last run that finished and next run come from `health`. `hk status` receives no
+//! message and changes nothing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -79,6 +80,16 @@ pub struct FunctionStatus {
     pub schedules: Vec<Schedule>,
     /// One-time (`at(…)`) schedules waiting to send to its queue.
     pub one_time_schedules: usize,
+    /// Its queue's event-source mappings: `(uuid, state)` (`Enabled`, `Disabled`, …).
+    pub mappings: std::result::Result<Vec<(String, String)>, String>,
+    /// Its alarms (deployed stack only): `(name without the stack prefix, state,
+    /// actions on)`; a missed-run page with its actions off is paused.
+    pub alarms: std::result::Result<Vec<(String, String, bool)>, String>,
+    /// The last run that finished (`outcome_done`), RFC 3339, or `None` within
+    /// [`super::DONE_WINDOW`].
+    pub last_done: std::result::Result<Option<String>, String>,
+    /// The next run of its cron schedule (UTC), when one is enabled.
+    pub next_run: Option<String>,
 }
 
 /// One recurring schedule targeting a function's queue.
@@ -133,7 +144,43 @@ impl FunctionStatus {
                 .map(|s| json!({"name": s.name, "state": s.state, "expression": s.expression}))
                 .collect::<Vec<_>>(),
             "one_time_schedules": self.one_time_schedules,
+            "mappings": match &self.mappings {
+                Ok(m) => json!(m.iter().map(|(u, s)| json!({"uuid": u, "state": s})).collect::<Vec<_>>()),
+                Err(e) => json!({"error": e}),
+            },
+            "alarms": match &self.alarms {
+                Ok(a) => json!(a.iter().map(|(n, s, on)| json!({"name": n, "state": s, "actions_enabled": on})).collect::<Vec<_>>()),
+                Err(e) => json!({"error": e}),
+            },
+            "paused": self.paused(),
+            "last_done": match &self.last_done {
+                Ok(t) => json!(t),
+                Err(e) => json!({"error": e}),
+            },
+            "next_run": self.next_run,
         })
+    }
+
+    /// Whether `hk pause` (or a deploy) stopped it: every schedule disabled and every
+    /// mapping disabled, at least one of them present.
+    pub fn paused(&self) -> bool {
+        let maps = self.mappings.as_deref().unwrap_or_default();
+        let any = !self.schedules.is_empty() || !maps.is_empty();
+        any && self.schedules.iter().all(|s| s.state == "DISABLED")
+            && maps
+                .iter()
+                .all(|(_, s)| s == "Disabled" || s == "Disabling")
+    }
+
+    /// The alarms in ALARM, by name.
+    pub fn firing(&self) -> Vec<&str> {
+        self.alarms
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter(|(_, s, _)| s == "ALARM")
+            .map(|(n, _, _)| n.as_str())
+            .collect()
     }
 }
 
@@ -261,8 +308,15 @@ pub(super) async fn schedules(aws: &Aws, group: &str) -> Result<Vec<Listed>> {
 }
 
 /// The status of every function: queues named `<names>-<function>` (and `…-dlq`),
-/// schedules in `group`.
-pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionStatus>> {
+/// schedules in `group`; with `stack`, its alarms and (the `Service` dimension
+/// `service`, default the stack) the last run that finished.
+pub async fn status(
+    aws: &Aws,
+    names: &str,
+    group: &str,
+    stack: Option<&str>,
+    service: Option<&str>,
+) -> Result<Vec<FunctionStatus>> {
     // One call first: a failure that is not a missing queue (no network, credentials
     // refused, no permission) ends the command on one line, not one line per queue.
     if let Err(e) = aws.url(&queue_name(names, Function::ALL[0])).await {
@@ -273,10 +327,29 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
     let mut arns: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = Vec::new();
     for (i, f) in Function::ALL.iter().enumerate() {
+        let mut queue_arn = None;
         let queue = depth(aws, &queue_name(names, *f)).await.map(|(d, arn)| {
-            arns.insert(arn, i);
+            arns.insert(arn.clone(), i);
+            queue_arn = Some(arn);
             d
         });
+        let mappings = match &queue_arn {
+            Some(arn) => super::mappings(aws, arn)
+                .await
+                .map_err(|e| format!("{e:#}")),
+            None => Err("no queue".to_string()),
+        };
+        let (alarms, last_done) = match stack {
+            Some(s) => (
+                super::alarms(aws, s, *f)
+                    .await
+                    .map_err(|e| format!("{e:#}")),
+                super::last_done(aws, service.unwrap_or(s), *f)
+                    .await
+                    .map_err(|e| format!("{e:#}")),
+            ),
+            None => (Ok(Vec::new()), Ok(None)),
+        };
         let dlq = depth(aws, &dlq_name(names, *f)).await.map(|(d, _)| d);
         let age = |name: String| async move {
             oldest_age(aws, &name).await.map_err(|e| format!("{e:#}"))
@@ -290,6 +363,10 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
             schedule: None,
             schedules: Vec::new(),
             one_time_schedules: 0,
+            mappings,
+            alarms,
+            last_done,
+            next_run: None,
         });
     }
     for Listed {
@@ -305,8 +382,16 @@ pub async fn status(aws: &Aws, names: &str, group: &str) -> Result<Vec<FunctionS
             out[i].schedules.push(schedule);
         }
     }
+    let now = chrono::Utc::now();
     for s in &mut out {
         s.schedule = summary(s.function.cron().is_some(), &s.schedules);
+        s.next_run = s
+            .schedules
+            .iter()
+            .filter(|x| x.state == "ENABLED")
+            .filter_map(|x| super::next_run(&x.expression, now))
+            .min()
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     }
     Ok(out)
 }

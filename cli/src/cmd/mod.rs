@@ -4,12 +4,14 @@
 
 mod bench;
 mod check;
+mod confirm;
 mod db;
 mod demo;
 pub(crate) mod exit;
 mod grants;
 mod local;
 mod parity;
+mod pause;
 mod read_only;
 mod replay;
 mod run;
@@ -32,6 +34,7 @@ use demo::cmd_demo;
 use grants::cmd_grants;
 use local::cmd_local;
 use parity::cmd_parity;
+use pause::{cmd_pause, PauseArgs};
 use replay::cmd_replay;
 use run::cmd_run;
 use status::{cmd_status, StatusArgs};
@@ -127,6 +130,12 @@ pub(crate) enum Cmd {
     /// Send a cron function's message to its queue as its EventBridge schedule sends
     /// it (re-running a missed or failed cron run).
     Tick(TickArgs),
+    /// Pause a function of a deployed stack, no deploy needed: its schedule disabled,
+    /// its event-source mapping disabled (messages wait on the queue), its missed-run
+    /// page silenced.
+    Pause(PauseArgs),
+    /// Undo `hk pause`: schedule and mapping enabled, missed-run page on again.
+    Resume(PauseArgs),
     /// Benchmarks: ratios measured side by side in one run, written to docs/benchmarks.md.
     Bench(BenchArgs),
     /// Throwaway database, demo data, every batch until idle, and a summary.
@@ -356,6 +365,8 @@ pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {
         Cmd::Replay { action } => cmd_replay(action).await,
         Cmd::Status(a) => cmd_status(a).await,
         Cmd::Tick(a) => cmd_tick(a).await,
+        Cmd::Pause(a) => cmd_pause(a, true).await,
+        Cmd::Resume(a) => cmd_pause(a, false).await,
         Cmd::Bench(a) => cmd_bench(a).await,
         Cmd::Demo {
             now, keep_db, json, ..

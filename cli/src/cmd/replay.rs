@@ -36,6 +36,11 @@ pub(crate) enum ReplayAction {
         /// Print one JSON object (`action`, `total`, `by_type`, `skipped`, `keys`).
         #[arg(long)]
         json: bool,
+        /// Replay a deletion worker's DLQ (group-destroy, delete-user,
+        /// delete-placeholder-user, storage-cleanup) without asking; needed when not on
+        /// a terminal.
+        #[arg(long)]
+        yes: bool,
     },
     /// Replay a JSON-lines file of message bodies or --outbox records.
     #[command(after_help = exit::EXIT_CODES_HELP)]
@@ -102,12 +107,24 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             kind,
             dry_run,
             json,
+            yes,
         } => {
             let f = function;
             let names = stack.names()?;
             let clients = stack.clients().await?;
             let dlq = clients.url(&hk::aws_local::dlq_name(names, f)).await?;
             let queue = clients.url(&hk::aws_local::queue_name(names, f)).await?;
+            // Asked once the queues are known to exist (credentials, region, names).
+            if !dry_run && super::confirm::deletion_worker(f) {
+                super::confirm::confirm(
+                    &format!(
+                        "{f} deletes for good: replaying its DLQ ({}) sends its deletions to the \
+                         stack's queue again (look first with --dry-run).",
+                        hk::aws_local::dlq_name(names, f)
+                    ),
+                    yes,
+                )?;
+            }
             let poll = hk::aws_local::Poll { wait_s, window_s };
             let pb = progress(json, format!("replaying {f}'s DLQ"));
             let r = hk::aws_local::replay_dlq(

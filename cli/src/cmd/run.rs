@@ -73,6 +73,10 @@ pub(crate) struct RunArgs {
     /// applies.
     #[arg(long, short)]
     pub(crate) verbose: bool,
+    /// Run a function that deletes against a database `hk` did not create without
+    /// asking; needed when not on a terminal (`--dry-run` never asks).
+    #[arg(long)]
+    pub(crate) yes: bool,
 }
 
 /// What a notifying function needs that `hk` would otherwise take from its demo
@@ -385,6 +389,15 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let config = local_config()?;
     let connector = connector(&config).await?;
     let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
+    if !throwaway && !a.dry_run && super::confirm::deletes(function) {
+        super::confirm::confirm(
+            &format!(
+                "{function} deletes for good and this database is not a throwaway one `hk` \
+                 created (no hk_meta.throwaway): the run changes it."
+            ),
+            a.yes,
+        )?;
+    }
     let mut runner = Runner::new(connector, config.settings.clone(), now);
     if matches!(
         function,

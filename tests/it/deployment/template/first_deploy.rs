@@ -53,15 +53,22 @@ fn a_default_deploy_refuses_missing_and_placeholder_answers_and_asks_for_a_vpc()
         .collect();
     assert_eq!(
         required,
-        ["DatabaseSecretArn", "GitlabBaseUrl", "MailFrom", "SmtpHost"],
+        [
+            "DatabaseSecretArn",
+            "GitlabBaseUrl",
+            "MailFrom",
+            "RunbookBaseUrl",
+            "SmtpHost"
+        ],
         "the operator's own answers have no default"
     );
     assert_eq!(r["no_answers"]["refused"], true);
     let placeholders = why(&r, "placeholders");
-    assert_eq!(placeholders.len(), 3, "{placeholders:?}");
-    for (w, name) in placeholders
-        .iter()
-        .zip(["GitlabBaseUrl", "MailFrom", "SmtpHost"])
+    assert_eq!(placeholders.len(), 4, "{placeholders:?}");
+    for (w, name) in
+        placeholders
+            .iter()
+            .zip(["GitlabBaseUrl", "MailFrom", "SmtpHost", "RunbookBaseUrl"])
     {
         assert!(
             w.starts_with(&format!("{name}: ")) && w.contains("example.com"),

@@ -9,8 +9,9 @@
 //! * `item_alarms`: the per-item failure metrics and their ticket and page alarms.
 //! * `on_call`: cron heartbeats (armed through cutover), pausable event-source
 //!   mappings and log groups; every alarm names a runbook section that exists.
-//! * `paging`: which alarms page and which make a ticket, their topics, and the
-//!   runbook's list of the alarms that page.
+//! * `paging`: which alarms page (ten composites at most) and which make a ticket,
+//!   their topics, names, runbook links and suppression, and the runbook's list of
+//!   the alarms that page.
 //! * `variables`: every documented variable is a parameter passed to the functions
 //!   that read it, or documented as not one.
 //! * `deploy_path`: `sam build` runs infra/Makefile, which runs the package script;
@@ -101,7 +102,26 @@ pub(crate) fn dimensions(v: &Value) -> BTreeMap<String, Value> {
         .unwrap_or_default()
 }
 
-/// Alarms by logical id.
+/// An alarm's description text, plain or in `!Sub` (which fills in the runbook link).
+pub(crate) fn description(p: &Value) -> String {
+    plain(&p["AlarmDescription"])
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Composite alarms by logical id.
+pub(crate) fn composites(t: &Value) -> Vec<(String, &Value)> {
+    t["Resources"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::CompositeAlarm")
+        .map(|(k, r)| (k.as_str().unwrap().to_string(), &r["Properties"]))
+        .collect()
+}
+
+/// Metric alarms by logical id.
 pub(crate) fn alarms(t: &Value) -> Vec<(String, &Value)> {
     t["Resources"]
         .as_mapping()

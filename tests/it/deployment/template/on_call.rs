@@ -1,7 +1,8 @@
 //! What on call relies on in the template: every cron function has a heartbeat for a
 //! run that did not happen or did not finish, armed through cutover; every event-source
 //! mapping can be paused by its own parameter; every function logs to its own log group
-//! kept for the retention parameter; every alarm names a runbook section that exists.
+//! kept for the retention parameter; every alarm links a runbook section that exists
+//! (`${RunbookBaseUrl}#<section>`).
 //! Which alarms page and which make a ticket: `paging`.
 
 use super::*;
@@ -17,12 +18,10 @@ pub(crate) fn ticket_action_value() -> Value {
     serde_yaml::from_str("!If [HasTicketTopic, [!Ref TicketTopicArn], !Ref AWS::NoValue]").unwrap()
 }
 
-/// Whether an alarm pages: its description says so (`Page: …`; the rest `Ticket: …`).
+/// Whether an alarm pages: its description says so (`Page: …`; the rest `Ticket: …`,
+/// or `Feeds <composite>: …` for the children of a composite that pages).
 pub(crate) fn pages(alarm: &Value) -> bool {
-    alarm["AlarmDescription"]
-        .as_str()
-        .unwrap_or_default()
-        .starts_with("Page: ")
+    description(alarm).starts_with("Page: ")
 }
 
 /// The cron period in seconds: `*/5` (B43) or daily.
@@ -110,9 +109,25 @@ fn every_cron_function_has_a_heartbeat_for_a_run_that_did_not_happen_or_finish()
             p["ActionsEnabled"].is_null(),
             "{name}: actions must stay on through cutover"
         );
-        assert!(pages(p), "{name}: a missed run pages");
-        assert_eq!(p["AlarmActions"], page_action_value(), "{name}");
-        assert_eq!(p["OKActions"], page_action_value(), "{name}");
+        // It pages through its composite, which a stalled stack or a refused schema
+        // suppresses (`paging`): no actions of its own.
+        assert!(
+            p["AlarmActions"].is_null() && p["OKActions"].is_null(),
+            "{name}: pages through {c}MissedRunAlarm only"
+        );
+        let page = &resource(&t, &format!("{c}MissedRunAlarm"))["Properties"];
+        assert!(pages(page), "{c}MissedRunAlarm: a missed run pages");
+        assert_eq!(page["AlarmActions"], page_action_value(), "{name}");
+        assert_eq!(page["OKActions"], page_action_value(), "{name}");
+        assert_eq!(
+            tagged(&page["AlarmRule"]).1,
+            format!("ALARM(\"${{{c}HeartbeatAlarm.Arn}}\")"),
+            "{c}MissedRunAlarm follows its heartbeat alone"
+        );
+        assert!(
+            page["ActionsEnabled"].is_null(),
+            "{name}: actions must stay on through cutover"
+        );
     }
 }
 
@@ -218,12 +233,12 @@ fn every_alarm_description_names_a_runbook_section_that_exists() {
     let t = template();
     let (anchors, sections) = runbook_anchors();
     let mut used = BTreeSet::new();
-    for (name, p) in alarms(&t) {
-        let d = p["AlarmDescription"].as_str().unwrap_or_default();
+    for (name, p) in alarms(&t).into_iter().chain(composites(&t)) {
+        let d = description(p);
         let anchor = d
-            .split("Runbook: docs/runbook.md#")
+            .split("Runbook: ${RunbookBaseUrl}#")
             .nth(1)
-            .unwrap_or_else(|| panic!("{name}: no `Runbook: docs/runbook.md#…` in {d:?}"));
+            .unwrap_or_else(|| panic!("{name}: no `Runbook: ${{RunbookBaseUrl}}#…` in {d:?}"));
         let anchor = anchor.split_whitespace().next().unwrap();
         assert!(
             anchors.contains(anchor),

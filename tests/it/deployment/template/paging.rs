@@ -1,9 +1,14 @@
-//! Paging by symptom (issue 35): an alarm pages (`PageTopicArn`) only for what needs a
-//! person now: a cron that did not run or did not finish, a dead letter, a function
-//! whose every record or item failed, a schema the functions refuse, EventBridge
-//! Scheduler losing a tick; every other alarm makes a ticket (`TicketTopicArn`). OK is
-//! notified only where the cause can end by itself. docs/runbook.md lists every alarm
-//! that pages, with its count.
+//! Paging by symptom (issues 35, 51): at most ten alarms page (`PageTopicArn`), each a
+//! composite alarm: per cron a run that did not happen or finish, the schema or release
+//! refused, each destructive worker (group-destroy, delete-user, storage-cleanup)
+//! blocked or failing on the same item again, and the stack stalled (two crons failing
+//! at once: a database or network outage). The missed-run and stuck-worker pages are
+//! suppressed while the stalled or schema page fires (`ActionsSuppressor`), so an
+//! outage is one page (`tests/it/deployment/paging_moto.rs` counts it in moto). Every
+//! paging alarm also sends OK. Every other alarm makes a ticket (`TicketTopicArn`) or,
+//! as a child of a paging composite, notifies nobody itself (`Feeds <composite>: …`).
+//! Every alarm is named `<stack>-<logical id>` and links its runbook section from
+//! `RunbookBaseUrl`. docs/runbook.md lists every alarm that pages.
 
 use super::on_call::{page_action_value, pages, ticket_action_value};
 use super::*;
@@ -11,14 +16,9 @@ use shared::metrics::{
     Emitters, ITEM_FAILURE_EMITTERS, RECORDS, RECORDS_FAILED, SCHEMA_INCOMPATIBLE,
 };
 
-/// Alarms whose OK notification helps: their cause can end without anyone acting.
-fn notifies_ok(alarm: &str) -> bool {
-    alarm.ends_with("HeartbeatAlarm") || schema_alarms().iter().any(|a| a == alarm)
-}
-
-/// The schema pages: the functions' `schema_incompatible` ten to an alarm (CloudWatch's
+/// The schema alarms: the functions' `schema_incompatible` ten to an alarm (CloudWatch's
 /// hard limit on the metrics of one alarm): `SchemaRefusedAlarm`, then
-/// `SchemaRefused2Alarm`, ….
+/// `SchemaRefused2Alarm`, …; they feed `SchemaOrReleaseRefusedAlarm`.
 fn schema_alarms() -> Vec<String> {
     (0..Function::ALL.len().div_ceil(10))
         .map(|i| match i {
@@ -28,63 +28,108 @@ fn schema_alarms() -> Vec<String> {
         .collect()
 }
 
+/// The destructive workers that page when stuck.
+const DESTRUCTIVE: [&str; 3] = ["group-destroy", "delete-user", "storage-cleanup"];
+
 /// The alarms that must page, from the function catalogue.
 fn expected_pages() -> BTreeSet<String> {
     let mut want = BTreeSet::new();
-    for f in Function::ALL.iter().copied() {
-        let c = camel(f.name());
-        want.insert(format!("{c}DLQAlarm"));
-        if f.cron().is_some() {
-            want.insert(format!("{c}HeartbeatAlarm"));
-        } else {
-            want.insert(format!("{c}AllRecordsFailedAlarm"));
-        }
-        if shared::metrics::FAILED.emitted_by(f) {
-            want.insert(format!("{c}AllItemsFailedAlarm"));
-        }
+    for f in Function::ALL.iter().copied().filter(|f| f.cron().is_some()) {
+        want.insert(format!("{}MissedRunAlarm", camel(f.name())));
     }
-    for stack_wide in ["SchedulerTargetErrorsAlarm", "SchedulerDroppedAlarm"] {
-        want.insert(stack_wide.to_string());
+    for w in DESTRUCTIVE {
+        want.insert(format!("{}StuckAlarm", camel(w)));
     }
-    want.extend(schema_alarms());
+    want.insert("HousekeepingStalledAlarm".to_string());
+    want.insert("SchemaOrReleaseRefusedAlarm".to_string());
     want
 }
 
 fn template_pages(t: &Value) -> BTreeSet<String> {
     alarms(t)
         .into_iter()
+        .chain(composites(t))
         .filter(|(_, p)| pages(p))
         .map(|(n, _)| n)
         .collect()
 }
 
+/// The alarms a composite's rule refers to (`ALARM("${X.Arn}")`).
+fn rule_children(p: &Value) -> Vec<String> {
+    let rule = tagged(&p["AlarmRule"]).1;
+    rule.split("ALARM(\"${")
+        .skip(1)
+        .map(|s| s.split(".Arn}").next().unwrap().to_string())
+        .collect()
+}
+
 #[test]
-fn every_alarm_pages_or_makes_a_ticket_and_notifies_only_that_topic() {
+fn every_alarm_pages_makes_a_ticket_or_feeds_a_composite_and_is_named_and_linked() {
     let t = template();
-    let all = alarms(&t);
-    assert!(all.len() >= 80, "{} alarms", all.len());
+    let all: Vec<(String, &Value)> = alarms(&t).into_iter().chain(composites(&t)).collect();
+    assert!(all.len() >= 90, "{} alarms", all.len());
+    let composite: BTreeMap<String, &Value> = composites(&t).into_iter().collect();
     for (name, p) in &all {
-        let d = p["AlarmDescription"].as_str().unwrap_or_default();
-        assert!(
-            d.starts_with("Page: ") || d.starts_with("Ticket: "),
-            "{name}: the description must start with Page: or Ticket: ({d:?})"
+        let d = description(p);
+        assert_eq!(
+            p["AlarmName"],
+            serde_yaml::from_str::<Value>(&format!("!Sub \"${{AWS::StackName}}-{name}\"")).unwrap(),
+            "{name}: named after the stack"
         );
-        let want = if pages(p) {
-            page_action_value()
-        } else {
-            ticket_action_value()
-        };
-        assert_eq!(p["AlarmActions"], want, "{name} AlarmActions");
-        if notifies_ok(name) {
-            assert_eq!(p["OKActions"], want, "{name} OKActions");
-        } else {
-            assert!(p["OKActions"].is_null(), "{name}: no OK notification");
-        }
+        assert!(
+            d.contains("Runbook: ${RunbookBaseUrl}#"),
+            "{name}: the runbook link is built from RunbookBaseUrl ({d:?})"
+        );
         assert!(p["InsufficientDataActions"].is_null(), "{name}");
         assert!(
             p["ActionsEnabled"].is_null(),
             "{name}: actions are never switched off by a parameter"
         );
+        if pages(p) {
+            assert!(
+                composite.contains_key(name),
+                "{name}: a page is a composite alarm"
+            );
+            assert_eq!(
+                p["AlarmActions"],
+                page_action_value(),
+                "{name} AlarmActions"
+            );
+            assert_eq!(
+                p["OKActions"],
+                page_action_value(),
+                "{name}: every page sends OK"
+            );
+        } else if d.starts_with("Ticket: ") {
+            assert_eq!(
+                p["AlarmActions"],
+                ticket_action_value(),
+                "{name} AlarmActions"
+            );
+            assert!(p["OKActions"].is_null(), "{name}: no OK notification");
+        } else {
+            // A child: a composite it names reads it, and it notifies nobody itself; or
+            // the suppressor of the pages.
+            if let Some(r) = d.strip_prefix("Feeds ") {
+                let parent = r.split(':').next().unwrap();
+                let parent_p = composite
+                    .get(parent)
+                    .unwrap_or_else(|| panic!("{name} feeds {parent}, which is no composite"));
+                assert!(
+                    rule_children(parent_p).contains(name),
+                    "{name}: {parent}'s rule does not read it"
+                );
+            } else {
+                assert!(
+                    name == "PagesSuppressedAlarm" && d.starts_with("Suppresses "),
+                    "{name}: Page:, Ticket: or Feeds <alarm>: ({d:?})"
+                );
+            }
+            assert!(
+                p["AlarmActions"].is_null() && p["OKActions"].is_null(),
+                "{name}: a child notifies nobody itself"
+            );
+        }
     }
     for (name, expr) in [
         ("HasPageTopic", "!Not [!Equals [!Ref PageTopicArn, \"\"]]"),
@@ -99,10 +144,14 @@ fn every_alarm_pages_or_makes_a_ticket_and_notifies_only_that_topic() {
         );
     }
     assert!(t["Parameters"]["AlarmTopicArn"].is_null());
+    assert!(
+        t["Parameters"]["RunbookBaseUrl"]["Default"].is_null(),
+        "RunbookBaseUrl is the operator's own answer"
+    );
 }
 
 #[test]
-fn the_alarms_that_page_are_exactly_the_symptoms_that_need_a_person() {
+fn at_most_ten_alarms_page_and_they_are_exactly_the_symptoms_that_need_a_person() {
     let t = template();
     let got = template_pages(&t);
     let want = expected_pages();
@@ -113,7 +162,9 @@ fn the_alarms_that_page_are_exactly_the_symptoms_that_need_a_person() {
         got.difference(&want).collect::<Vec<_>>(),
         want.difference(&got).collect::<Vec<_>>()
     );
-    // What used to page and must not: retried failures, throttles, durations, queue age.
+    assert!(got.len() <= 10, "{} alarms page: {got:?}", got.len());
+    // Retried failures, throttles, durations, queue age, dead letters of the other
+    // workers, every-record and every-item failures: tickets.
     for f in Function::ALL.iter().copied() {
         let c = camel(f.name());
         for kind in [
@@ -123,13 +174,112 @@ fn the_alarms_that_page_are_exactly_the_symptoms_that_need_a_person() {
             "Duration",
             "QueueAge",
             "Errors",
+            "AllRecordsFailed",
+            "AllItemsFailed",
+            "DLQ",
         ] {
             let name = format!("{c}{kind}Alarm");
             if let Some(r) = t["Resources"].get(name.as_str()) {
-                assert!(!pages(&r["Properties"]), "{name} must make a ticket");
+                let p = &r["Properties"];
+                assert!(!pages(p), "{name} must not page itself");
+                let d = description(p);
+                if kind == "DLQ" && DESTRUCTIVE.contains(&f.name()) {
+                    assert!(
+                        d.starts_with(&format!("Feeds {c}StuckAlarm: ")),
+                        "{name}: {d}"
+                    );
+                } else {
+                    assert!(d.starts_with("Ticket: "), "{name} makes a ticket: {d}");
+                }
             }
         }
     }
+}
+
+#[test]
+fn a_stalled_stack_or_a_refused_schema_suppresses_the_other_pages() {
+    let t = template();
+    let c: BTreeMap<String, &Value> = composites(&t).into_iter().collect();
+    let crons: Vec<String> = Function::ALL
+        .iter()
+        .filter(|f| f.cron().is_some())
+        .map(|f| camel(f.name()))
+        .collect();
+    // Stalled: any two crons failing (errors, failed records or a missed run), unless
+    // the schema explains it.
+    let stalled = c["HousekeepingStalledAlarm"];
+    let read = rule_children(stalled);
+    for (i, a) in crons.iter().enumerate() {
+        let failing = c[&format!("{a}FailingAlarm")];
+        assert_eq!(
+            rule_children(failing),
+            [
+                format!("{a}ErrorsAlarm"),
+                format!("{a}FailedRecordsAlarm"),
+                format!("{a}HeartbeatAlarm")
+            ],
+            "{a}FailingAlarm"
+        );
+        for b in &crons[i + 1..] {
+            let pair = format!(
+                "(ALARM(\"${{{a}FailingAlarm.Arn}}\") AND ALARM(\"${{{b}FailingAlarm.Arn}}\"))"
+            );
+            assert!(tagged(&stalled["AlarmRule"]).1.contains(&pair), "{pair}");
+        }
+    }
+    assert_eq!(read.last().unwrap(), "SchemaOrReleaseRefusedAlarm");
+    assert!(tagged(&stalled["AlarmRule"])
+        .1
+        .ends_with(") AND NOT ALARM(\"${SchemaOrReleaseRefusedAlarm.Arn}\")"));
+    assert_eq!(
+        rule_children(c["PagesSuppressedAlarm"]),
+        ["HousekeepingStalledAlarm", "SchemaOrReleaseRefusedAlarm"]
+    );
+    assert_eq!(
+        rule_children(c["SchemaOrReleaseRefusedAlarm"]),
+        schema_alarms()
+    );
+    for name in expected_pages() {
+        let p = c[&name];
+        let suppressed =
+            !["HousekeepingStalledAlarm", "SchemaOrReleaseRefusedAlarm"].contains(&name.as_str());
+        if suppressed {
+            assert_eq!(
+                tagged(&p["ActionsSuppressor"]),
+                ("!GetAtt".into(), "PagesSuppressedAlarm.Arn".into()),
+                "{name}"
+            );
+            // CloudWatch waits this long for the suppressor before acting, and keeps
+            // suppressing this long after it recovered.
+            assert_eq!(
+                p["ActionsSuppressorWaitPeriod"].as_u64(),
+                Some(600),
+                "{name}"
+            );
+            assert_eq!(
+                p["ActionsSuppressorExtensionPeriod"].as_u64(),
+                Some(3600),
+                "{name}"
+            );
+        } else {
+            assert!(
+                p["ActionsSuppressor"].is_null(),
+                "{name} is never suppressed"
+            );
+        }
+    }
+    assert_eq!(
+        rule_children(c["GroupDestroyStuckAlarm"]),
+        ["GroupDestroyBlockedAlarm", "GroupDestroyDLQAlarm"]
+    );
+    assert_eq!(
+        rule_children(c["DeleteUserStuckAlarm"]),
+        ["DeleteUserDLQAlarm"]
+    );
+    assert_eq!(
+        rule_children(c["StorageCleanupStuckAlarm"]),
+        ["StorageCleanupDLQAlarm"]
+    );
 }
 
 /// The alarms the runbook's "Alarms that page" section lists, its rows by kind expanded
@@ -189,13 +339,11 @@ fn the_runbook_lists_every_alarm_that_pages() {
         unique, pages,
         "docs/runbook.md's list and the template differ"
     );
-    // Every kind of page is there: today 5 heartbeats, 10 dead-letter queues, 5 + 5
-    // failure alarms and 3 for the schema and the scheduler.
-    assert!(pages.len() >= 28, "{pages:?}");
+    assert_eq!(pages.len(), expected_pages().len(), "{pages:?}");
 }
 
 #[test]
-fn every_worker_pages_when_every_record_failed_for_three_periods() {
+fn every_worker_makes_a_ticket_when_every_record_failed_for_three_periods() {
     let t = template();
     let service = service_value(&t);
     for f in Function::ALL.iter().copied().filter(|f| f.cron().is_none()) {
@@ -220,7 +368,7 @@ fn every_worker_pages_when_every_record_failed_for_three_periods() {
             "{name}"
         );
         // Three periods in a row: one failed record waits out an hour-long visibility
-        // timeout before its next try, so a single retried failure never pages.
+        // timeout before its next try, so a single retried failure never alarms.
         assert_eq!(p["EvaluationPeriods"].as_u64(), Some(3), "{name}");
         assert_eq!(p["DatapointsToAlarm"].as_u64(), Some(3), "{name}");
         assert_eq!(p["Threshold"].as_u64(), Some(1), "{name}");
@@ -230,7 +378,7 @@ fn every_worker_pages_when_every_record_failed_for_three_periods() {
 }
 
 #[test]
-fn the_schema_pages_read_every_functions_schema_incompatible() {
+fn the_schema_page_reads_every_functions_schema_incompatible() {
     let t = template();
     let service = service_value(&t);
     let mut read = Vec::new();
@@ -261,10 +409,7 @@ fn the_schema_pages_read_every_functions_schema_incompatible() {
         assert_eq!(p["Threshold"].as_u64(), Some(0));
         assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
         assert!(
-            p["AlarmDescription"]
-                .as_str()
-                .unwrap()
-                .contains("Runbook: docs/runbook.md#schema-refused"),
+            description(p).contains("Runbook: ${RunbookBaseUrl}#schema-refused"),
             "{name}"
         );
     }
