@@ -10,7 +10,9 @@
 //! GitLab's `ContainerRegistry::CleanupWorker` acts on `status`, never set here) and
 //! their re-check under lock ([`lock_registry_item`]: the path recomputed from the
 //! project's current route, the project still under the scheduled group); a project's
-//! repository storage moves in progress; [`take_manifest`], which reads a project's
+//! root registry path (the legacy root repository GitLab removes without a row) and
+//! whether a live project's route has it; a project's repository storage moves in
+//! progress; [`take_manifest`], which reads a project's
 //! storage items and deletes the rows no foreign key removes with the project (LFS
 //! links and unlinked LFS objects, uploads), and [`take_group_uploads`] for a group's
 //! own uploads; and the instance's identity (`application_settings.uuid`). Runs inside
@@ -212,6 +214,23 @@ pub async fn lock_registry_item<C: GenericClient>(
     })
 }
 
+/// Project `p`'s root registry path (its full path, lower case), `None` when the
+/// project is gone.
+pub async fn root_registry_path<C: GenericClient>(c: &C, p: i64) -> Result<Option<String>> {
+    Ok(c.query_opt(sql::ROOT_REGISTRY_PATH, &[&p])
+        .await?
+        .and_then(|r| r.get(0)))
+}
+
+/// Whether a live project's route has full path `path` (lower case), locking those
+/// routes `FOR SHARE` in the caller's transaction.
+pub async fn live_project_at<C: GenericClient>(c: &C, path: &str) -> Result<bool> {
+    Ok(!c
+        .query(sql::SHARE_PROJECT_ROUTES_AT, &[&path])
+        .await?
+        .is_empty())
+}
+
 /// A container repository's registry path, GitLab's way: the project's full path, then
 /// `/<name>` when it has one, lower case (`ContainerRegistry::Path`).
 pub fn registry_path(project_full_path: &str, name: &str) -> String {
@@ -241,8 +260,8 @@ pub struct Manifest {
     pub blocked: Vec<String>,
 }
 
-/// Read project `p`'s storage items and delete the rows no foreign key removes with
-/// the project: its LFS links, the LFS objects no other project links (locked first),
+/// Read project `p`'s storage items (with the registry on, its root registry path
+/// too) and delete the rows no foreign key removes with the project: its LFS links, the LFS objects no other project links (locked first),
 /// and its upload rows. With `blocked` non-empty the caller must roll back.
 pub async fn take_manifest<C: GenericClient>(
     c: &C,
@@ -308,6 +327,20 @@ pub async fn take_manifest<C: GenericClient>(
             key: lfs_key(&oid),
         };
         place(&mut m, item, !r.get::<_, bool>(2));
+    }
+    // The images at the project's root path without a row (GitLab's legacy root
+    // repository, which `Projects::DestroyService#remove_legacy_registry_tags`
+    // removes): with the registry on, one item for the path the route gives now.
+    // (Off: they stay, as before; no row blocks on them.)
+    if modes.registry == Mode::On {
+        if let Some(path) = root_registry_path(c, p).await? {
+            let item = StorageItem::RegistryRoot { path };
+            if bound_rule(&item, p).is_ok() {
+                m.remove.push(item);
+            } else {
+                m.left.push(item);
+            }
+        }
     }
     // Uploads beside the project (design thumbnails, import/export files): never
     // removed here; left (and their rows deleted) only with `leave`.

@@ -69,7 +69,13 @@ pub fn webhook_key(event_key: &str, hook_id: i64) -> String {
 /// key cannot).
 pub fn storage_cleanup_key(project_id: i64, item: &super::StorageItem) -> String {
     use sha2::Digest;
-    let h = hex::encode(sha2::Sha256::digest(item.path().as_bytes()));
+    // A root registry path is also the path of a container repository without a name:
+    // the two items keep distinct keys.
+    let path = match item {
+        super::StorageItem::RegistryRoot { path } => format!("root:{path}"),
+        other => other.path(),
+    };
+    let h = hex::encode(sha2::Sha256::digest(path.as_bytes()));
     format!(
         "storage-cleanup:{project_id}:{}:{}",
         item.kind().as_str(),

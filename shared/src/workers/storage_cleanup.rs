@@ -16,7 +16,10 @@
 //! the project's current route is the message's (all under lock, schedule and project
 //! `FOR SHARE`); the registry is called outside any transaction, then the same re-check
 //! runs again under lock and the row is deleted; a repository kept (restored, moved,
-//! renamed) loses `group-destroy`'s mark. A failure is re-sent with a growing delay
+//! renamed) loses `group-destroy`'s mark. The images at a destroyed project's root
+//! registry path that have no row (GitLab's legacy root repository) go once the
+//! project's row is gone and no live project's route has that path, re-checked before
+//! and after the registry calls, which run outside any transaction. A failure is re-sent with a growing delay
 //! ([`BACKOFF_S`]), then the record fails and reaches the DLQ with the item named. The
 //! `done` result is [`StorageCleanupDone`].
 
@@ -54,7 +57,7 @@ pub enum Outcome {
     /// The project still exists and its group is no longer scheduled: kept.
     Kept,
     /// A live row refers to the object again (an LFS object with this oid, a package
-    /// file with this final path): kept.
+    /// file with this final path, a live project's route at a root registry path): kept.
     Reused,
     /// The container repository's path is no longer the message's (renamed or moved):
     /// kept, its mark undone; `group-destroy` sends the current path.
@@ -156,6 +159,27 @@ async fn recheck<C: GenericClient>(c: &C, p: &StorageCleanupRun) -> Result<Optio
         _ => false,
     };
     Ok(reused.then_some(Outcome::Reused))
+}
+
+/// The re-check of the images at a project's root registry path (no row), in one
+/// transaction: `None` when they may go — the project's row is gone (else waiting or
+/// kept, as for a repository) and no live project's route has the path (locked `FOR
+/// SHARE`; a new or renamed project there keeps its images: `Reused`).
+async fn recheck_root<C>(
+    client_db: &mut C,
+    p: &StorageCleanupRun,
+    path: &str,
+) -> Result<Option<Outcome>>
+where
+    C: GenericClient + Send + Sync,
+{
+    let tx = client_db.transaction().await?;
+    let mut found = recheck(&tx, p).await?;
+    if found.is_none() && storage::live_project_at(&tx, path).await? {
+        found = Some(Outcome::Reused);
+    }
+    tx.commit().await?;
+    Ok(found)
 }
 
 /// Refuse to remove anything unless this database is the instance's the stack serves:
@@ -303,6 +327,30 @@ where
             };
             tx.commit().await?;
             Ok((outcome, r.manifests_deleted))
+        }
+        StorageItem::RegistryRoot { path } => {
+            if let Some(o) = recheck_root(client_db, p, path).await? {
+                return Ok((o, 0));
+            }
+            if s.dry_run {
+                return Ok((Outcome::WouldRemove, 0));
+            }
+            // The registry outside any transaction, then the same re-check.
+            let registry = client(s.registry.as_ref(), "STORAGE_REGISTRY")?;
+            let r = registry
+                .delete_repository(path, s.token_clock.now())
+                .await?;
+            if let Some(o) = recheck_root(client_db, p, path).await? {
+                tracing::warn!(
+                    group_id = p.group_id,
+                    project_id = p.project_id,
+                    path = path.as_str(),
+                    manifests_deleted = r.manifests_deleted,
+                    "Storage cleanup: a live project took the root registry path during the registry calls (the images there when they began are removed)"
+                );
+                return Ok((o, r.manifests_deleted));
+            }
+            Ok((done(r.removal), r.manifests_deleted))
         }
         StorageItem::Repository {
             storage: name,

@@ -53,6 +53,20 @@ crate::statements::statements! {
     SHARE_NAMESPACE_ROUTE = "SELECT r.path || '/' || p.path
                FROM projects p JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = p.namespace_id
               WHERE p.id = $1::bigint FOR SHARE OF r";
+    /// Project `$1`'s root registry path: its full path (its route, or its namespace's
+    /// route and its path), lower case, as `ContainerRegistry::Path` names it.
+    ROOT_REGISTRY_PATH = "SELECT lower(COALESCE(pr.path, nr.path || '/' || p.path))
+               FROM projects p
+               LEFT JOIN routes pr ON pr.source_type = 'Project' AND pr.source_id = p.id
+               LEFT JOIN routes nr ON nr.source_type = 'Namespace' AND nr.source_id = p.namespace_id
+              WHERE p.id = $1::bigint";
+    /// The routes of live projects whose full path is `$1` (case-insensitive, as
+    /// GitLab's routes are unique), `FOR SHARE`: a new or renamed project at a root
+    /// registry path keeps its images.
+    SHARE_PROJECT_ROUTES_AT = "SELECT r.source_id::bigint FROM routes r
+              WHERE r.source_type = 'Project' AND lower(r.path) = $1
+                AND EXISTS (SELECT 1 FROM projects p WHERE p.id = r.source_id)
+                FOR SHARE OF r";
     /// Whether project `$1` has a repository storage move scheduled (2) or started (3).
     STORAGE_MOVE_IN_PROGRESS = "SELECT EXISTS (SELECT 1 FROM project_repository_storage_moves
               WHERE project_id = $1::bigint AND state IN (2, 3))";

@@ -1,12 +1,14 @@
 //! The payload of `storage-cleanup` (issue 37, docs/storage-cleanup.md).
 //!
 //! Owns: [`StorageCleanupRun`] (one storage item of one destroyed project: a Git
-//! repository on a Gitaly storage, a container repository in the registry, or an object
-//! in one of GitLab's buckets) and its validating decoder, which refuses paths that could
+//! repository on a Gitaly storage, a container repository in the registry, the images
+//! at the project's root registry path that have no row, or an object in one of
+//! GitLab's buckets) and its validating decoder, which refuses paths that could
 //! leave their tree (`..`, a leading `/`, control characters) and binds every item to the
 //! ids the message carries (issue 46): the only path an item may name is the one GitLab
 //! derives from its project's id (or its snippet's), hashed storage only
-//! ([`bound_rule`]); the database confirms the rest at removal.
+//! ([`bound_rule`]), and a root registry path must be a project's full path; the
+//! database confirms the rest at removal.
 
 use serde::Serialize;
 
@@ -69,6 +71,13 @@ pub enum StorageItem {
         /// The registry path (`<project full path>[/<name>]`, lower case).
         path: String,
     },
+    /// The images at a project's root path with no `container_repositories` row
+    /// (GitLab's legacy root repository, `ContainerRepository.build_root_repository`):
+    /// every tag there, no row.
+    RegistryRoot {
+        /// The project's full path at destroy time, lower case (the registry's name).
+        path: String,
+    },
     /// An object in one of GitLab's buckets.
     Object {
         /// The bucket kind.
@@ -114,13 +123,16 @@ impl StorageItem {
     pub fn kind(&self) -> StorageKind {
         match self {
             StorageItem::Repository { .. } => StorageKind::Gitaly,
-            StorageItem::ContainerRepository { .. } => StorageKind::Registry,
+            StorageItem::ContainerRepository { .. } | StorageItem::RegistryRoot { .. } => {
+                StorageKind::Registry
+            }
             StorageItem::Object { .. } => StorageKind::Objects,
         }
     }
 
     /// How logs and the DLQ line name the item: `gitaly default:@hashed/…git`,
-    /// `registry 12 group/project`, `objects uploads:key`.
+    /// `registry container_repositories.id=12 group/project`, `registry root
+    /// group/project`, `objects uploads:key`.
     pub fn describe(&self) -> String {
         match self {
             StorageItem::Repository {
@@ -131,6 +143,7 @@ impl StorageItem {
             StorageItem::ContainerRepository { id, path } => {
                 format!("registry container_repositories.id={id} {path}")
             }
+            StorageItem::RegistryRoot { path } => format!("registry root {path}"),
             StorageItem::Object { bucket, key } => format!("objects {}:{key}", bucket.as_str()),
         }
     }
@@ -143,7 +156,9 @@ impl StorageItem {
                 relative_path,
                 ..
             } => format!("{storage}:{relative_path}"),
-            StorageItem::ContainerRepository { path, .. } => path.clone(),
+            StorageItem::ContainerRepository { path, .. } | StorageItem::RegistryRoot { path } => {
+                path.clone()
+            }
             StorageItem::Object { bucket, key } => format!("{}:{key}", bucket.as_str()),
         }
     }
@@ -204,6 +219,9 @@ impl Payload for StorageItem {
                 id: f.id("id")?,
                 path: contained(f, "path", STORAGE_PATH_MAX)?,
             }),
+            "registry_root" => Ok(StorageItem::RegistryRoot {
+                path: f.text("path", STORAGE_PATH_MAX)?,
+            }),
             "object" => {
                 let b = f.text("bucket", 32)?;
                 let bucket = Bucket::parse(&b)
@@ -213,7 +231,10 @@ impl Payload for StorageItem {
                     key: contained(f, "key", STORAGE_PATH_MAX)?,
                 })
             }
-            _ => Err(f.err("kind", "must be repository, container_repository or object")),
+            _ => Err(f.err(
+                "kind",
+                "must be repository, container_repository, registry_root or object",
+            )),
         }
     }
 }
@@ -266,6 +287,24 @@ fn is_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Whether `p` is a project's full path as the registry names it: at least a
+/// namespace and the project, lower case, each segment a GitLab path
+/// (`Gitlab::PathRegex`: letters, digits, `_`, `-`, `.`; not starting with `-` or `.`,
+/// not ending with `.`, `.git` or `.atom`).
+pub fn is_project_full_path(p: &str) -> bool {
+    let segment = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 255
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b))
+            && !s.starts_with(['-', '.'])
+            && !s.ends_with('.')
+            && !s.ends_with(".git")
+            && !s.ends_with(".atom")
+    };
+    p.len() <= STORAGE_PATH_MAX && p.split('/').count() >= 2 && p.split('/').all(segment)
+}
+
 /// Whether `item` has the one shape GitLab gives storage of project `project_id`
 /// (docs/storage-cleanup.md, "Which items a message may name"): `Err` names the field
 /// and the rule. Repositories are `@hashed/<h>{.git,.wiki.git,.design.git}` of the
@@ -274,7 +313,10 @@ fn is_digits(s: &str) -> bool {
 /// (`packages/<id>/files/<id>/…` or a direct upload's `@final/<2>/<2>/<hex>`); uploads
 /// under the project's hashed disk path (attachments) or `project/<mount>/<id>/…`
 /// (avatars). Legacy (non-hashed) storage is refused. Container repositories are bound
-/// to the project's current route by `storage-cleanup` under lock.
+/// to the project's current route by `storage-cleanup` under lock; a root registry
+/// path must be a project's full path ([`is_project_full_path`]), and
+/// `storage-cleanup` removes it only once `project_id`'s row is gone and no live
+/// project's route has that path.
 pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static str, String)> {
     let ok =
         |b: bool, field: &'static str, rule: String| if b { Ok(()) } else { Err((field, rule)) };
@@ -309,6 +351,11 @@ pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static s
             )
         }
         StorageItem::ContainerRepository { .. } => Ok(()),
+        StorageItem::RegistryRoot { path } => ok(
+            is_project_full_path(path),
+            "path",
+            "must be a project's full path in lower case (namespace/…/project: segments of a-z, 0-9, '_', '-', '.', not starting with '-' or '.', not ending with '.', '.git' or '.atom')".into(),
+        ),
         StorageItem::Object {
             bucket: Bucket::Lfs,
             key,
@@ -475,6 +522,26 @@ mod tests {
             ("lfs", "aa/bb/cc".into(), false),
         ] {
             assert_eq!(run(200, obj(b, &k)).is_ok(), good, "{b} {k}");
+        }
+        let root = |p: &str| serde_json::json!({"kind": "registry_root", "path": p});
+        let ok = run(200, root("acme-x_1/web/site.v2")).unwrap();
+        assert_eq!(ok.item.kind(), StorageKind::Registry);
+        assert_eq!(ok.item.describe(), "registry root acme-x_1/web/site.v2");
+        for bad in [
+            "site",
+            "Acme/web",
+            "acme/../web",
+            "acme//web",
+            "acme/-web",
+            "acme/.web",
+            "acme/web.",
+            "acme/web.git",
+            "acme/web.atom",
+            "acme/web/",
+            "acme/we b",
+        ] {
+            let e = run(200, root(bad)).unwrap_err();
+            assert_eq!(e.field, "item.path", "{bad}");
         }
     }
 }

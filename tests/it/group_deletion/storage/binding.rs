@@ -7,7 +7,7 @@
 
 use shared::messages::StorageItem;
 
-use super::end_to_end::{repositories, world, World, IMAGE};
+use super::end_to_end::{repositories, world, World, IMAGE, ROOT};
 use super::*;
 
 /// The rows GitLab's `ContainerRegistry::CleanupWorker` acts on at `now`:
@@ -27,12 +27,20 @@ async fn gitlab_cleanup_selects(db: &TestDb, now: chrono::DateTime<chrono::Utc>)
 async fn registry_message(db: &TestDb, w: &World, r: &mut Runner) -> String {
     let (run, _) = r.invoke(GD, &w.destroy(), 1).await.unwrap();
     assert_eq!(run.outcome, "success", "{:?}", run.error);
+    // P201, without container repositories, went in the same pass: its root registry
+    // path is the other item sent.
     let sent: Vec<_> = run
         .sent
         .iter()
-        .filter(|m| m.message.receiver == SF)
+        .filter(|m| {
+            m.message.receiver == SF
+                && m.message
+                    .envelope
+                    .to_body()
+                    .contains("\"container_repository\"")
+        })
         .collect();
-    assert_eq!(sent.len(), 1, "the container repository only");
+    assert_eq!(sent.len(), 1, "P200's container repository");
     assert!(db.exists("container_repositories WHERE id = 7").await);
     sent[0].message.envelope.to_body()
 }
@@ -156,6 +164,7 @@ fn forged_items() -> Vec<StorageItem> {
         id: 7,
         path: IMAGE.into(),
     });
+    items.push(StorageItem::RegistryRoot { path: ROOT.into() });
     items
 }
 
@@ -167,7 +176,10 @@ async fn a_missing_project_id_naming_a_live_projects_storage_calls_no_service() 
     for item in forged_items() {
         let what = item.describe();
         let (run, _) = r.invoke(SF, &message_for(999_999, item), 1).await.unwrap();
-        if what.starts_with("registry ") {
+        if what.starts_with("registry root ") {
+            // Bound under lock: a live project's route has the path.
+            assert_eq!(log.done()["outcome"], "reused", "{what}");
+        } else if what.starts_with("registry ") {
             // Bound under lock: row 7 is not project 999999's.
             assert_eq!(log.done()["outcome"], "already_gone", "{what}");
         } else if what.starts_with("objects lfs:") {
@@ -185,6 +197,7 @@ async fn a_missing_project_id_naming_a_live_projects_storage_calls_no_service() 
     }
     assert!(w.gitaly.calls().is_empty(), "no Gitaly call");
     w.assert_all_present().await;
+    assert!(w.registry.manifest_exists(ROOT, "latest").await);
     assert!(db.exists("container_repositories WHERE id = 7").await);
 }
 

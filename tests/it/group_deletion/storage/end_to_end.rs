@@ -2,7 +2,8 @@
 //! image, an upload and an LFS object is destroyed completely, each kind removed
 //! through its real service (the Gitaly test server built from Gitaly's protos,
 //! Debian's registry with GitLab's token auth, moto's S3); with a kind switched off the
-//! same group ends `blocked` with nothing deleted. And a crash between the manifest and
+//! same group ends `blocked` with nothing deleted. The images at P200's root path
+//! without a row go with it; an image outside the group stays. And a crash between the manifest and
 //! the rows, or around each storage call, ends with every item removed exactly once and
 //! no row left.
 //!
@@ -27,6 +28,13 @@ const GITALY_TOKEN: &str = "gitaly-secret";
 
 /// The registry path of P200's container repository `app`.
 pub(super) const IMAGE: &str = "acme-deletion_scheduled-100/web/site/app";
+
+/// P200's root registry path: images there have no `container_repositories` row
+/// (GitLab's legacy root repository).
+pub(super) const ROOT: &str = "acme-deletion_scheduled-100/web/site";
+
+/// An image of P900, outside the group: never removed.
+pub(super) const OTHER: &str = "elsewhere/p900";
 
 /// Every real service with P200's storage in it.
 pub(super) struct World {
@@ -67,6 +75,8 @@ pub(super) async fn world() -> (TestDb, World) {
     let registry = TestRegistry::start().await;
     registry.push_image(IMAGE, "v1", "layer one").await;
     registry.push_image(IMAGE, "v2", "layer two").await;
+    registry.push_image(ROOT, "latest", "root layer").await;
+    registry.push_image(OTHER, "v1", "other layer").await;
     let buckets = buckets().await;
     for (b, key) in p200_keys() {
         put(&buckets, b, &key).await;
@@ -138,6 +148,14 @@ impl World {
         );
         assert!(!self.registry.manifest_exists(IMAGE, "v1").await);
         assert!(!self.registry.manifest_exists(IMAGE, "v2").await);
+        assert!(
+            !self.registry.manifest_exists(ROOT, "latest").await,
+            "the root path's image without a row is gone"
+        );
+        assert!(
+            self.registry.manifest_exists(OTHER, "v1").await,
+            "an image outside the group stays"
+        );
         let s3 = objects(&self.buckets).await;
         for (b, key) in p200_keys() {
             assert!(!s3.exists(b, &key).await.unwrap(), "{key} still in S3");
@@ -224,12 +242,29 @@ async fn a_group_is_destroyed_with_its_repositories_image_and_files() {
     assert_eq!(dones[0]["outcome"], "waiting_for_registry");
     assert_eq!(dones.last().unwrap()["outcome"], "destroyed");
     let removed = log.with_message("Storage removed");
-    assert_eq!(removed.len(), 9, "4 repositories, 1 image, 4 files");
+    assert_eq!(
+        removed.len(),
+        11,
+        "4 repositories, 1 container repository, 2 root paths (P200's, P201's), 4 files"
+    );
     let registry = removed
         .iter()
-        .find(|l| l["item"].as_str().unwrap().starts_with("registry "))
+        .find(|l| {
+            l["item"]
+                .as_str()
+                .unwrap()
+                .starts_with("registry container_repositories")
+        })
         .unwrap();
     assert_eq!(registry["manifests_deleted"], 2);
+    let root = removed
+        .iter()
+        .find(|l| l["item"] == format!("registry root {ROOT}"))
+        .unwrap();
+    assert_eq!(
+        (&root["result"], &root["manifests_deleted"]),
+        (&json!("removed"), &json!(1))
+    );
 }
 
 /// A project repository without a shard row (GitLab 19.0 made `shard_id` nullable) is

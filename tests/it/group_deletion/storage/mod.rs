@@ -16,6 +16,9 @@
 //! * `refusals` (issue 46): what GitLab keeps or refuses — group uploads per mode, a
 //!   repository storage move in progress — and package files at their final path in a
 //!   prefixed bucket.
+//! * `root` (issue 46): images at a project's root registry path without a row go
+//!   with the project, stay when a live project has the path again, and stay with the
+//!   registry off; a malformed root path is refused naming the field.
 //!
 //! Here: the storage rows of P200 and the buckets in moto.
 
@@ -34,6 +37,7 @@ mod end_to_end;
 mod modes;
 mod objects;
 mod refusals;
+mod root;
 
 const SF: Function = Function::StorageCleanup;
 

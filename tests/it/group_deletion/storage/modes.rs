@@ -89,14 +89,19 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
         .filter(|m| m.message.receiver == SF)
         .map(|m| m.message.envelope.clone())
         .collect();
-    assert_eq!(sent.len(), 8, "4 repositories, 4 files");
-    assert_eq!(log.done()["storage_items_sent"], 8);
+    assert_eq!(
+        sent.len(),
+        10,
+        "4 repositories, 4 files, 2 root registry paths (P200's, P201's)"
+    );
+    assert_eq!(log.done()["storage_items_sent"], 10);
     let paths: Vec<String> = sent
         .iter()
         .map(|e| {
             let item = &e.payload["item"];
             match item["kind"].as_str().unwrap() {
                 "repository" => item["relative_path"].as_str().unwrap().to_string(),
+                "registry_root" => format!("root:{}", item["path"].as_str().unwrap()),
                 _ => format!(
                     "{}:{}",
                     item["bucket"].as_str().unwrap(),
@@ -122,7 +127,16 @@ async fn on_sends_one_message_per_item_before_the_rows_go() {
         !paths.iter().any(|p| p.contains(&OID_SHARED[4..])),
         "the shared LFS object is not in the manifest"
     );
-    for e in &sent {
+    for root in [
+        "root:acme-deletion_scheduled-100/web/site",
+        "root:acme-deletion_scheduled-100/p201",
+    ] {
+        assert!(paths.iter().any(|p| p == root), "{root}: {paths:?}");
+    }
+    for e in sent
+        .iter()
+        .filter(|e| e.payload["item"]["kind"] != "registry_root")
+    {
         assert_eq!(e.payload["group_id"], 100);
         assert_eq!(e.payload["project_id"], 200);
         assert!(
@@ -149,11 +163,17 @@ async fn a_dry_run_until_idle_lists_the_storage_per_kind_and_changes_nothing() {
     let kinds = &plan.storage.kinds;
     assert_eq!(kinds["gitaly"].0, 4);
     assert_eq!(kinds["objects"].0, 4);
+    // The container repository, then (its row gone in the plan) each project's root
+    // path.
     assert_eq!(
         kinds["registry"],
         (
-            1,
-            vec!["acme-deletion_scheduled-100/web/site/app".to_string()]
+            3,
+            vec![
+                "acme-deletion_scheduled-100/web/site/app".to_string(),
+                "acme-deletion_scheduled-100/p201".to_string(),
+                "acme-deletion_scheduled-100/web/site".to_string()
+            ]
         )
     );
     assert_eq!(
