@@ -8,7 +8,7 @@
 //! GitLab's `schema_migrations` by the marker versions of docs/gitlab-source-notes.md
 //! §A.1 ([`release_of`], [`schema_version_check`]), and the `ON CONFLICT` arbiter
 //! check (PREPARE does not plan, so a missing unique index shows only when the
-//! statement runs), and the instance binding of storage removal ([`instance`]:
+//! statement runs), and the instance binding of storage removal (`instance`:
 //! `application_settings.uuid` against `GITLAB_INSTANCE_UUID`).
 
 use anyhow::Result;

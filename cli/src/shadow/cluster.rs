@@ -2,7 +2,7 @@
 //! throwaway PostgreSQL that holds a copy of production rows, so nobody else on the
 //! machine may reach it and it must not outlive `hk`.
 //!
-//! Owns: [`PrivateCluster`] — its folder `hk-ro-<id>` under the temp dir made mode
+//! Owns: `PrivateCluster` — its folder `hk-ro-<id>` under the temp dir made mode
 //! 0700; `initdb --auth=scram-sha-256` with a random password (never on a command
 //! line: a 0600 file removed once initdb read it); the server listening on no TCP
 //! address (`listen_addresses=''`), only on a Unix socket inside that folder (mode
@@ -11,15 +11,15 @@
 //! read). Its life is tied to `hk`'s in three layers:
 //!
 //! 1. `hk` removes it when the plan ends, fails or is interrupted (Ctrl-C, SIGTERM,
-//!    SIGHUP: `cmd/read_only.rs` handles the three alike) — [`PrivateCluster`]'s drop;
-//! 2. a **watchdog**, `hk db watch-copy` started by [`PrivateCluster::start`] in a
+//!    SIGHUP: `cmd/read_only.rs` handles the three alike) — `PrivateCluster`'s drop;
+//! 2. a **watchdog**, `hk db watch-copy` started by `PrivateCluster::start` in a
 //!    process group of its own, reads a pipe whose only writer is `hk`; when `hk`
 //!    dies in any way (SIGKILL, an OOM kill) the kernel closes that pipe, and the
-//!    watchdog stops the server and removes the folder ([`watch`]). It ignores
+//!    watchdog stops the server and removes the folder (`watch`). It ignores
 //!    SIGINT, SIGTERM and SIGHUP, so a dropped terminal that kills `hk` does not kill
 //!    it before it has cleaned up;
 //! 3. `hk` and its watchdog each hold a shared `flock` on the folder's `lock` file
-//!    while they live; [`sweep`], at the start of every `--read-only` run, removes
+//!    while they live; `sweep`, at the start of every `--read-only` run, removes
 //!    each `hk-ro-*` folder whose lock it can take exclusively (both gone: a machine
 //!    that crashed, or both processes killed at once).
 

@@ -14,11 +14,11 @@ use tokio_postgres::Client;
 use super::{Source, APPROXIMATIONS};
 
 /// What to copy: per table, the columns (the rest of the model's table stays at its
-/// default or NULL). `None` in [`ReadOnlySnapshot::prepare`]: every column of every
+/// default or NULL). `None` in `ReadOnlySnapshot::prepare`: every column of every
 /// table of the model.
 pub type Selection = BTreeMap<String, BTreeSet<String>>;
 
-/// One table to copy, as [`ReadOnlySnapshot::prepare`] planned it.
+/// One table to copy, as `ReadOnlySnapshot::prepare` planned it.
 #[derive(Debug, Clone)]
 pub struct TablePlan {
     /// The table (schema `public`).

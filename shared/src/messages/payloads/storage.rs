@@ -314,7 +314,7 @@ pub fn is_project_full_path(p: &str) -> bool {
 /// under the project's hashed disk path (attachments) or `project/<mount>/<id>/…`
 /// (avatars). Legacy (non-hashed) storage is refused. Container repositories are bound
 /// to the project's current route by `storage-cleanup` under lock; a root registry
-/// path must be a project's full path ([`is_project_full_path`]), and
+/// path must be a project's full path (`is_project_full_path`), and
 /// `storage-cleanup` removes it only once `project_id`'s row is gone and no live
 /// project's route has that path.
 pub fn bound_rule(item: &StorageItem, project_id: i64) -> Result<(), (&'static str, String)> {
