@@ -19,8 +19,15 @@ fn hk(url: &str, args: &[&str]) -> Output {
 }
 
 fn hk_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    // These databases are not hk's throwaway ones: a run that deletes needs --yes.
+    let yes: &[&str] = if args.first() == Some(&"run") {
+        &["--yes"]
+    } else {
+        &[]
+    };
     let o = Command::new(env!("CARGO_BIN_EXE_hk"))
         .args(args)
+        .args(yes)
         .env("DATABASE_URL", url)
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())

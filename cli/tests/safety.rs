@@ -28,6 +28,10 @@ fn hk(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     c.args(args)
         .env("DATABASE_URL", url)
         .env("RUST_LOG", "warn");
+    // These databases are not hk's throwaway ones: a run that deletes needs --yes.
+    if args.first() == Some(&"run") {
+        c.arg("--yes");
+    }
     for k in NOTICE_VARS {
         c.env_remove(k);
     }

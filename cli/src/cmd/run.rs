@@ -1,9 +1,9 @@
 //! `hk run`: one function as its trigger would run it, with what it causes in other
-//! functions (or its whole run with `--until-idle`, or a rolled-back `--dry-run`, or
-//! with both the plan of the whole run), the run table and summary, and what the run
-//! handed on (behaviour §11: a local run never drops what it sends). Against a
-//! database `hk` did not create it uses none of its demo defaults for the notifying
-//! functions, and refuses the `log` mailer.
+//! functions (`--until-idle`: its whole run; `--dry-run`: rolled back, with the plan),
+//! the run table and summary, and what it handed on (behaviour §11: a local run never
+//! drops what it sends). Against a database `hk` did not create it uses none of its
+//! demo defaults for the notifying functions, refuses the `log` mailer, and a run that
+//! deletes needs confirmation (`--yes`).
 
 use super::read_only::write_plan;
 use super::ui::{num, observe, progress, render, table};
@@ -69,8 +69,7 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "until_idle", conflicts_with = "dry_run", value_parser = parse_chaos)]
     pub(crate) chaos: Option<ChaosSpec>,
     /// Also print the functions' JSON log lines (info and above) on stderr; by
-    /// default `hk run` shows warnings only, as `hk demo` does, and `RUST_LOG` still
-    /// applies.
+    /// default `hk run` shows warnings only, as `hk demo` does (`RUST_LOG` applies).
     #[arg(long, short)]
     pub(crate) verbose: bool,
     /// Run a function that deletes against a database `hk` did not create without
@@ -81,12 +80,8 @@ pub(crate) struct RunArgs {
 
 /// What a notifying function needs that `hk` would otherwise take from its demo
 /// defaults (`GITLAB_DB_KEY_BASE` may come as `GITLAB_DB_KEY_BASE_SECRET_ARN`).
-const NOTICE_VARS: [&str; 4] = [
-    "EMAIL_TRANSPORT",
-    "GITLAB_BASE_URL",
-    "GITLAB_DB_KEY_BASE",
-    "MAIL_FROM",
-];
+#[rustfmt::skip]
+const NOTICE_VARS: [&str; 4] = ["EMAIL_TRANSPORT", "GITLAB_BASE_URL", "GITLAB_DB_KEY_BASE", "MAIL_FROM"];
 
 fn env_set(k: &str) -> bool {
     std::env::var(k).is_ok_and(|v| !v.trim().is_empty())

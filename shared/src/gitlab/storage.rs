@@ -313,7 +313,7 @@ pub async fn take_manifest<C: GenericClient>(
     // From GitLab 19.3 a link may name its object by oid alone: another project's
     // such link keeps the object too.
     let only = if deletion_model::has_column(c, "lfs_objects_projects", "oid").await? {
-        sql::oid_links::LFS_ONLY_OF_PROJECT
+        sql::oid_links::LFS_ONLY_OF_PROJECT_BY_OID
     } else {
         sql::LFS_ONLY_OF_PROJECT
     };

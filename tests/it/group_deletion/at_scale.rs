@@ -17,11 +17,9 @@ use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::clock::FixedClock;
-use shared::config::Settings;
-use shared::config::{QueueTarget, SchedulerTarget};
+use shared::config::{QueueTarget, SchedulerTarget, Settings};
 use shared::messages::Envelope;
-use shared::queue::schedule_name;
-use shared::queue::sqs::{at_expression, SqsQueue};
+use shared::queue::{schedule_name, sqs::at_expression, sqs::SqsQueue};
 use shared::runtime::{Deadline, Invocation, RecordMeta};
 use shared::Function;
 

@@ -186,7 +186,7 @@ pub mod oid_links {
     crate::statements::statements! {
         /// [`super::LFS_ONLY_OF_PROJECT`] where a link may carry only the oid: an object
         /// another project links by id or by oid is kept.
-        LFS_ONLY_OF_PROJECT = "SELECT o.id::bigint, o.oid::text, COALESCE(o.file_store, 1) = 2
+        LFS_ONLY_OF_PROJECT_BY_OID = "SELECT o.id::bigint, o.oid::text, COALESCE(o.file_store, 1) = 2
                FROM lfs_objects o
               WHERE (o.id IN (SELECT lfs_object_id FROM lfs_objects_projects WHERE project_id = $1::bigint)
                      OR o.oid IN (SELECT oid FROM lfs_objects_projects WHERE project_id = $1::bigint))
