@@ -24,6 +24,8 @@
 pub mod cluster;
 /// What a copy plans and what it copied.
 mod copied;
+/// The GRANTs a `--read-only` copy's role needs.
+pub mod grants;
 /// What the live side is asked besides the copy: blocking rows, the copy's locks.
 mod live;
 /// The tables and columns the catalogue's statements use.

@@ -439,3 +439,61 @@ async fn a_missing_grant_or_table_fails_before_the_first_row() {
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
+
+#[tokio::test]
+async fn the_read_only_grants_are_enough_for_the_copy_and_no_more() {
+    let db = demo_on(&tomorrow()).await;
+    let role = format!("rg_{}", &db.name[2..14]);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN;
+         REVOKE ALL ON DATABASE {d} FROM PUBLIC; REVOKE ALL ON SCHEMA public FROM PUBLIC;",
+        d = db.name
+    ))
+    .await;
+    let o = hk_on(&db.url)
+        .args(["grants", "--role", &role, "--read-only"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let script = String::from_utf8_lossy(&o.stdout).to_string();
+    for l in script.lines().filter(|l| !l.starts_with("--")) {
+        assert!(
+            l.starts_with("GRANT ") && l.ends_with(&format!(" TO {role};")),
+            "{l}"
+        );
+        for write in [
+            "INSERT",
+            "UPDATE",
+            "DELETE",
+            "TRUNCATE",
+            "USAGE ON SEQUENCE",
+        ] {
+            assert!(!l.contains(write), "{l}");
+        }
+    }
+    assert!(
+        script.contains("GRANT SELECT ON SEQUENCE public.members_id_seq"),
+        "{script}"
+    );
+    db.exec(&script).await;
+    // The copy and its plan, as that role.
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    let tmp = tmp_dir();
+    let (code, err) = hk_read_only(&url, &tmp, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    // And no more: a column no statement reads stays unreadable.
+    let c = shared::db::Connector::from_url(&url)
+        .unwrap()
+        .connect("t")
+        .await
+        .unwrap();
+    let e = c
+        .query("SELECT encrypted_password FROM users LIMIT 1", &[])
+        .await
+        .expect_err("a password hash is not the copy's");
+    assert!(format!("{e:?}").contains("permission denied"), "{e:?}");
+    drop(c);
+    std::fs::remove_dir_all(&tmp).ok();
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}

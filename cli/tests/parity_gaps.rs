@@ -155,45 +155,76 @@ async fn a_removed_row_kept_with_only_updated_at_moved_disagrees() {
     std::fs::remove_file(&path).ok();
 }
 
+/// Every cron's plan records its selection (the deciding function, the table, the
+/// ids), and a row of it the plan never decided is a disagreement.
 #[tokio::test]
 async fn a_row_of_the_selection_the_plan_never_decided_disagrees() {
-    let f = "remove-expired-members";
-    let (copy, original) = pair().await;
-    let (path, p) = plan(&copy, f);
-    let d = decision(&p, |d| {
-        d["table"] == "members" && d["decision"] == "removed"
-    });
-    let id = d["id"].as_i64().unwrap();
-    assert!(
-        p["selection"]["ids"].as_array().unwrap().contains(&d["id"]),
-        "the selection holds the removed member"
-    );
-    // A plan cut short: that decision is missing (and so are its authorizations).
-    edit_plan(&path, |plan| {
-        plan["decisions"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|x| x["id"] != id || x["table"] != "members");
-        plan["implied"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|x| x["member"] != id);
-    });
-    run(&original, f);
-    let (code, r) = parity(&original, &path);
-    assert_eq!(code, 4, "{r:#}");
-    let got = findings(&r);
-    assert_eq!(got.len(), 1, "{got:?}");
-    let (kind, table, fid, what) = &got[0];
-    assert_eq!(
-        (kind.as_str(), table.as_str(), *fid),
-        ("disagreed", "members", id)
-    );
-    assert!(
-        what.contains("selection") && what.contains("never decided it"),
-        "{what}"
-    );
-    std::fs::remove_file(&path).ok();
+    for (f, decider, table) in [
+        (
+            "remove-expired-members",
+            "remove-expired-members",
+            "members",
+        ),
+        (
+            "schedule-prune-deletions",
+            "prune-deletions",
+            "members_deletion_schedules",
+        ),
+        (
+            "adjourned-group-deletion",
+            "adjourned-group-deletion",
+            "namespaces",
+        ),
+        (
+            "placeholder-user-cleanup",
+            "placeholder-user-cleanup",
+            "import_placeholder_user_details",
+        ),
+        ("pat-expiring", "pat-expiring", "personal_access_tokens"),
+    ] {
+        let (copy, original) = pair().await;
+        let (path, p) = plan(&copy, f);
+        let sel = &p["selection"];
+        assert_eq!(
+            (sel["function"].as_str(), sel["table"].as_str()),
+            (Some(decider), Some(table)),
+            "{f}: {sel:#}"
+        );
+        let selected = sel["ids"].as_array().unwrap();
+        assert!(!selected.is_empty(), "{f}: the demo data has work for it");
+        let d = decision(&p, |d| {
+            d["function"] == decider && d["table"] == table && selected.contains(&d["id"])
+        });
+        let id = d["id"].as_i64().unwrap();
+        // A plan cut short: every decision on that row is missing (and, for a
+        // membership, its authorizations).
+        edit_plan(&path, |plan| {
+            plan["decisions"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|x| x["id"] != id || x["table"] != table);
+            plan["implied"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|x| table != "members" || x["member"] != id);
+        });
+        run(&original, f);
+        let (code, r) = parity(&original, &path);
+        assert_eq!(code, 4, "{f}: {r:#}");
+        let got = findings(&r);
+        assert_eq!(got.len(), 1, "{f}: {got:?}");
+        let (kind, ftable, fid, what) = &got[0];
+        assert_eq!(
+            (kind.as_str(), ftable.as_str(), *fid),
+            ("disagreed", table, id),
+            "{f}"
+        );
+        assert!(
+            what.contains("selection") && what.contains("never decided it"),
+            "{f}: {what}"
+        );
+        std::fs::remove_file(&path).ok();
+    }
 }
 
 #[tokio::test]

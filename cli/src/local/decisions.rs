@@ -315,32 +315,71 @@ pub fn counts(planned: &[PlannedDecision]) -> BTreeMap<(String, String, String),
 
 /// The rows a cron function's selection takes at the plan's start (`hk parity`
 /// checks that the plan decided each: a plan cut short, or a table copied empty,
-/// leaves some undecided). Known for `remove-expired-members` (behaviour §B38.4:
-/// `expires_at` on or before the plan's UTC day, `-infinity` included); `None` for
-/// the others.
+/// leaves some undecided), with the function that decides them and the table. Read
+/// with the functions' own statements where they have one: remove-expired-members
+/// (behaviour §B38.4: `expires_at` on or before the plan's UTC day, `-infinity`
+/// included), every `members_deletion_schedules` row (prune-deletions decides each),
+/// the groups adjourned-group-deletion finds due, the placeholder details
+/// placeholder-user-cleanup finds eligible, and the human tokens in scope of one of
+/// pat-expiring's intervals. `None` for a child worker run on its own.
 pub async fn selection<C: GenericClient>(
     c: &C,
     function: shared::Function,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Option<Value>> {
-    if function != shared::Function::RemoveExpiredMembers {
-        return Ok(None);
-    }
+    use shared::batches::{adjourned_group_deletion, pat_expiring, placeholder_user_cleanup};
+    use shared::Function as F;
     let today = now.date_naive();
-    let ids: Vec<i64> = c
-        .query(
-            "SELECT id::bigint FROM public.members
-              WHERE expires_at IS NOT NULL AND expires_at <= $1::date ORDER BY id",
-            &[&today],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ids =
+        |rows: Vec<tokio_postgres::Row>| -> Vec<i64> { rows.iter().map(|r| r.get(0)).collect() };
+    let (decider, table, rule, ids) = match function {
+        F::RemoveExpiredMembers => (
+            function,
+            "members",
+            "expires_at on or before the plan's day",
+            ids(c
+                .query(
+                    "SELECT id::bigint FROM public.members
+                      WHERE expires_at IS NOT NULL AND expires_at <= $1::date ORDER BY id",
+                    &[&today],
+                )
+                .await?),
+        ),
+        F::SchedulePruneDeletions => (
+            F::PruneDeletions,
+            "members_deletion_schedules",
+            "every schedule at the plan's start",
+            ids(c
+                .query(
+                    "SELECT id::bigint FROM public.members_deletion_schedules ORDER BY id",
+                    &[],
+                )
+                .await?),
+        ),
+        F::AdjournedGroupDeletion => (
+            function,
+            "namespaces",
+            "due on the plan's day",
+            adjourned_group_deletion::due_groups(c, today).await?,
+        ),
+        F::PlaceholderUserCleanup => (
+            function,
+            "import_placeholder_user_details",
+            "eligible at the plan's start",
+            placeholder_user_cleanup::eligible_details(c, now).await?,
+        ),
+        F::PatExpiring => (
+            function,
+            "personal_access_tokens",
+            "human tokens in scope of an interval",
+            pat_expiring::human_tokens_in_scope(c, today).await?,
+        ),
+        _ => return Ok(None),
+    };
     Ok(Some(json!({
-        "function": function.name(),
-        "table": "members",
-        "rule": "expires_at on or before the plan's day",
+        "function": decider.name(),
+        "table": table,
+        "rule": rule,
         "ids": ids,
     })))
 }

@@ -13,8 +13,9 @@
 //! per-table counts are the real run's), and the columns `hk parity` records per
 //! decision (`local::decisions::TABLES`), and `schema_migrations` (the plan reports the
 //! release). A relation whose columns no statement names
-//! (a whole-row read, a trigger's use) is copied whole. Nothing here reads the live
-//! database.
+//! (a whole-row read, a trigger's use) is copied whole. Only the catalogue and parse
+//! trees are read: the copy derives it on its own database, `hk grants --read-only`
+//! on the live one.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -62,6 +62,22 @@ pub fn destroy_message(
     )
 }
 
+/// Every group due on `today`, by id, read with the run's own statements (its
+/// cutoff, model and keyset pages): `hk parity` checks that a plan decided each.
+pub async fn due_groups<C: GenericClient>(c: &C, today: NaiveDate) -> Result<Vec<i64>> {
+    let cutoff = group_deletion::cutoff(today, group_deletion::deletion_adjourned_period(c).await?);
+    let model = deletion_model::probe(c).await?;
+    let (mut out, mut after) = (Vec::new(), None);
+    loop {
+        let page = group_deletion::due_page(c, model, cutoff, after, BATCH_SIZE).await?;
+        out.extend(page.iter().map(|s| s.group_id));
+        match page.last() {
+            Some(s) if page.len() as i64 == BATCH_SIZE => after = Some(s.group_id),
+            _ => return Ok(out),
+        }
+    }
+}
+
 /// How one due group ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum GroupOutcome {

@@ -72,6 +72,20 @@ async fn read_page<C: GenericClient>(
         .collect())
 }
 
+/// Every detail eligible at `now`, by id, read with the run's own keyset page:
+/// `hk parity` checks that a plan decided each.
+pub async fn eligible_details<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Vec<i64>> {
+    let (mut out, mut after) = (Vec::new(), 0);
+    loop {
+        let page = read_page(c, retry_before(now), after).await?;
+        out.extend(page.iter().map(|d| d.id));
+        match page.last() {
+            Some(d) if page.len() as i64 == BATCH_SIZE => after = d.id,
+            _ => return Ok(out),
+        }
+    }
+}
+
 /// A successful claim: the counted attempt and the placeholder it belongs to.
 #[derive(Debug, Clone, Copy)]
 struct Claimed {

@@ -199,6 +199,33 @@ impl Subjects {
     }
 }
 
+/// Every human token in scope of an interval on `today`, by id, read with the
+/// run's own human pages in one read each: `hk parity` checks that a plan decided
+/// each (a bot's tokens are decided only when it has a resource, so they are left
+/// out).
+pub async fn human_tokens_in_scope<C: GenericClient>(c: &C, today: NaiveDate) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for iv in Interval::ALL {
+        let (min, last) = iv.bounds(today);
+        let none: Vec<i64> = Vec::new();
+        let rows = c
+            .query_typed(
+                Subjects::Humans.page_sql(iv),
+                &[
+                    (&min, Type::DATE),
+                    (&last, Type::DATE),
+                    (&none, Type::INT8_ARRAY),
+                    (&i64::MAX, Type::INT8),
+                ],
+            )
+            .await?;
+        out.extend(rows.iter().map(|r| r.get::<_, i64>(2)));
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
 /// behaviour §B28.5 / §B28.6: the tokens of one interval of `kind`, page by page,
 /// leaving out the subjects an earlier page could not notify.
 async fn keyset_pages<C>(
