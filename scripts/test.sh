@@ -207,8 +207,10 @@ step "sam package (as sam deploy packages) into moto's S3: every zip holds the b
 .venv-sam/bin/python tests/deploy/sam_package_check.py \
   --ca-bundle shared/certs/amazon-trust-services.pem --moto-python "$ROOT/.venv/bin/python"
 
-step "benchmarks at small scale (hk bench all --scale small; figures only, no time asserted; footprint on the Lambda build above)"
-target/debug/hk bench all --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"
+# Every bench already runs at a tiny scale in the suite (tests/it/perf.rs); here only
+# the footprint of the Lambda build above, which the suite does not build.
+step "footprint of the Lambda build above (hk bench footprint --scale small; figures only, no size asserted)"
+target/debug/hk bench footprint --scale small --bin-dir target/lambda --doc "$STATE/benchmarks.md"
 
 step "README run command: hk demo (its own throwaway database)"
 env -u DATABASE_URL target/debug/hk demo
