@@ -8,6 +8,9 @@
 //! child processes it serves (spawned, measured, killed by their own handle), and the
 //! reference figure measured in the same run (starting and reaping `true`), so a start
 //! time is read next to what process creation costs on the machine at that moment.
+//! The cold start with the database is timed over TLS directly and through a relay
+//! holding each round trip 1 ms (`wire`, a VPC), which also counts the round trips; the
+//! schema check's own round trips are counted per function (issue 52).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -21,6 +24,7 @@ use tokio::sync::mpsc;
 
 use super::data::{self, B38Sizes};
 use super::tls_db::TlsOn;
+use super::wire::Wire;
 use super::{median, BenchDbs, Options, Row, Scale, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -424,12 +428,119 @@ async fn cold_start_on(
                 "ms",
                 None,
             ));
+            // The same through a relay that holds each round trip VPC_RTT (a VPC).
+            let (mut v, mut trips) = (Vec::new(), Vec::new());
+            for _ in 0..COLD_STARTS {
+                let wire = Wire::delayed("127.0.0.1", cluster.port, VPC_RTT).await?;
+                let via = wire.url(&url, cluster.port);
+                v.push(first_record(&bin, *f, &via, &env, opts).await?);
+                trips.push(wire.round_trips());
+            }
+            trips.sort_unstable();
+            rows.push(Row::new(
+                "footprint",
+                format!(
+                    "{f}: process start → first record handled, TLS, {} ms per round trip",
+                    VPC_RTT.as_millis()
+                ),
+                format!(
+                    "median of {COLD_STARTS}, as above through a relay holding each round \
+                     trip {} ms; {} round trips on the wire per start (TLS handshake, \
+                     session, schema check, the record)",
+                    VPC_RTT.as_millis(),
+                    trips[trips.len() / 2]
+                ),
+                median(&mut v).as_secs_f64() * 1000.0,
+                "ms",
+                Some(Target::le(50.0)),
+            ));
         }
         Ok::<(), Error>(())
     }
     .await;
     tls.off(&admin).await?;
-    result.map(|()| rows)
+    result?;
+    // On a current-thread runtime, as a function runs (`shared::lambda::run`): there a
+    // request is written when the task yields, so requests sent together share a flight.
+    let (url, port, now) = (db_url.clone(), cluster.port, opts.now);
+    let counted = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| io("runtime", e))?
+            .block_on(schema_check_round_trips(&url, port, now))
+    })
+    .await
+    .map_err(|e| Error::Invariant(format!("footprint: the schema check count: {e}")))?;
+    rows.extend(counted?);
+    Ok(rows)
+}
+
+/// The latency of a round trip in a VPC the cold start is timed at (issue 52).
+const VPC_RTT: Duration = Duration::from_millis(1);
+
+/// Per function, the round trips of its cold-start schema check once the session is
+/// up, counted on the wire (`wire`) in this process: a cold session's check less
+/// connecting alone (as `tests/it/reliability/round_trips.rs` pins them).
+async fn schema_check_round_trips(
+    db_url: &str,
+    port: u16,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<Row>> {
+    use shared::lambda::{Deps, Gate, SchemaGate};
+    let deps = |url: &str, function: Function| -> Result<Deps> {
+        let env = [
+            ("DATABASE_URL", url.to_string()),
+            ("TRANSPORT", "local".into()),
+        ];
+        Ok(Deps {
+            function,
+            session: shared::db::Session::new(
+                shared::db::Connector::from_url(url)?,
+                function.name(),
+            ),
+            config: shared::config::Config::from_lookup(|k| {
+                env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+            })?,
+            queue: Arc::new(crate::local_queue::LocalQueue::new(now)),
+            clock: Arc::new(shared::clock::FixedClock(now)),
+            notifier: None,
+            storage: None,
+        })
+    };
+    let wire = Wire::start("127.0.0.1", port).await?;
+    let alone = shared::db::Session::new(
+        shared::db::Connector::from_url(&wire.url(db_url, port))?,
+        "hk-bench",
+    );
+    drop(alone.client().await?);
+    let connect = wire.round_trips();
+    let mut rows = Vec::new();
+    for f in Function::ALL {
+        // A relay per session: a closed one's Terminate must not count for the next.
+        let wire = Wire::start("127.0.0.1", port).await?;
+        let d = deps(&wire.url(db_url, port), *f)?;
+        match SchemaGate::new().check(&d).await {
+            Ok(Gate::Open) => {}
+            other => {
+                return Err(Error::Invariant(format!(
+                    "footprint: {f}'s schema check did not pass: {other:?}"
+                )))
+            }
+        }
+        rows.push(Row::new(
+            "footprint",
+            format!("{f}: round trips of the cold-start schema check after the session is up"),
+            format!(
+                "counted on the wire by a relay ({connect} more to connect, without TLS); \
+                 release, model and column probes in one, the statements it can run in one"
+            ),
+            wire.round_trips().saturating_sub(connect) as f64,
+            "round trips",
+            Some(Target::le(3.0)),
+        ));
+    }
+    Ok(rows)
 }
 
 /// A function's binary in `dir`: `dir/<function>` (a cargo profile directory such as
