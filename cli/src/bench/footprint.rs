@@ -8,9 +8,7 @@
 //! child processes it serves (spawned, measured, killed by their own handle), and the
 //! reference figure measured in the same run (starting and reaping `true`), so a start
 //! time is read next to what process creation costs on the machine at that moment.
-//! The cold start with the database is timed over TLS directly and through a relay
-//! holding each round trip 1 ms (`wire`, a VPC), which also counts the round trips; the
-//! schema check's own round trips are counted per function (issue 52).
+//! The cold start with the database is `cold_start`'s.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -23,8 +21,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::data::{self, B38Sizes};
-use super::tls_db::TlsOn;
-use super::wire::Wire;
 use super::{median, BenchDbs, Options, Row, Scale, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -41,7 +37,7 @@ enum Seen {
     Error(String),
 }
 
-fn io(what: &str, e: std::io::Error) -> Error {
+pub(super) fn io(what: &str, e: std::io::Error) -> Error {
     Error::Invariant(format!("footprint: {what}: {e}"))
 }
 
@@ -319,7 +315,7 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
 
 /// Start `f`'s binary with `env` added and hand it its cron message: the time from
 /// spawning the process to the response posted for that first record.
-async fn first_record(
+pub(super) async fn first_record(
     bin: &Path,
     f: Function,
     database_url: &str,
@@ -358,195 +354,10 @@ async fn first_record(
 /// How long a first record may take before the bench gives up on it.
 const FIRST_RECORD_LIMIT: Duration = Duration::from_secs(60);
 
-/// Starts per function for the cold start with the database.
-const COLD_STARTS: usize = 10;
-
-/// Cold start including the database: for every function a cron starts, process start
-/// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
-/// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
-///
-/// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
-/// on the bench's cluster: that one may be shared (the test command runs the benches
-/// beside the other tests on one server), and `ssl = on` there would change what every
-/// other session of it negotiates.
-async fn cold_start_with_db(dir: &Path, opts: &Options) -> Result<Vec<Row>> {
-    let cluster = crate::pg::Cluster {
-        base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
-        port: crate::pg::free_port().map_err(pg_error)?,
-    };
-    cluster.up().map_err(pg_error)?;
-    let result = cold_start_on(&cluster, dir, opts).await;
-    let down = cluster.down();
-    let _ = std::fs::remove_dir_all(&cluster.base);
-    let rows = result?;
-    down.map_err(pg_error)?;
-    Ok(rows)
-}
-
-fn pg_error(e: anyhow::Error) -> Error {
-    Error::Invariant(format!("footprint: the TLS cluster: {e:#}"))
-}
-
-async fn cold_start_on(
-    cluster: &crate::pg::Cluster,
-    dir: &Path,
-    opts: &Options,
-) -> Result<Vec<Row>> {
-    let admin = shared::db::Connector::from_url(&cluster.url())?
-        .connect("hk-bench")
-        .await?;
-    admin.batch_execute("CREATE DATABASE fp_tls").await?;
-    let db_url = format!("postgres://postgres@127.0.0.1:{}/fp_tls", cluster.port);
-    let mut c = shared::db::Connector::from_url(&db_url)?
-        .connect("hk-bench")
-        .await?;
-    crate::migrate::run(&mut c).await?;
-    drop(c);
-    let tls = TlsOn::on(&admin).await?;
-    let url = format!("{db_url}?sslmode=require");
-    let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
-    let mut rows = Vec::new();
-    let result = async {
-        tls.wait_ready(&url).await?;
-        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
-            let bin = binary(dir, *f);
-            if !bin.is_file() {
-                continue;
-            }
-            let mut v = Vec::new();
-            for _ in 0..COLD_STARTS {
-                v.push(first_record(&bin, *f, &url, &env, opts).await?);
-            }
-            rows.push(Row::new(
-                "footprint",
-                format!("{f}: process start → first record handled, TLS to PostgreSQL"),
-                format!(
-                    "median of {COLD_STARTS}; its cron message on an empty database, \
-                     sslmode=require with DATABASE_CA_BUNDLE (verified chain and host)"
-                ),
-                median(&mut v).as_secs_f64() * 1000.0,
-                "ms",
-                None,
-            ));
-            // The same through a relay that holds each round trip VPC_RTT (a VPC).
-            let (mut v, mut trips) = (Vec::new(), Vec::new());
-            for _ in 0..COLD_STARTS {
-                let wire = Wire::delayed("127.0.0.1", cluster.port, VPC_RTT).await?;
-                let via = wire.url(&url, cluster.port);
-                v.push(first_record(&bin, *f, &via, &env, opts).await?);
-                trips.push(wire.round_trips());
-            }
-            trips.sort_unstable();
-            rows.push(Row::new(
-                "footprint",
-                format!(
-                    "{f}: process start → first record handled, TLS, {} ms per round trip",
-                    VPC_RTT.as_millis()
-                ),
-                format!(
-                    "median of {COLD_STARTS}, as above through a relay holding each round \
-                     trip {} ms; {} round trips on the wire per start (TLS handshake, \
-                     session, schema check, the record)",
-                    VPC_RTT.as_millis(),
-                    trips[trips.len() / 2]
-                ),
-                median(&mut v).as_secs_f64() * 1000.0,
-                "ms",
-                Some(Target::le(50.0)),
-            ));
-        }
-        Ok::<(), Error>(())
-    }
-    .await;
-    tls.off(&admin).await?;
-    result?;
-    // On a current-thread runtime, as a function runs (`shared::lambda::run`): there a
-    // request is written when the task yields, so requests sent together share a flight.
-    let (url, port, now) = (db_url.clone(), cluster.port, opts.now);
-    let counted = tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| io("runtime", e))?
-            .block_on(schema_check_round_trips(&url, port, now))
-    })
-    .await
-    .map_err(|e| Error::Invariant(format!("footprint: the schema check count: {e}")))?;
-    rows.extend(counted?);
-    Ok(rows)
-}
-
-/// The latency of a round trip in a VPC the cold start is timed at (issue 52).
-const VPC_RTT: Duration = Duration::from_millis(1);
-
-/// Per function, the round trips of its cold-start schema check once the session is
-/// up, counted on the wire (`wire`) in this process: a cold session's check less
-/// connecting alone (as `tests/it/reliability/round_trips.rs` pins them).
-async fn schema_check_round_trips(
-    db_url: &str,
-    port: u16,
-    now: chrono::DateTime<chrono::Utc>,
-) -> Result<Vec<Row>> {
-    use shared::lambda::{Deps, Gate, SchemaGate};
-    let deps = |url: &str, function: Function| -> Result<Deps> {
-        let env = [
-            ("DATABASE_URL", url.to_string()),
-            ("TRANSPORT", "local".into()),
-        ];
-        Ok(Deps {
-            function,
-            session: shared::db::Session::new(
-                shared::db::Connector::from_url(url)?,
-                function.name(),
-            ),
-            config: shared::config::Config::from_lookup(|k| {
-                env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
-            })?,
-            queue: Arc::new(crate::local_queue::LocalQueue::new(now)),
-            clock: Arc::new(shared::clock::FixedClock(now)),
-            notifier: None,
-            storage: None,
-        })
-    };
-    let wire = Wire::start("127.0.0.1", port).await?;
-    let alone = shared::db::Session::new(
-        shared::db::Connector::from_url(&wire.url(db_url, port))?,
-        "hk-bench",
-    );
-    drop(alone.client().await?);
-    let connect = wire.round_trips();
-    let mut rows = Vec::new();
-    for f in Function::ALL {
-        // A relay per session: a closed one's Terminate must not count for the next.
-        let wire = Wire::start("127.0.0.1", port).await?;
-        let d = deps(&wire.url(db_url, port), *f)?;
-        match SchemaGate::new().check(&d).await {
-            Ok(Gate::Open) => {}
-            other => {
-                return Err(Error::Invariant(format!(
-                    "footprint: {f}'s schema check did not pass: {other:?}"
-                )))
-            }
-        }
-        rows.push(Row::new(
-            "footprint",
-            format!("{f}: round trips of the cold-start schema check after the session is up"),
-            format!(
-                "counted on the wire by a relay ({connect} more to connect, without TLS); \
-                 release, model and column probes in one, the statements it can run in one"
-            ),
-            wire.round_trips().saturating_sub(connect) as f64,
-            "round trips",
-            Some(Target::le(3.0)),
-        ));
-    }
-    Ok(rows)
-}
-
 /// A function's binary in `dir`: `dir/<function>` (a cargo profile directory such as
 /// `target/release`) or `dir/<function>/bootstrap` (`target/lambda`, what
 /// `scripts/package-lambdas.sh` builds and deploys).
-fn binary(dir: &Path, f: Function) -> PathBuf {
+pub(super) fn binary(dir: &Path, f: Function) -> PathBuf {
     let plain = dir.join(f.name());
     if plain.is_file() {
         plain
@@ -640,7 +451,7 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         ));
     }
     dbs.drop_db("fp_b38").await?;
-    rows.extend(cold_start_with_db(&dir, opts).await?);
+    rows.extend(super::cold_start::with_db(&dir, opts).await?);
     Ok(rows)
 }
 
