@@ -192,7 +192,8 @@ pub async fn finish(
 /// aborts the rest at once (a statement waiting for a lock does not make every later
 /// one wait as well); those are sent again, in the next round trip. The first
 /// [`Problem::Busy`] failure ends the pass (it is the last entry): the next statements
-/// would wait for the same lock, and a busy database is retried as a whole.
+/// would wait for the same lock, and a busy database is retried as a whole. `client`
+/// must not be inside a transaction of its caller: the pass ends with ROLLBACK.
 pub async fn prepare_all(
     client: &Client,
     statements: &[catalogue::Statement],
