@@ -4,11 +4,19 @@
 //! Owns: [`all`], the single list of every module's statements (each `sql` submodule
 //! declares its own with `crate::statements::statements!`). Tests check that every
 //! `sql` module is listed and PREPARE every entry; `hk check` does the same against an
-//! operator's database. No SQL text lives anywhere else in this crate.
+//! operator's database. No SQL text lives anywhere else in this crate. Owns also
+//! [`uses`] and [`for_function`]: the statements one function can run, from the
+//! modules its job imports (read from the source at build time, `shared/build/uses.rs`).
 
 pub use crate::statements::{Column, Statement};
 
+use crate::function::Function;
 use crate::gitlab::deletion_model::{DeletionModel, Models};
+
+/// `USES`: per function name, the modules its job can run code of (generated).
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/uses.rs"));
+}
 
 /// One `sql` module's `ALL`: `(name, text)` per statement.
 type StatementList = &'static [(&'static str, &'static str)];
@@ -129,4 +137,64 @@ pub fn for_model(model: DeletionModel, has: &[Column]) -> Vec<Statement> {
         .into_iter()
         .filter(|s| s.models.contains(model) && s.needs.is_none_or(|c| has.contains(&c)))
         .collect()
+}
+
+/// The modules of `shared` whose code `function`'s job can run: its job module and
+/// every module it imports, transitively (read from the source at build time).
+pub fn uses(function: Function) -> &'static [&'static str] {
+    generated::USES
+        .iter()
+        .find(|(name, _)| *name == function.name())
+        .map(|(_, m)| *m)
+        .expect("every function's row is read by the build script")
+}
+
+/// [`for_model`] narrowed to the statements `function` can run ([`uses`]): the ones its
+/// cold start must PREPARE.
+pub fn for_function(function: Function, model: DeletionModel, has: &[Column]) -> Vec<Statement> {
+    let uses = uses(function);
+    for_model(model, has)
+        .into_iter()
+        .filter(|s| uses.contains(&s.module))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_function_checks_what_its_job_imports_and_nothing_of_unrelated_jobs() {
+        for f in Function::ALL {
+            assert!(!uses(*f).is_empty(), "{f}");
+        }
+        let del = uses(Function::DeleteUser);
+        for m in [
+            "workers::delete_user",
+            "gitlab::user_removal",
+            "gitlab::membership",
+            "locks",
+        ] {
+            assert!(del.contains(&m), "delete-user runs {m}: {del:?}");
+        }
+        let deliver = uses(Function::DeliverNotification);
+        for m in [
+            "workers::group_destroy",
+            "batches::remove_expired_members",
+            "workers::delete_user",
+        ] {
+            assert!(
+                !deliver.contains(&m),
+                "deliver-notification never runs {m}: {deliver:?}"
+            );
+        }
+        // Every listed module is run by some function, or by the schema check itself.
+        let gate = ["gitlab::release", "gitlab::deletion_model"];
+        for (m, _) in MODULES {
+            assert!(
+                gate.contains(m) || Function::ALL.iter().any(|f| uses(*f).contains(m)),
+                "no function runs {m}"
+            );
+        }
+    }
 }

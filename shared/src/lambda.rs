@@ -127,8 +127,10 @@ impl Deps {
 }
 
 /// The cold-start schema check: GitLab's release must be in the tested range or
-/// accepted ([`crate::gitlab::release`]), then the catalogue must PREPARE
-/// ([`crate::preflight`]).
+/// accepted ([`crate::gitlab::release`]), then the statements this function can run
+/// must PREPARE ([`crate::preflight`], [`crate::catalogue::for_function`]): two round
+/// trips once the session is up (the release read with the schema probes, then every
+/// statement at once).
 ///
 /// An incompatible schema fails the whole invocation rather than each record: Lambda's
 /// poller backs off on function errors, so the batch stays on the queue, untouched,
@@ -159,7 +161,11 @@ impl SchemaGate {
                 Err(_) => return Ok(Gate::Open),
             };
             let accepted = deps.config.schema_accepted.as_deref();
-            let refusal = match release::read(&*client).await {
+            // The release and the schema probes in one round trip, then the function's
+            // statements in one more (issue 52).
+            let (read, probed) =
+                futures::join!(release::read(&*client), preflight::probe_all(&*client));
+            let refusal = match read {
                 Err(_) => return Ok(Gate::Open),
                 Ok(release::Read::Version(v)) => release::classify(&v, accepted).refusal(&v),
                 Ok(release::Read::Empty) => Some(
@@ -186,8 +192,12 @@ impl SchemaGate {
                 metrics::emit(deps.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
                 return Err(InvokeError::ReleaseRefused(reason));
             }
-            match preflight::prepare_catalogue(&client).await {
-                Ok(p) => p.failed,
+            let Ok((model, has)) = probed else {
+                return Ok(Gate::Open);
+            };
+            let statements = crate::catalogue::for_function(deps.function, model, &has);
+            match preflight::prepare_all(&client, &statements).await {
+                Ok(failed) => failed,
                 Err(_) => return Ok(Gate::Open),
             }
         };

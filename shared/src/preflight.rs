@@ -3,16 +3,20 @@
 //! deletion-state model and the columns it has ([`crate::catalogue::for_model`]) must
 //! PREPARE.
 //!
-//! Owns: [`declared`] (the statements a database must PREPARE, from its probes),
-//! [`prepare_catalogue`] and [`prepare_one`] (parse-only, but parse analysis takes
-//! the statement's table locks, so it may wait up to `lock_timeout`), [`Incompatible`]
+//! Owns: [`probe_all`] (the model and column probes, sent at once), [`declared`] (the
+//! statements a database must PREPARE, from its probes), [`prepare_catalogue`],
+//! [`prepare_function`] (a function's cold start checks only the statements it can run,
+//! [`crate::catalogue::for_function`]), [`prepare_all`] (every statement in one round
+//! trip, issue 52) and [`prepare_one`] (parse-only, but parse analysis takes the
+//! statement's table locks, so it may wait up to `lock_timeout`), [`Incompatible`]
 //! (a failed statement and the object its error names) and its [`Problem`]. No SQL of
-//! its own.
+//! its own (the transaction around the PREPAREs is `crate::db`'s).
 
 use tokio_postgres::{Client, GenericClient};
 
 use crate::catalogue;
 use crate::error::Error;
+use crate::function::Function;
 use crate::gitlab::deletion_model::{self, DeletionModel};
 
 /// One catalogue statement that does not PREPARE on the database.
@@ -116,18 +120,35 @@ pub struct Preflight {
     pub failed: Vec<Incompatible>,
 }
 
+/// The database's deletion-state model and the needed columns it has
+/// ([`catalogue::needed_columns`]): every probe sent at once, one round trip.
+pub async fn probe_all<C: GenericClient + Sync>(
+    client: &C,
+) -> Result<(DeletionModel, Vec<catalogue::Column>), Error> {
+    let needed = catalogue::needed_columns();
+    let (model, has) = futures::join!(
+        deletion_model::probe(client),
+        futures::future::try_join_all(
+            needed
+                .iter()
+                .map(|(t, c)| deletion_model::has_column(client, t, c))
+        )
+    );
+    let has = needed
+        .into_iter()
+        .zip(has?)
+        .filter_map(|(col, yes)| yes.then_some(col))
+        .collect();
+    Ok((model?, has))
+}
+
 /// The catalogue statements a database of deletion model `model` must PREPARE: the
 /// model's, and those needing a column ([`catalogue::needed_columns`]) it has.
-pub async fn declared<C: GenericClient>(
+pub async fn declared<C: GenericClient + Sync>(
     client: &C,
     model: DeletionModel,
 ) -> Result<Vec<catalogue::Statement>, Error> {
-    let mut has = Vec::new();
-    for (table, column) in catalogue::needed_columns() {
-        if deletion_model::has_column(client, table, column).await? {
-            has.push((table, column));
-        }
-    }
+    let (_, has) = probe_all(client).await?;
     Ok(catalogue::for_model(model, &has))
 }
 
@@ -135,8 +156,29 @@ pub async fn declared<C: GenericClient>(
 /// statement declared for them on `client`. An error that is not the server's (the
 /// connection broke) is returned as such: it says nothing about the schema.
 pub async fn prepare_catalogue(client: &Client) -> Result<Preflight, Error> {
-    let model = deletion_model::probe(client).await?;
-    let statements = declared(client, model).await?;
+    let (model, has) = probe_all(client).await?;
+    let statements = catalogue::for_model(model, &has);
+    finish(client, model, statements).await
+}
+
+/// [`prepare_catalogue`] for the statements `function` can run
+/// ([`catalogue::for_function`]): what its cold start checks.
+pub async fn prepare_function(client: &Client, function: Function) -> Result<Preflight, Error> {
+    let (model, has) = probe_all(client).await?;
+    finish(
+        client,
+        model,
+        catalogue::for_function(function, model, &has),
+    )
+    .await
+}
+
+/// PREPARE `statements`, after the probes: the [`Preflight`].
+pub async fn finish(
+    client: &Client,
+    model: DeletionModel,
+    statements: Vec<catalogue::Statement>,
+) -> Result<Preflight, Error> {
     let failed = prepare_all(client, &statements).await?;
     Ok(Preflight {
         model,
@@ -145,24 +187,69 @@ pub async fn prepare_catalogue(client: &Client) -> Result<Preflight, Error> {
     })
 }
 
-/// PREPARE `statements` on `client`; the ones that fail, in order. The first
+/// PREPARE `statements` on `client`, all sent at once (one round trip): the ones that
+/// fail, in order. They are sent inside `BEGIN READ ONLY` … `ROLLBACK`, so the first failure
+/// aborts the rest at once (a statement waiting for a lock does not make every later
+/// one wait as well); those are sent again, in the next round trip. The first
 /// [`Problem::Busy`] failure ends the pass (it is the last entry): the next statements
-/// would wait for the same lock, and a busy database is retried as a whole.
+/// would wait for the same lock, and a busy database is retried as a whole. `client`
+/// must not be inside a transaction of its caller: the pass ends with ROLLBACK.
 pub async fn prepare_all(
     client: &Client,
     statements: &[catalogue::Statement],
 ) -> Result<Vec<Incompatible>, Error> {
     let mut failed = Vec::new();
-    for s in statements {
-        if let Some(f) = prepare_one(client, s).await? {
+    let mut rest = statements;
+    while !rest.is_empty() {
+        // In this order on the wire: `join3` and `join_all` poll their futures in
+        // turn, and each sends its request when first polled.
+        let (begin, outcomes, end) = futures::future::join3(
+            client.batch_execute(crate::db::sql::CHECK_BEGIN),
+            futures::future::join_all(rest.iter().map(|s| client.prepare(s.text))),
+            client.batch_execute(crate::db::sql::ROLLBACK),
+        )
+        .await;
+        begin?;
+        end?;
+        let mut next = &rest[rest.len()..];
+        for (i, (s, outcome)) in rest.iter().zip(outcomes).enumerate() {
+            let Err(e) = outcome else { continue };
+            let Some(db) = e.as_db_error() else {
+                return Err(Error::from(e));
+            };
+            if db.code() == &tokio_postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION {
+                // Aborted by an earlier failure: not checked yet.
+                next = &rest[i..];
+                break;
+            }
+            let f = incompatible(s, db);
             let busy = f.problem == Problem::Busy;
             failed.push(f);
             if busy {
-                break;
+                return Ok(failed);
             }
         }
+        rest = next;
     }
     Ok(failed)
+}
+
+/// The failure a server error of statement `s` is.
+fn incompatible(s: &catalogue::Statement, db: &tokio_postgres::error::DbError) -> Incompatible {
+    let problem = Problem::of_sqlstate(db.code().code());
+    let mut object = object_of(db.message());
+    if object == db.message() && problem == Problem::Schema {
+        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) = db.position() {
+            object = format!("{object} near `{}`", near(s.text, *at as usize));
+        }
+    }
+    Incompatible {
+        module: s.module,
+        name: s.name,
+        object,
+        message: db.message().to_string(),
+        problem,
+    }
 }
 
 /// PREPARE one statement on `client`: `None` when it prepares, its failure otherwise;
@@ -175,21 +262,8 @@ pub async fn prepare_one(
         Ok(_) => return Ok(None),
         Err(e) => e,
     };
-    let Some(db) = e.as_db_error() else {
-        return Err(Error::from(e));
-    };
-    let problem = Problem::of_sqlstate(db.code().code());
-    let mut object = object_of(db.message());
-    if object == db.message() && problem == Problem::Schema {
-        if let Some(tokio_postgres::error::ErrorPosition::Original(at)) = db.position() {
-            object = format!("{object} near `{}`", near(s.text, *at as usize));
-        }
+    match e.as_db_error() {
+        Some(db) => Ok(Some(incompatible(s, db))),
+        None => Err(Error::from(e)),
     }
-    Ok(Some(Incompatible {
-        module: s.module,
-        name: s.name,
-        object,
-        message: db.message().to_string(),
-        problem,
-    }))
 }

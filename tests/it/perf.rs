@@ -513,6 +513,19 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     assert!(trips["ours"] < 0.5, "{trips:?}");
     assert!(trips["floor"] < 0.5, "{trips:?}");
     assert!(trips["GitLab-pattern baseline"] >= 8.5, "{trips:?}");
+    // The cold-start schema check of every function, counted on the wire: at most
+    // three round trips once the session is up (issue 52).
+    let checks: Vec<&&hk::bench::Row> = by["footprint"]
+        .iter()
+        .filter(|r| {
+            r.compares
+                .contains("round trips of the cold-start schema check")
+        })
+        .collect();
+    assert_eq!(checks.len(), shared::Function::ALL.len(), "{checks:?}");
+    for r in checks {
+        assert!(r.value >= 1.0 && r.value <= 3.0, "{r:?}");
+    }
     // Calls are counted exactly: every producer hands the adapter tens.
     for r in &by["queue-calls"] {
         assert_eq!(r.value, 100.0, "{r:?}");

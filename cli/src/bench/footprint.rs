@@ -8,6 +8,7 @@
 //! child processes it serves (spawned, measured, killed by their own handle), and the
 //! reference figure measured in the same run (starting and reaping `true`), so a start
 //! time is read next to what process creation costs on the machine at that moment.
+//! The cold start with the database is `cold_start`'s.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use super::data::{self, B38Sizes};
-use super::tls_db::TlsOn;
 use super::{median, BenchDbs, Options, Row, Scale, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -37,7 +37,7 @@ enum Seen {
     Error(String),
 }
 
-fn io(what: &str, e: std::io::Error) -> Error {
+pub(super) fn io(what: &str, e: std::io::Error) -> Error {
     Error::Invariant(format!("footprint: {what}: {e}"))
 }
 
@@ -315,7 +315,7 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
 
 /// Start `f`'s binary with `env` added and hand it its cron message: the time from
 /// spawning the process to the response posted for that first record.
-async fn first_record(
+pub(super) async fn first_record(
     bin: &Path,
     f: Function,
     database_url: &str,
@@ -354,88 +354,10 @@ async fn first_record(
 /// How long a first record may take before the bench gives up on it.
 const FIRST_RECORD_LIMIT: Duration = Duration::from_secs(60);
 
-/// Starts per function for the cold start with the database.
-const COLD_STARTS: usize = 10;
-
-/// Cold start including the database: for every function a cron starts, process start
-/// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
-/// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
-///
-/// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
-/// on the bench's cluster: that one may be shared (the test command runs the benches
-/// beside the other tests on one server), and `ssl = on` there would change what every
-/// other session of it negotiates.
-async fn cold_start_with_db(dir: &Path, opts: &Options) -> Result<Vec<Row>> {
-    let cluster = crate::pg::Cluster {
-        base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
-        port: crate::pg::free_port().map_err(pg_error)?,
-    };
-    cluster.up().map_err(pg_error)?;
-    let result = cold_start_on(&cluster, dir, opts).await;
-    let down = cluster.down();
-    let _ = std::fs::remove_dir_all(&cluster.base);
-    let rows = result?;
-    down.map_err(pg_error)?;
-    Ok(rows)
-}
-
-fn pg_error(e: anyhow::Error) -> Error {
-    Error::Invariant(format!("footprint: the TLS cluster: {e:#}"))
-}
-
-async fn cold_start_on(
-    cluster: &crate::pg::Cluster,
-    dir: &Path,
-    opts: &Options,
-) -> Result<Vec<Row>> {
-    let admin = shared::db::Connector::from_url(&cluster.url())?
-        .connect("hk-bench")
-        .await?;
-    admin.batch_execute("CREATE DATABASE fp_tls").await?;
-    let db_url = format!("postgres://postgres@127.0.0.1:{}/fp_tls", cluster.port);
-    let mut c = shared::db::Connector::from_url(&db_url)?
-        .connect("hk-bench")
-        .await?;
-    crate::migrate::run(&mut c).await?;
-    drop(c);
-    let tls = TlsOn::on(&admin).await?;
-    let url = format!("{db_url}?sslmode=require");
-    let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
-    let mut rows = Vec::new();
-    let result = async {
-        tls.wait_ready(&url).await?;
-        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
-            let bin = binary(dir, *f);
-            if !bin.is_file() {
-                continue;
-            }
-            let mut v = Vec::new();
-            for _ in 0..COLD_STARTS {
-                v.push(first_record(&bin, *f, &url, &env, opts).await?);
-            }
-            rows.push(Row::new(
-                "footprint",
-                format!("{f}: process start → first record handled, TLS to PostgreSQL"),
-                format!(
-                    "median of {COLD_STARTS}; its cron message on an empty database, \
-                     sslmode=require with DATABASE_CA_BUNDLE (verified chain and host)"
-                ),
-                median(&mut v).as_secs_f64() * 1000.0,
-                "ms",
-                None,
-            ));
-        }
-        Ok::<(), Error>(())
-    }
-    .await;
-    tls.off(&admin).await?;
-    result.map(|()| rows)
-}
-
 /// A function's binary in `dir`: `dir/<function>` (a cargo profile directory such as
 /// `target/release`) or `dir/<function>/bootstrap` (`target/lambda`, what
 /// `scripts/package-lambdas.sh` builds and deploys).
-fn binary(dir: &Path, f: Function) -> PathBuf {
+pub(super) fn binary(dir: &Path, f: Function) -> PathBuf {
     let plain = dir.join(f.name());
     if plain.is_file() {
         plain
@@ -529,7 +451,7 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         ));
     }
     dbs.drop_db("fp_b38").await?;
-    rows.extend(cold_start_with_db(&dir, opts).await?);
+    rows.extend(super::cold_start::with_db(&dir, opts).await?);
     Ok(rows)
 }
 

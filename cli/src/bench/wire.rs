@@ -9,7 +9,10 @@
 //! statements written together are one round trip; connection setup counts too). The
 //! relay parses the client's stream only: a session that switches to TLS (the bench
 //! clusters run without it) would make the stream unreadable, and is reported as an
-//! error instead of a wrong count.
+//! error instead of a wrong count by [`Wire::counts`]; [`Wire::round_trips`] needs no
+//! parsing and counts TLS sessions too. [`Wire::delayed`] holds each round trip's
+//! first bytes for a fixed time before relaying them: a network of that latency (the
+//! cold-start bench's 1 ms VPC, issue 52).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,6 +58,11 @@ impl Drop for Wire {
 impl Wire {
     /// Listen on a free port of 127.0.0.1 and relay every session to `host:port`.
     pub async fn start(host: &str, port: u16) -> Result<Wire> {
+        Wire::delayed(host, port, std::time::Duration::ZERO).await
+    }
+
+    /// [`Wire::start`], each round trip held `delay` before it is relayed.
+    pub async fn delayed(host: &str, port: u16, delay: std::time::Duration) -> Result<Wire> {
         let io = |e: std::io::Error| Error::Invariant(format!("wire: {e}"));
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(io)?;
         let local = listener.local_addr().map_err(io)?.port();
@@ -66,7 +74,7 @@ impl Wire {
                 let (c, target) = (c.clone(), target.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&target).await {
-                        relay(client, server, c).await;
+                        relay(client, server, c, delay).await;
                     }
                 });
             }
@@ -91,6 +99,22 @@ impl Wire {
         super::connector_for(pg, handler)
     }
 
+    /// The relay's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `url` (a `postgres://` URL naming `host:port` of the relay's target) through the
+    /// relay instead.
+    pub fn url(&self, url: &str, target_port: u16) -> String {
+        url.replacen(&format!(":{target_port}/"), &format!(":{}/", self.port), 1)
+    }
+
+    /// The round trips counted so far, TLS sessions included.
+    pub fn round_trips(&self) -> u64 {
+        self.counters.round_trips.load(Ordering::SeqCst)
+    }
+
     /// What was counted so far; an error if a session could not be read.
     pub fn counts(&self) -> Result<Counts> {
         if self.counters.unreadable.load(Ordering::SeqCst) {
@@ -106,7 +130,12 @@ impl Wire {
 }
 
 /// Copy both ways until either side closes, counting the client's messages.
-async fn relay(client: TcpStream, server: TcpStream, counters: Arc<Counters>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    counters: Arc<Counters>,
+    delay: std::time::Duration,
+) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.into_split();
@@ -126,6 +155,9 @@ async fn relay(client: TcpStream, server: TcpStream, counters: Arc<Counters>) {
             };
             if spoke.swap(false, Ordering::SeqCst) {
                 up_counters.round_trips.fetch_add(1, Ordering::SeqCst);
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
             }
             match parser.feed(&buf[..n]) {
                 Some(k) => {

@@ -1,4 +1,5 @@
-//! The statements of [`crate::db`]: session settings, the liveness ping and the reset.
+//! The statements of [`crate::db`]: session settings, the liveness ping, the reset, and
+//! the transaction the cold-start check PREPAREs in ([`crate::preflight::prepare_all`]).
 
 crate::statements::statements! {
     /// The session settings of behaviour §7.1 (each `set_config(…, false)` is a session-level
@@ -13,6 +14,9 @@ crate::statements::statements! {
     PING = "SELECT 1";
     /// Reset after a failed record, first: end any open transaction.
     ROLLBACK = "ROLLBACK";
+    /// Opens the transaction the cold-start check sends its PREPAREs in (parse only,
+    /// nothing written; it ends with [`ROLLBACK`]): the first failure aborts the rest.
+    CHECK_BEGIN = "BEGIN READ ONLY";
     /// Reset after a failed record, then: release every session-level advisory lock.
     UNLOCK_ALL = "SELECT pg_advisory_unlock_all()";
 }

@@ -91,11 +91,12 @@ impl Models {
     }
 }
 
-/// The model of the connected database, from its columns (one catalog query; it takes
+/// The model of the connected database, from its columns (one catalog query, sent
+/// unprepared in one round trip, so it pipelines with others; it takes
 /// no lock and reads no table). A database with `deletion_scheduled_at` but without the
 /// state columns is no GitLab release: it counts as the model its state columns allow.
 pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
-    let row = c.query_one(sql::PROBE, &[]).await?;
+    let row = c.query_typed_one(sql::PROBE, &[]).await?;
     let (state, scheduled_at): (bool, bool) = (row.get(0), row.get(1));
     Ok(match (state, scheduled_at) {
         (false, _) => DeletionModel::Schedules,
@@ -107,7 +108,11 @@ pub async fn probe<C: GenericClient>(c: &C) -> Result<DeletionModel> {
 /// Whether the connected database's table `table` has column `column` (one catalog
 /// query; a missing table has none).
 pub async fn has_column<C: GenericClient>(c: &C, table: &str, column: &str) -> Result<bool> {
-    Ok(c.query_one(sql::HAS_COLUMN, &[&table, &column])
-        .await?
-        .get(0))
+    use tokio_postgres::types::Type;
+    Ok(c.query_typed_one(
+        sql::HAS_COLUMN,
+        &[(&table, Type::TEXT), (&column, Type::TEXT)],
+    )
+    .await?
+    .get(0))
 }

@@ -136,11 +136,12 @@ pub enum Read {
     NotPermitted,
 }
 
-/// Read the newest migration version. An error that is not one of [`Read`]'s cases
+/// Read the newest migration version (unprepared: one round trip, pipelined with the
+/// schema probes at cold start). An error that is not one of [`Read`]'s cases
 /// (the connection broke) is returned as such.
 pub async fn read<C: GenericClient>(c: &C) -> Result<Read, tokio_postgres::Error> {
     use tokio_postgres::error::SqlState;
-    match c.query_opt(sql::NEWEST_MIGRATION, &[]).await {
+    match c.query_typed_opt(sql::NEWEST_MIGRATION, &[]).await {
         Ok(Some(row)) => Ok(Read::Version(row.get(0))),
         Ok(None) => Ok(Read::Empty),
         Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => Ok(Read::NoTable),

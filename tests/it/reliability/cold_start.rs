@@ -2,8 +2,9 @@
 //! lacks a column of the statement catalogue logs one clear line, emits
 //! `schema_incompatible`, fails the invocation as a whole (no per-record failure, so
 //! nothing walks to the DLQ one by one) and processes nothing; once the schema is
-//! fixed, the next invocation of the same environment processes the batch. How a
-//! failed PREPARE is classed and the object its error names.
+//! fixed, the next invocation of the same environment processes the batch. Only the
+//! statements the function can run are checked (issue 52). How a failed PREPARE is
+//! classed and the object its error names.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,9 +60,8 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     fx.users(&[U::human(10)]).await;
     fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
         .await;
-    // A column another function's statements use: this function's own statements
-    // would still run, but the bundle is not compatible with this database.
-    db.exec("ALTER TABLE personal_access_tokens DROP COLUMN sixty_days_notification_sent_at")
+    // A column this function's statements use (its member lock and delete).
+    db.exec("ALTER TABLE members DROP COLUMN requested_at")
         .await;
     let q = Arc::new(LocalQueue::new(t(NOW)));
     let deps = deps(&db, q.clone());
@@ -77,8 +77,8 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     let err = r.expect_err("the invocation fails as a whole");
     assert!(
         matches!(&err, InvokeError::SchemaIncompatible(s)
-            if s.contains("batches::pat_expiring::HUMAN_PAGE_SIXTY_DAYS")
-                && s.contains("sixty_days_notification_sent_at")),
+            if s.contains("batches::remove_expired_members::LOCK_AND_DELETE_PLAIN")
+                && s.contains("requested_at")),
         "{err}"
     );
     let lines = log.with_message(
@@ -91,7 +91,7 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
         lines[0]["statements"]
             .as_str()
             .unwrap()
-            .contains("sixty_days_notification_sent_at"),
+            .contains("requested_at"),
         "{}",
         log.dump()
     );
@@ -107,10 +107,8 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     assert_eq!(q.pending_len(), 0, "nothing sent");
 
     // Fixed: the same environment processes the next invocation.
-    db.exec(
-        "ALTER TABLE personal_access_tokens ADD COLUMN sixty_days_notification_sent_at timestamptz",
-    )
-    .await;
+    db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
+        .await;
     let resp = handle_event_checked(
         &Dispatch,
         &deps,
@@ -123,6 +121,43 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     assert!(
         !db.exists("members WHERE id = 10").await,
         "processed once fixed"
+    );
+}
+
+/// A function checks the statements it can run, not the whole catalogue (issue 52): a
+/// column only another function's statements use (B28's) does not stop it.
+#[tokio::test]
+async fn a_column_only_another_function_uses_does_not_stop_this_one() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10)]).await;
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    db.exec("ALTER TABLE personal_access_tokens DROP COLUMN sixty_days_notification_sent_at")
+        .await;
+    let q = Arc::new(LocalQueue::new(t(NOW)));
+    let resp = handle_event_checked(
+        &Dispatch,
+        &deps(&db, q),
+        &SchemaGate::new(),
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await
+    .expect("remove-expired-members runs no B28 statement");
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(!db.exists("members WHERE id = 10").await, "processed");
+    let client = db.session().await;
+    let p = shared::preflight::prepare_function(&client, Function::PatExpiring)
+        .await
+        .unwrap();
+    assert!(
+        p.failed
+            .iter()
+            .any(|f| f.module == "batches::pat_expiring" && f.name == "HUMAN_PAGE_SIXTY_DAYS"),
+        "pat-expiring's own check still finds it: {:?}",
+        p.failed
     );
 }
 

@@ -8,7 +8,8 @@
 //! * `fuzz` and `hostile`: hostile input to the parser, the Lambda glue and the handlers.
 //! * `glue`: the Lambda glue on real SQS event JSON.
 //! * `cold_start`: the schema check when a function starts; `release_gate`: the
-//!   GitLab release check before it; `log_level`: metrics at every log level.
+//!   GitLab release check before it; `log_level`: metrics at every log level;
+//!   `round_trips`: the round trips of that check.
 //! * `lock_order`: no deadlock between functions over the same users.
 //! * `messages`: the envelope's and the payloads' rules, keys and wire shapes.
 //! * `outputs`: every `done` line's fields, status and metrics, and B28's hook body
@@ -32,5 +33,6 @@ mod observability;
 mod outputs;
 mod release_gate;
 mod rotation;
+mod round_trips;
 mod secrets;
 mod stored_values;

@@ -1,0 +1,203 @@
+//! The cold start with the database, part of the `footprint` bench: for every function
+//! a cron starts, process start → its cron record handled over TLS, directly and through
+//! a relay holding each round trip 1 ms (`wire`, a VPC) that also counts the round trips;
+//! and per function the round trips of the cold-start schema check once the session is
+//! up (issue 52).
+//!
+//! Owns: the throwaway TLS cluster's use (`tls_db`), the starts and their rows.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::footprint::{binary, first_record, io};
+use super::tls_db::TlsOn;
+use super::wire::Wire;
+use super::{median, Options, Row, Target};
+use shared::error::{Error, Result};
+use shared::function::Function;
+
+/// Starts per function for the cold start with the database.
+const COLD_STARTS: usize = 10;
+
+/// Cold start including the database: for every function a cron starts, process start
+/// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
+/// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
+///
+/// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
+/// on the bench's cluster: that one may be shared (the test command runs the benches
+/// beside the other tests on one server), and `ssl = on` there would change what every
+/// other session of it negotiates.
+pub(super) async fn with_db(dir: &Path, opts: &Options) -> Result<Vec<Row>> {
+    let cluster = crate::pg::Cluster {
+        base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
+        port: crate::pg::free_port().map_err(pg_error)?,
+    };
+    cluster.up().map_err(pg_error)?;
+    let result = cold_start_on(&cluster, dir, opts).await;
+    let down = cluster.down();
+    let _ = std::fs::remove_dir_all(&cluster.base);
+    let rows = result?;
+    down.map_err(pg_error)?;
+    Ok(rows)
+}
+
+fn pg_error(e: anyhow::Error) -> Error {
+    Error::Invariant(format!("footprint: the TLS cluster: {e:#}"))
+}
+
+async fn cold_start_on(
+    cluster: &crate::pg::Cluster,
+    dir: &Path,
+    opts: &Options,
+) -> Result<Vec<Row>> {
+    let admin = shared::db::Connector::from_url(&cluster.url())?
+        .connect("hk-bench")
+        .await?;
+    admin.batch_execute("CREATE DATABASE fp_tls").await?;
+    let db_url = format!("postgres://postgres@127.0.0.1:{}/fp_tls", cluster.port);
+    let mut c = shared::db::Connector::from_url(&db_url)?
+        .connect("hk-bench")
+        .await?;
+    crate::migrate::run(&mut c).await?;
+    drop(c);
+    let tls = TlsOn::on(&admin).await?;
+    let url = format!("{db_url}?sslmode=require");
+    let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
+    let mut rows = Vec::new();
+    let result = async {
+        tls.wait_ready(&url).await?;
+        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+            let bin = binary(dir, *f);
+            if !bin.is_file() {
+                continue;
+            }
+            let mut v = Vec::new();
+            for _ in 0..COLD_STARTS {
+                v.push(first_record(&bin, *f, &url, &env, opts).await?);
+            }
+            rows.push(Row::new(
+                "footprint",
+                format!("{f}: process start → first record handled, TLS to PostgreSQL"),
+                format!(
+                    "median of {COLD_STARTS}; its cron message on an empty database, \
+                     sslmode=require with DATABASE_CA_BUNDLE (verified chain and host)"
+                ),
+                median(&mut v).as_secs_f64() * 1000.0,
+                "ms",
+                None,
+            ));
+            // The same through a relay that holds each round trip VPC_RTT (a VPC).
+            let (mut v, mut trips) = (Vec::new(), Vec::new());
+            for _ in 0..COLD_STARTS {
+                let wire = Wire::delayed("127.0.0.1", cluster.port, VPC_RTT).await?;
+                let via = wire.url(&url, cluster.port);
+                v.push(first_record(&bin, *f, &via, &env, opts).await?);
+                trips.push(wire.round_trips());
+            }
+            trips.sort_unstable();
+            rows.push(Row::new(
+                "footprint",
+                format!(
+                    "{f}: process start → first record handled, TLS, {} ms per round trip",
+                    VPC_RTT.as_millis()
+                ),
+                format!(
+                    "median of {COLD_STARTS}, as above through a relay holding each round \
+                     trip {} ms; {} round trips on the wire per start (TLS handshake, \
+                     session, schema check, the record)",
+                    VPC_RTT.as_millis(),
+                    trips[trips.len() / 2]
+                ),
+                median(&mut v).as_secs_f64() * 1000.0,
+                "ms",
+                Some(Target::le(50.0)),
+            ));
+        }
+        Ok::<(), Error>(())
+    }
+    .await;
+    tls.off(&admin).await?;
+    result?;
+    // On a current-thread runtime, as a function runs (`shared::lambda::run`): there a
+    // request is written when the task yields, so requests sent together share a flight.
+    let (url, port, now) = (db_url.clone(), cluster.port, opts.now);
+    let counted = tokio::task::spawn_blocking(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| io("runtime", e))?
+            .block_on(schema_check_round_trips(&url, port, now))
+    })
+    .await
+    .map_err(|e| Error::Invariant(format!("footprint: the schema check count: {e}")))?;
+    rows.extend(counted?);
+    Ok(rows)
+}
+
+/// The latency of a round trip in a VPC the cold start is timed at (issue 52).
+const VPC_RTT: Duration = Duration::from_millis(1);
+
+/// Per function, the round trips of its cold-start schema check once the session is
+/// up, counted on the wire (`wire`) in this process: a cold session's check less
+/// connecting alone (as `tests/it/reliability/round_trips.rs` pins them).
+async fn schema_check_round_trips(
+    db_url: &str,
+    port: u16,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<Row>> {
+    use shared::lambda::{Deps, Gate, SchemaGate};
+    let deps = |url: &str, function: Function| -> Result<Deps> {
+        let env = [
+            ("DATABASE_URL", url.to_string()),
+            ("TRANSPORT", "local".into()),
+        ];
+        Ok(Deps {
+            function,
+            session: shared::db::Session::new(
+                shared::db::Connector::from_url(url)?,
+                function.name(),
+            ),
+            config: shared::config::Config::from_lookup(|k| {
+                env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+            })?,
+            queue: Arc::new(crate::local_queue::LocalQueue::new(now)),
+            clock: Arc::new(shared::clock::FixedClock(now)),
+            notifier: None,
+            storage: None,
+        })
+    };
+    let wire = Wire::start("127.0.0.1", port).await?;
+    let alone = shared::db::Session::new(
+        shared::db::Connector::from_url(&wire.url(db_url, port))?,
+        "hk-bench",
+    );
+    drop(alone.client().await?);
+    let connect = wire.round_trips();
+    let mut rows = Vec::new();
+    for f in Function::ALL {
+        // A relay per session: a closed one's Terminate must not count for the next.
+        let wire = Wire::start("127.0.0.1", port).await?;
+        let d = deps(&wire.url(db_url, port), *f)?;
+        match SchemaGate::new().check(&d).await {
+            Ok(Gate::Open) => {}
+            other => {
+                return Err(Error::Invariant(format!(
+                    "footprint: {f}'s schema check did not pass: {other:?}"
+                )))
+            }
+        }
+        rows.push(Row::new(
+            "footprint",
+            format!("{f}: round trips of the cold-start schema check after the session is up"),
+            format!(
+                "counted on the wire by a relay ({connect} more to connect, without TLS); \
+                 release, model and column probes in one, the statements it can run in one"
+            ),
+            wire.round_trips().saturating_sub(connect) as f64,
+            "round trips",
+            Some(Target::le(3.0)),
+        ));
+    }
+    Ok(rows)
+}
