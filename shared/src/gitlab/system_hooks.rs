@@ -376,7 +376,7 @@ pub async fn prepare<C: GenericClient>(c: &C, subject: Subject<'_>) -> Result<Pr
         return Ok(Prepared::default());
     }
     let bodies = match subject {
-        Subject::Members(ids) if ids.is_empty() => Vec::new(),
+        Subject::Members([]) => Vec::new(),
         Subject::Members(ids) => member_bodies(c, ids).await?,
         Subject::Group(g) => group_body(c, g).await?.into_iter().collect(),
         Subject::Project(p) => project_body(c, p).await?.into_iter().collect(),
