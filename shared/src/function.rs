@@ -111,7 +111,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
-                sends_to: [DeleteUser],
+                sends_to: [DeleteUser, DeliverNotification],
             }
             /// B28 cron batch: expiring personal and resource access tokens.
             PatExpiring = "pat-expiring" {

@@ -66,6 +66,10 @@ impl Event {
 pub enum Subject<'a> {
     /// Memberships (only those GitLab reports get a body: no invites or requests).
     Members(&'a [i64]),
+    /// Every membership of a user (phase 1 of removing them).
+    MembershipsOf(i64),
+    /// Every membership of a group (destroyed with it).
+    MembershipsIn(i64),
     /// A group or subgroup.
     Group(i64),
     /// A project.
@@ -363,21 +367,28 @@ async fn user_body<C: GenericClient>(c: &C, u: i64) -> Result<Option<Body>> {
     }))
 }
 
+fn ids(rows: Vec<tokio_postgres::Row>) -> Vec<i64> {
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
 /// The receivers and bodies of `subject`, read in the removal's transaction before its
 /// rows go (no body is read when no system hook would receive it).
 pub async fn prepare<C: GenericClient>(c: &C, subject: Subject<'_>) -> Result<Prepared> {
-    let hooks: Vec<i64> = c
-        .query(sql::RECEIVERS, &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let hooks = ids(c.query(sql::RECEIVERS, &[]).await?);
     if hooks.is_empty() {
         return Ok(Prepared::default());
     }
     let bodies = match subject {
         Subject::Members([]) => Vec::new(),
         Subject::Members(ids) => member_bodies(c, ids).await?,
+        Subject::MembershipsOf(u) => {
+            let ids = ids(c.query(sql::MEMBERSHIPS_OF, &[&u]).await?);
+            member_bodies(c, &ids).await?
+        }
+        Subject::MembershipsIn(g) => {
+            let ids = ids(c.query(sql::MEMBERSHIPS_IN, &[&g]).await?);
+            member_bodies(c, &ids).await?
+        }
         Subject::Group(g) => group_body(c, g).await?.into_iter().collect(),
         Subject::Project(p) => project_body(c, p).await?.into_iter().collect(),
         Subject::User(u) => user_body(c, u).await?.into_iter().collect(),

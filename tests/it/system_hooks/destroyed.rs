@@ -1,7 +1,8 @@
 //! Destroyed groups, projects and users: `group_destroy` for a group and its subgroup,
 //! `project_destroy` for its project (`GroupBuilder`, `ProjectBuilder` with the
-//! deprecated owner), `user_destroy` for a deleted placeholder user and for an expired
-//! project bot (`UserBuilder`).
+//! deprecated owner) and `user_remove_from_group` for the members destroyed with each
+//! group, `user_destroy` for a deleted placeholder user and for an expired project bot
+//! (`UserBuilder`), after a hook for each membership phase 1 removes.
 
 use super::*;
 use crate::group_deletion::{destroy_body, schedule};
@@ -44,6 +45,15 @@ async fn a_destroyed_group_with_a_subgroup_and_a_project_sends_three_hooks() {
     let groups = with_event(&reqs, "group_destroy");
     let projects = with_event(&reqs, "project_destroy");
     assert_eq!((groups.len(), projects.len()), (2, 1));
+    // Each group's members are destroyed with it: one hook each.
+    let members: Vec<Value> = with_event(&reqs, "user_remove_from_group")
+        .iter()
+        .map(|q| json!([q.json()["group_id"], q.json()["user_id"]]))
+        .collect();
+    assert_eq!(
+        members,
+        vec![json!([101, 12]), json!([101, 11]), json!([100, 11])]
+    );
     // GroupBuilder#build(:destroy): timestamps, event, group data; depth first.
     assert_body(
         &groups[0],
@@ -148,10 +158,12 @@ async fn an_expired_project_bot_sends_its_membership_and_user_destroy() {
     let fx = Fx(&db);
     fx.group(100, "acme", None).await;
     fx.project(200, 100).await;
+    fx.project(201, 100).await;
     fx.users(&[U::ghost(5), U::human(11), U::bot(20)]).await;
     fx.members(&[
         M::gm(1, 100, 11, 50),
         M::pm(2, 200, 20, 40).expires("2025-03-01"),
+        M::pm(3, 201, 20, 30),
     ])
     .await;
     let rx = HttpReceiver::start().await;
@@ -175,6 +187,11 @@ async fn an_expired_project_bot_sends_its_membership_and_user_destroy() {
             json!([
                 "user_remove_from_team",
                 "system-hook:user_remove_from_team:2:hook:1"
+            ]),
+            // Phase 1 removes the bot's other memberships, each with its hook.
+            json!([
+                "user_remove_from_team",
+                "system-hook:user_remove_from_team:3:hook:1"
             ]),
             json!(["user_destroy", "system-hook:user_destroy:20:hook:1"]),
         ]

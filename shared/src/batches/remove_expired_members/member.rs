@@ -89,8 +89,7 @@ where
             reason: REMOVAL_REASON,
             extra_affected: &affected,
         };
-        let phase1 =
-            user_removal::schedule_removal(&tx, inv.now, run_id, &req, &mut outbox).await?;
+        let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
         if !matches!(phase1, PhaseOne::Scheduled { .. }) {
             authz::refresh(&tx, u, &affected).await?;
         }

@@ -28,6 +28,12 @@ crate::statements::statements! {
          WHERE m.id = ANY($1::bigint[]) AND m.requested_at IS NULL AND m.invite_token IS NULL \
            AND (p.id IS NOT NULL OR g.id IS NOT NULL) \
          ORDER BY m.id";
+    /// Every membership of user `$1` (phase 1 of removing the user).
+    MEMBERSHIPS_OF = "SELECT id::bigint FROM members WHERE user_id = $1::bigint ORDER BY id";
+    /// Every membership of group `$1` (destroyed with the group: GitLab's
+    /// `all_group_members`, `dependent: :destroy`).
+    MEMBERSHIPS_IN = "SELECT id::bigint FROM members \
+         WHERE source_type = 'Namespace' AND source_id = $1::bigint ORDER BY id";
     /// Group `$1`'s `group_destroy` fields: timestamps, name, path, full path, id.
     GROUP_BODY = "SELECT g.created_at, g.updated_at, g.name, g.path, COALESCE(r.path, g.path), \
                 g.id::bigint \

@@ -248,7 +248,7 @@ async fn remove_bots<C: GenericClient>(
             reason: REMOVAL_REASON,
             extra_affected: &[],
         };
-        user_removal::schedule_removal(c, inv.now, &env.run_id, &req, outbox).await?;
+        user_removal::schedule_removal(c, inv, &env.run_id, &req, outbox).await?;
     }
     Ok(())
 }
@@ -490,7 +490,10 @@ where
     let shared = authz::reached_from(&tx, &[g]).await?;
     let hooks = system_hooks::prepare(&tx, Subject::Group(g)).await?;
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
+    // GitLab destroys the group's members with their callbacks: their hooks first.
+    let member_hooks = system_hooks::prepare(&tx, Subject::MembershipsIn(g)).await?;
     delete_source_rows(&tx, "Namespace", g).await?;
+    member_hooks.claim(inv, &env.run_id, &mut outbox);
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
