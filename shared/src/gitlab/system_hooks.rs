@@ -179,7 +179,7 @@ struct GroupBody {
 }
 
 /// One entry of `owners`.
-#[derive(Serialize, PartialEq)]
+#[derive(Serialize)]
 struct Owner {
     name: Option<String>,
     email: String,
@@ -304,28 +304,15 @@ async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
         return Ok(None);
     };
     let namespace_id: i64 = r.get(6);
-    let in_group: bool = r.get(8);
-    let owner_of = |row: &tokio_postgres::Row| Owner {
-        name: row.get(0),
-        email: webhook_email(row.get(1)),
-    };
-    let (owners, owner_email) = if in_group {
-        let rows = c.query(sql::GROUP_OWNERS, &[&namespace_id]).await?;
-        // A group is no user: `user_email(owner)` is "".
-        (rows.iter().map(owner_of).collect(), String::new())
-    } else {
-        let rows = c.query(sql::PERSONAL_OWNERS, &[&p]).await?;
-        let mut owners: Vec<Owner> = rows.iter().map(owner_of).collect();
-        let owner = Owner {
-            name: r.get(9),
-            email: webhook_email(r.get(10)),
-        };
-        let email = owner.email.clone();
-        if !owners.contains(&owner) {
-            owners.push(owner);
-        }
-        (owners, email)
-    };
+    let owners = c
+        .query(sql::GROUP_OWNERS, &[&namespace_id])
+        .await?
+        .iter()
+        .map(|o| Owner {
+            name: o.get(0),
+            email: webhook_email(o.get(1)),
+        })
+        .collect();
     let b = ProjectBody {
         event_name: Event::ProjectDestroy.name(),
         created_at: xmlschema(r.get(0)),
@@ -337,8 +324,9 @@ async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
         project_namespace_id: namespace_id,
         owners,
         project_visibility: visibility(r.get(7)),
-        owner_name: r.get(9),
-        owner_email,
+        // The deprecated owner is the group, which has no `webhook_email`: "".
+        owner_name: r.get(8),
+        owner_email: String::new(),
     };
     Ok(Some(Body {
         event: Event::ProjectDestroy,

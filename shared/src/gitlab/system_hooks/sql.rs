@@ -41,15 +41,12 @@ crate::statements::statements! {
          LEFT JOIN routes r ON r.source_type = 'Namespace' AND r.source_id = g.id \
          WHERE g.id = $1::bigint AND g.type = 'Group'";
     /// Project `$1`'s `project_destroy` fields: timestamps, name, path, full path, id,
-    /// parent namespace, visibility, whether the parent is a group, and the deprecated
-    /// owner (the group's name, or the owning user's name and public email).
+    /// parent namespace, visibility, and the deprecated owner's name (the parent
+    /// group's: group-destroy destroys group projects only).
     PROJECT_BODY = "SELECT p.created_at, p.updated_at, p.name, p.path, COALESCE(r.path, p.path), \
-                p.id::bigint, p.namespace_id::bigint, p.visibility_level::int4, \
-                n.type = 'Group', CASE WHEN n.type = 'Group' THEN n.name ELSE o.name END, \
-                o.public_email \
+                p.id::bigint, p.namespace_id::bigint, p.visibility_level::int4, n.name \
          FROM projects p \
          JOIN namespaces n ON n.id = p.namespace_id \
-         LEFT JOIN users o ON n.type <> 'Group' AND o.id = n.owner_id \
          LEFT JOIN routes r ON r.source_type = 'Project' AND r.source_id = p.id \
          WHERE p.id = $1::bigint";
     /// The owners of a group project (`project.group.all_owner_members`): group `$1`'s
@@ -58,11 +55,6 @@ crate::statements::statements! {
          WHERE m.source_type = 'Namespace' AND m.source_id = $1::bigint \
            AND m.requested_at IS NULL AND m.access_level = 50 \
          ORDER BY m.id";
-    /// The owners of a personal project `$1` (its owner authorizations, by user id):
-    /// name, public email.
-    PERSONAL_OWNERS = "SELECT u.name, u.public_email FROM project_authorizations a \
-         JOIN users u ON u.id = a.user_id \
-         WHERE a.project_id = $1::bigint AND a.access_level = 50 ORDER BY a.user_id";
     /// User `$1`'s `user_destroy` fields: timestamps, name, email, id, username.
     USER_BODY = "SELECT u.created_at, u.updated_at, u.name, u.email, u.id::bigint, u.username \
          FROM users u WHERE u.id = $1::bigint";
