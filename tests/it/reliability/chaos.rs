@@ -3,7 +3,7 @@
 //! reach a real receiver), ends in the same database state under duplicated,
 //! reordered and crashed deliveries as in a clean run, and B28 delivers the same set
 //! of notices (by email `Message-ID` and web-hook `Idempotency-Key`), every repeat
-//! with the same key and content. Nothing is lost (no dead letter, no row left that
+//! with the same key and content (a system hook's too). Nothing is lost (no dead letter, no row left that
 //! the clean run removed, no notice missing) and nothing is done twice (no count,
 //! attempt or row that differs).
 //!
@@ -50,6 +50,21 @@ fn settings() -> Settings {
 async fn data() -> TestDb {
     let db = demo_without_ghost(t(NOW)).await;
     publish_demo_hooks(&db).await;
+    // A system hook on a routed public name: every removal's system hooks are notices
+    // too (docs/gitlab-differences.md, "System hooks").
+    let (v, iv) = shared::notify::crypto::encrypt_with_iv(
+        "http://hooks-acme.example.net/hooks/system",
+        hk::demo::DEMO_DB_KEY_BASE,
+        [99; 12],
+    );
+    db.client
+        .execute(
+            "INSERT INTO web_hooks (id, type, encrypted_url, encrypted_url_iv, created_at, updated_at)
+             VALUES (6100, 'SystemHook', $1, $2, '2024-01-01', '2024-01-01')",
+            &[&v, &iv],
+        )
+        .await
+        .unwrap();
     db
 }
 
@@ -158,6 +173,10 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
     // The clean run really did work in every batch (the equivalence is not vacuous).
     // The clean run delivered each notice once, and there are notices of both kinds.
     assert!(!clean.emails.is_empty() && !clean.hooks.is_empty());
+    assert!(
+        clean.hooks.keys().any(|k| k.starts_with("system-hook:")),
+        "no system hook in the clean run"
+    );
     assert!(clean
         .emails
         .values()
