@@ -150,6 +150,24 @@ async fn run_all(spec: Option<&ChaosSpec>) -> Outcome {
     out
 }
 
+/// A notice as compared with the clean run's: a `user_destroy` body's `updated_at` is
+/// when phase 1 blocked the user, a virtual time that reordering moves, so it is left
+/// out (repeats within a run are still compared whole).
+fn comparable(key: &str, notice: &str) -> String {
+    const FIELD: &str = "\"updated_at\":\"";
+    match (
+        key.starts_with("system-hook:user_destroy:"),
+        notice.find(FIELD),
+    ) {
+        (true, Some(i)) => {
+            let start = i + FIELD.len();
+            let end = start + notice[start..].find('"').unwrap_or(0);
+            format!("{}*{}", &notice[..start], &notice[end..])
+        }
+        _ => notice.to_string(),
+    }
+}
+
 fn seeds() -> Vec<u64> {
     let n: u64 = std::env::var("HK_CHAOS_SEEDS")
         .ok()
@@ -210,7 +228,8 @@ async fn every_batch_reaches_the_clean_end_state_under_duplicates_reordering_and
         for (k, copies) in run.emails.iter().chain(run.hooks.iter()) {
             let want = clean.emails.get(k).or_else(|| clean.hooks.get(k)).unwrap();
             assert_eq!(
-                &copies[0], &want[0],
+                comparable(k, &copies[0]),
+                comparable(k, &want[0]),
                 "{spec}: {k} differs from the clean run"
             );
         }
