@@ -697,6 +697,8 @@ CREATE TABLE application_settings (
     allow_local_requests_from_web_hooks_and_services boolean DEFAULT false NOT NULL,
     -- AddDenyAllOutgoingRequestsToApplicationSettings (15.10).
     deny_all_requests_except_allowed boolean DEFAULT false NOT NULL,
+    -- AddSilentModeEnabledToApplicationSettings (15.11): no system hook runs while on.
+    silent_mode_enabled boolean DEFAULT false NOT NULL,
     -- The instance's identity (`Gitlab::CurrentSettings.uuid`, set once at install):
     -- storage-cleanup refuses to remove storage for another instance (issue 46).
     uuid character varying

@@ -50,6 +50,7 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::permissions,
     gitlab::release,
     gitlab::storage,
+    gitlab::system_hooks,
     gitlab::user_removal,
     locks,
     workers::delete_user,

@@ -27,7 +27,7 @@ macro_rules! with_functions {
                 cron: Some("cron(10 0 * * ? *)"),
                 timeout_s: 600,
                 max_hops: 10_000,
-                sends_to: [RemoveExpiredMembers, DeleteUser],
+                sends_to: [RemoveExpiredMembers, DeleteUser, DeliverNotification],
             }
             /// Phase 2 of user removal (behaviour §5.2).
             DeleteUser = "delete-user" {
@@ -37,7 +37,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
-                sends_to: [DeleteUser],
+                sends_to: [DeleteUser, DeliverNotification],
             }
             /// B43 cron: enqueues `prune-deletions` when schedules exist (its message is
             /// hop 0).
@@ -58,7 +58,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 120,
                 max_hops: 10_000,
-                sends_to: [PruneDeletions],
+                sends_to: [PruneDeletions, DeliverNotification],
             }
             /// B51 cron batch: destroy or restore groups whose adjourned period is over.
             AdjournedGroupDeletion = "adjourned-group-deletion" {
@@ -78,7 +78,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
-                sends_to: [GroupDestroy, DeleteUser, StorageCleanup],
+                sends_to: [GroupDestroy, DeleteUser, StorageCleanup, DeliverNotification],
             }
             /// B51 child: removes one storage item of a destroyed project (a Git
             /// repository through Gitaly, a container repository through the registry,
@@ -111,7 +111,7 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
-                sends_to: [DeleteUser],
+                sends_to: [DeleteUser, DeliverNotification],
             }
             /// B28 cron batch: expiring personal and resource access tokens.
             PatExpiring = "pat-expiring" {

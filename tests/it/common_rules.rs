@@ -7,6 +7,31 @@ use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
+
+/// The invocation phase 1 runs in at `now` (its messages go to the caller's outbox,
+/// not to this queue).
+pub(crate) fn phase_one_invocation(
+    now: chrono::DateTime<chrono::Utc>,
+) -> shared::runtime::Invocation<'static> {
+    use std::sync::LazyLock;
+    static QUEUE: LazyLock<hk::local_queue::LocalQueue> =
+        LazyLock::new(|| hk::local_queue::LocalQueue::new(t(NOW)));
+    static SETTINGS: LazyLock<shared::config::Settings> =
+        LazyLock::new(shared::config::Settings::default);
+    shared::runtime::Invocation {
+        notifier: None,
+        storage: None,
+        decisions: None,
+        function: shared::Function::DeleteUser,
+        now,
+        queue: &*QUEUE,
+        settings: &SETTINGS,
+        deadline: shared::runtime::Deadline::in_(
+            shared::Function::DeleteUser.timeout(),
+            SETTINGS.deadline_margin,
+        ),
+    }
+}
 use shared::gitlab::{authz, hierarchy, permissions};
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -188,7 +213,7 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
         reason: "test",
         extra_affected: &[],
     };
-    let r = schedule_removal(&tx, t(NOW), "run", &req, &mut outbox)
+    let r = schedule_removal(&tx, &phase_one_invocation(t(NOW)), "run", &req, &mut outbox)
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -212,9 +237,15 @@ async fn phase_one_refuses_a_user_with_personal_projects() {
         reason: "test",
         extra_affected: &[],
     };
-    let r = schedule_removal(&db.client, t(NOW), "run", &req, &mut outbox)
-        .await
-        .unwrap();
+    let r = schedule_removal(
+        &db.client,
+        &phase_one_invocation(t(NOW)),
+        "run",
+        &req,
+        &mut outbox,
+    )
+    .await
+    .unwrap();
     assert_eq!(r, PhaseOne::Refused);
     assert_eq!(
         log.one("User removal refused: user owns personal projects")["project_ids"],
@@ -233,9 +264,15 @@ async fn phase_one_of_a_missing_user_is_not_found() {
         reason: "test",
         extra_affected: &[],
     };
-    let r = schedule_removal(&db.client, t(NOW), "run", &req, &mut outbox)
-        .await
-        .unwrap();
+    let r = schedule_removal(
+        &db.client,
+        &phase_one_invocation(t(NOW)),
+        "run",
+        &req,
+        &mut outbox,
+    )
+    .await
+    .unwrap();
     assert_eq!(r, PhaseOne::NotFound);
     log.one("User removal skipped: user not found");
 }
@@ -261,9 +298,15 @@ async fn phase_one_is_idempotent() {
     };
     for round in 0..2 {
         let mut outbox = Vec::new();
-        let r = schedule_removal(&db.client, t(NOW), "run", &req, &mut outbox)
-            .await
-            .unwrap();
+        let r = schedule_removal(
+            &db.client,
+            &phase_one_invocation(t(NOW)),
+            "run",
+            &req,
+            &mut outbox,
+        )
+        .await
+        .unwrap();
         let expect = if round == 0 {
             PhaseOne::Scheduled {
                 memberships_deleted: 2,
@@ -458,9 +501,15 @@ async fn a_blocked_user_holding_the_only_owner_row_is_a_sole_owner_for_phase_one
         reason: "test",
         extra_affected: &[],
     };
-    let r = schedule_removal(&db.client, t(NOW), "run", &req, &mut outbox)
-        .await
-        .unwrap();
+    let r = schedule_removal(
+        &db.client,
+        &phase_one_invocation(t(NOW)),
+        "run",
+        &req,
+        &mut outbox,
+    )
+    .await
+    .unwrap();
     assert_eq!(r, PhaseOne::Refused);
     assert_eq!(
         log.one("User removal refused: sole owner of group")["group_ids"],

@@ -22,6 +22,7 @@ mod remove_expired_members;
 mod schema;
 mod shares;
 mod storage;
+mod system_hooks;
 
 /// The Lambda glue with every function's handler: what a function binary does with
 /// its own handler, for tests that drive several functions through one `Deps`.

@@ -241,6 +241,33 @@ pub(crate) async fn instance(c: &Client) -> Check {
     }
 }
 
+/// The side effects a removal reproduces (docs/gitlab-differences.md, "System hooks"):
+/// system hooks are on, to every `SystemHook` row, none while silent mode is on.
+pub(crate) async fn system_hooks(c: &Client) -> Check {
+    match c.query_one(sql::SYSTEM_HOOKS, &[]).await {
+        Ok(r) => {
+            let (n, silent): (i64, bool) = (r.get(0), r.get(1));
+            let to = if silent {
+                "none while silent mode is on".to_string()
+            } else {
+                format!("{n} SystemHook row(s) receive them")
+            };
+            Check::pass(
+                "side effects",
+                format!(
+                    "system hooks on (user_remove_from_team/group, group_destroy, project_destroy, user_destroy, through deliver-notification): {to}"
+                ),
+            )
+        }
+        Err(e) => super::db_failure(
+            "side effects",
+            format!("cannot read the system hooks: {}", super::db_message(&e)),
+            "web_hooks and application_settings.silent_mode_enabled must exist as in GitLab 18",
+            &e,
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -435,6 +435,7 @@ async fn settings_and_ghost(c: &Client) -> Vec<Check> {
         Err(e) => db_failure("settings", format!("cannot read application_settings: {}", db_message(&e)), "the table must exist as in GitLab 18", &e),
     });
     out.push(database::instance(c).await);
+    out.push(database::system_hooks(c).await);
     let ghost = c.query_opt(sql::GHOST, &[]).await;
     let orgs = c.query_one(sql::ORGANIZATIONS, &[]).await;
     out.push(match (ghost, orgs) {

@@ -145,6 +145,10 @@ pub const SETTINGS_ROWS: &str = "SELECT count(*)::int8 FROM application_settings
 /// The instance's identity (`application_settings.uuid`, the first row), which
 /// `GITLAB_INSTANCE_UUID` must name for storage removal.
 pub const INSTANCE_UUID: &str = "SELECT uuid::text FROM application_settings ORDER BY id LIMIT 1";
+/// The system hooks a removal sends to (`web_hooks` rows of type `SystemHook`) and
+/// whether silent mode holds them (docs/gitlab-differences.md, "System hooks").
+pub const SYSTEM_HOOKS: &str = "SELECT (SELECT count(*) FROM web_hooks WHERE type = 'SystemHook')::int8,
+            COALESCE((SELECT silent_mode_enabled FROM application_settings ORDER BY id DESC LIMIT 1), false)";
 /// The ghost user's id, if one exists (`user_type` 5).
 pub const GHOST: &str = "SELECT id::int8 FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
 /// Whether an organization exists (the ghost user's namespace needs one).

@@ -14,6 +14,7 @@ pub mod notifications;
 pub mod permissions;
 pub mod release;
 pub mod storage;
+pub mod system_hooks;
 pub mod user_removal;
 
 /// Access levels (behaviour §1.1).

@@ -10,10 +10,12 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, deletion_model, permissions};
 use crate::locks;
 use crate::messages::{delete_user_key, DeleteUserRun, Envelope};
 use crate::queue::OutMessage;
+use crate::runtime::Invocation;
 
 pub mod sql;
 
@@ -79,11 +81,12 @@ pub async fn refusal<C: GenericClient>(c: &C, user_id: i64, lock: bool) -> Resul
 /// `schedule_removal(u, initiator, reason)` (behaviour §5.1), inside the caller's transaction.
 pub async fn schedule_removal<C: GenericClient>(
     c: &C,
-    now: DateTime<Utc>,
+    inv: &Invocation<'_>,
     run_id: &str,
     req: &RemovalRequest<'_>,
     outbox: &mut Vec<OutMessage>,
 ) -> Result<PhaseOne> {
+    let now = inv.now;
     let u = req.user_id;
     let exists = c.query_opt(sql::USER_EXISTS, &[&u]).await?.is_some();
     if !exists {
@@ -111,7 +114,10 @@ pub async fn schedule_removal<C: GenericClient>(
     }
     c.execute(sql::BLOCK_USER, &[&u, &now]).await?;
     // Step 5: every membership, one combined refresh.
+    // Their system hooks (GitLab destroys them with their callbacks).
+    let hooks = system_hooks::prepare(c, Subject::MembershipsOf(u)).await?;
     let removed = c.query(sql::DELETE_MEMBERSHIPS, &[&u]).await?;
+    hooks.claim(inv, run_id, outbox);
     let mut affected: Vec<i64> = req.extra_affected.to_vec();
     let mut types = Vec::with_capacity(removed.len());
     let mut sources = Vec::with_capacity(removed.len());

@@ -104,7 +104,7 @@ where
         reason: REMOVAL_REASON,
         extra_affected: &[],
     };
-    let phase1 = user_removal::schedule_removal(&tx, inv.now, run_id, &req, &mut outbox).await?;
+    let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(match phase1 {

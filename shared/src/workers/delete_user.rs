@@ -11,6 +11,7 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, Refusal};
 use crate::gitlab::{permissions, user_type};
 use crate::job::{Job, Next, Step};
@@ -176,6 +177,8 @@ enum Final {
 
 /// Step 7: everything again under locks, then the deletion.
 async fn final_transaction<C: GenericClient + Send + Sync>(
+    inv: &Invocation<'_>,
+    run_id: &str,
     client: &mut C,
     u: i64,
 ) -> Result<Final> {
@@ -196,14 +199,25 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     }
     // Memberships that reappeared since phase 1.
     let rows = tx.query(sql::LOCK_MEMBERSHIPS, &[&u]).await?;
-    for r in &rows {
-        membership::remove_membership(&tx, &Member::from_row(r), Refresh::Now).await?;
+    let members: Vec<Member> = rows.iter().map(Member::from_row).collect();
+    let ids: Vec<i64> = members.iter().map(|m| m.id).collect();
+    // System hooks: GitLab's `user.destroy` destroys the memberships with their
+    // callbacks, then reports the user; bodies read before the rows go.
+    let member_hooks = system_hooks::prepare(&tx, Subject::Members(&ids)).await?;
+    let user_hook = system_hooks::prepare(&tx, Subject::User(u)).await?;
+    for m in &members {
+        membership::remove_membership(&tx, m, Refresh::Now).await?;
     }
     tx.execute(sql::DELETE_ROUTES, &[&u]).await?;
     tx.execute(sql::DELETE_NAMESPACES, &[&u]).await?;
     tx.execute(sql::DELETE_MIGRATION, &[&u]).await?;
     tx.execute(sql::DELETE_AUTHORIZATIONS, &[&u]).await?;
     tx.execute(sql::DELETE_USER, &[&u]).await?;
+    let mut outbox = Vec::new();
+    member_hooks.claim(inv, run_id, &mut outbox);
+    user_hook.claim(inv, run_id, &mut outbox);
+    // Send-then-commit.
+    inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(Final::Deleted)
 }
@@ -224,13 +238,13 @@ impl Job for DeleteUser {
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
-        _: &Envelope,
+        env: &Envelope,
         p: DeleteUserRun,
     ) -> Result<Step<DeleteUserDone, DeleteUserRun>>
     where
         C: GenericClient + Send + Sync,
     {
-        let step = work(inv, client, p).await?;
+        let step = work(inv, &env.run_id, client, p).await?;
         if let Step::Done(DeleteUserDone {
             user_id,
             outcome: Some(o),
@@ -251,6 +265,7 @@ impl Job for DeleteUser {
 /// Steps 1–7 of behaviour §5.2 for message `p`.
 async fn work<C>(
     inv: &Invocation<'_>,
+    run_id: &str,
     client: &mut C,
     p: DeleteUserRun,
 ) -> Result<Step<DeleteUserDone, DeleteUserRun>>
@@ -307,7 +322,7 @@ where
             }
         }
     }
-    match retry_transient!(final_transaction(client, u).await)? {
+    match retry_transient!(final_transaction(inv, run_id, client, u).await)? {
         Final::Deleted => {
             tracing::info!(
                 user_id = u,

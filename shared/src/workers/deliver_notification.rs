@@ -5,7 +5,10 @@
 //! failure retryable. Web hooks: the hook row is re-read, URL and token decrypted, the
 //! target checked against GitLab's local-network settings and pinned, the body POSTed
 //! unchanged with GitLab's headers and an `Idempotency-Key`, the outcome recorded on the
-//! hook row (behaviour §B28.10.4); HTTP failures are not retried. Nothing secret is
+//! hook row (behaviour §B28.10.4); HTTP failures are not retried. System hooks
+//! (docs/gitlab-differences.md, "System hooks"): sent only once the row they report is
+//! gone (waiting for the removal's lock), header `System Hook`, body as claimed, no
+//! auto-disabling, a temporary failure retried. Nothing secret is
 //! logged. The typed `done` result is in `report`.
 
 mod report;
@@ -21,6 +24,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
+use crate::gitlab::system_hooks;
 use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
@@ -134,8 +138,8 @@ struct Hook {
     gitlab_denies_all: bool,
 }
 
-async fn load_hook<C: GenericClient>(c: &C, hook_id: i64) -> Result<Option<Hook>> {
-    let row = c.query_opt(sql::HOOK, &[&hook_id]).await?;
+async fn load_hook<C: GenericClient>(c: &C, hook_id: i64, system: bool) -> Result<Option<Hook>> {
+    let row = c.query_opt(sql::HOOK, &[&hook_id, &system]).await?;
     let pair = |v: Option<String>, iv: Option<String>| match (v, iv) {
         (Some(v), Some(iv)) if !v.trim().is_empty() => Some((v, iv)),
         _ => None,
@@ -190,12 +194,18 @@ where
     Ok(next.is_some())
 }
 
+/// `X-Gitlab-Event` of a resource-access-token hook.
+const TOKEN_HOOK: &str = "Resource Access Token Hook";
+/// `X-Gitlab-Event` of a system hook (`SystemHook` titleized).
+const SYSTEM_HOOK: &str = "System Hook";
+
 /// The headers of behaviour §B28.10.3, in a fixed order.
 fn hook_headers(
     instance: &Instance,
     env: &Envelope,
     event_key: &str,
     token: &str,
+    event: &str,
 ) -> Result<Vec<(HeaderName, HeaderValue)>> {
     let uuid = |k: &str| uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, k.as_bytes()).to_string();
     let value = |v: String| {
@@ -213,7 +223,7 @@ fn hook_headers(
         ),
         (
             HeaderName::from_static("x-gitlab-event"),
-            value("Resource Access Token Hook".into())?,
+            value(event.into())?,
         ),
         (
             HeaderName::from_static("x-gitlab-instance"),
@@ -261,14 +271,29 @@ where
             temporary: false,
         })
     };
-    let hook = match load_hook(&*client, hook_id).await? {
+    let system = p.system_hook.is_some();
+    let hook = match load_hook(&*client, hook_id, system).await? {
         Some(h) if h.subscribed => h,
         _ => {
             tracing::info!(hook_id, "Webhook skipped: hook no longer subscribed");
             return Ok(report(Outcome::NotSubscribed));
         }
     };
-    if !hook.state.executable(inv.now) {
+    if let Some(subject) = &p.system_hook {
+        // Sent before the removal's COMMIT: wait for it; a removal rolled back sends
+        // nothing (its retry claims the hook again under the same key).
+        if system_hooks::still_present(&*client, subject).await? {
+            tracing::info!(
+                hook_id,
+                table = subject.table.as_str(),
+                id = subject.id,
+                "System hook skipped: the row it reports is still there"
+            );
+            return Ok(report(Outcome::NotRemoved));
+        }
+    }
+    // GitLab auto-disables project (and EE group) hooks only, never system hooks.
+    if !system && !hook.state.executable(inv.now) {
         let disabled_until = hook.state.disabled_until.map(crate::clock::rfc3339);
         tracing::info!(
             hook_id,
@@ -299,8 +324,13 @@ where
         tracing::info!(hook_id, host = log_host, "Webhook not sent: dry run");
         return Ok(report(Outcome::DryRun));
     }
-    let headers = hook_headers(instance, env, &p.event_key, &token)?;
-    let body = Bytes::from(serde_json::to_vec(&p.body).expect("a JSON value serializes"));
+    let event = if system { SYSTEM_HOOK } else { TOKEN_HOOK };
+    let headers = hook_headers(instance, env, &p.event_key, &token, event)?;
+    let body = match &p.body {
+        // A system hook's body, serialized at claim time in GitLab's key order.
+        serde_json::Value::String(s) if system => Bytes::from(s.clone().into_bytes()),
+        b => Bytes::from(serde_json::to_vec(b).expect("a JSON value serializes")),
+    };
     let started = Instant::now();
     let outcome = if hook.gitlab_denies_all && host.is_some() {
         // GitLab then requests only what its allow list names; the bundle does not
@@ -367,7 +397,25 @@ where
             (false, Outcome::Failed)
         }
     };
-    retry_transient!(record(inv, client, hook_id, success).await)?;
+    if system {
+        // No auto-disabling state for system hooks; a temporary failure is retried
+        // (the message again, same Idempotency-Key) until the DLQ takes it.
+        if temporary {
+            return Ok(Step::Retry {
+                outcome: Delivered::Webhook {
+                    hook_id,
+                    outcome: delivered,
+                    temporary,
+                },
+                error: Error::Delivery {
+                    class: "system_hook",
+                    message: format!("system hook {hook_id}: temporary failure, retried"),
+                },
+            });
+        }
+    } else {
+        retry_transient!(record(inv, client, hook_id, success).await)?;
+    }
     Ok(Step::Done(Delivered::Webhook {
         hook_id,
         outcome: delivered,
@@ -429,7 +477,7 @@ mod tests {
             json!({}),
         );
         let ev = "pat-expiring:seven_days:bot:20:token:20";
-        let h = hook_headers(&instance, &env, ev, "").unwrap();
+        let h = hook_headers(&instance, &env, ev, "", TOKEN_HOOK).unwrap();
         let names: Vec<&str> = h.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(
             names,
@@ -444,7 +492,7 @@ mod tests {
             ]
         );
         assert_eq!(h[1].1, "GitLab/18.0.0");
-        let again = hook_headers(&instance, &env, ev, "s3cr3t").unwrap();
+        let again = hook_headers(&instance, &env, ev, "s3cr3t", TOKEN_HOOK).unwrap();
         assert_eq!(again[4].1, h[4].1);
         assert_ne!(h[4].1, h[5].1);
         assert_eq!(
@@ -454,6 +502,6 @@ mod tests {
         assert_eq!(again.last().unwrap().0, "x-gitlab-token");
         assert!(again.last().unwrap().1.is_sensitive());
         // A token that cannot be a header value is a decryption-class failure.
-        assert!(hook_headers(&instance, &env, ev, "bad\ntoken").is_err());
+        assert!(hook_headers(&instance, &env, ev, "bad\ntoken", TOKEN_HOOK).is_err());
     }
 }

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, hierarchy};
 use crate::job::{self, Job, Overlap};
 use crate::locks;
@@ -102,6 +103,7 @@ async fn root_of<C: GenericClient>(c: &C, namespace_id: i64) -> Result<i64> {
 /// invocation has already completed a unit, so the budget may stop the batch.
 async fn process_schedule<C>(
     inv: &Invocation<'_>,
+    run_id: &str,
     client: &mut C,
     schedule_id: i64,
     budget: &Budget,
@@ -152,6 +154,7 @@ where
         .collect();
     locks::group_owner_locks(&tx, &scopes).await?;
     let mut destroyed = 0u64;
+    let mut outbox = Vec::new();
     let mut denial: Option<(i64, Denial)> = None;
     let mut attempted = 0usize;
     for row in &batch {
@@ -172,8 +175,10 @@ where
             denial = Some((m.id, d));
             break;
         }
-        // (5) Remove, refresh deferred to step d.
+        // (5) Remove, refresh deferred to step d; its system hooks claimed.
+        let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
         membership::remove_membership(&tx, &m, Refresh::Deferred).await?;
+        hooks.claim(inv, run_id, &mut outbox);
         inv.decide("members", m.id, "removed", "scheduled");
         destroyed += 1;
     }
@@ -199,6 +204,8 @@ where
     if outcome != Outcome::Partial {
         tx.execute(sql::DELETE_SCHEDULE, &[&s.id]).await?;
     }
+    // Send-then-commit (the system hooks' messages).
+    inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(Step::Committed(Batch {
         destroyed,
@@ -219,7 +226,12 @@ struct Totals {
 }
 
 /// behaviour §B43.4.1 steps 2–3: the page of schedules under the shared budget.
-async fn run<C>(inv: &Invocation<'_>, client: &mut C, budget: &Budget) -> Result<Totals>
+async fn run<C>(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    client: &mut C,
+    budget: &Budget,
+) -> Result<Totals>
 where
     C: GenericClient + Send + Sync,
 {
@@ -240,7 +252,9 @@ where
         }
         let started = Instant::now();
         let progress_before = t.processed > 0;
-        match retry_transient!(process_schedule(inv, client, s.id, budget, progress_before).await) {
+        match retry_transient!(
+            process_schedule(inv, run_id, client, s.id, budget, progress_before).await
+        ) {
             Ok(Step::Stale) => {
                 tracing::info!(
                     schedule_id = s.id,
@@ -367,14 +381,14 @@ impl Job for PruneDeletions {
     async fn run<C>(
         inv: &Invocation<'_>,
         client: &mut C,
-        _: &Envelope,
+        env: &Envelope,
         _: PruneDeletionsRun,
     ) -> Result<job::Step<PruneDone, PruneDeletionsRun>>
     where
         C: GenericClient + Send + Sync,
     {
         let budget = Budget::start(inv.settings.prune_deletions_budget);
-        let totals = run(inv, client, &budget).await?;
+        let totals = run(inv, &env.run_id, client, &budget).await?;
         if totals.failed > 0 {
             // Redelivery, or the next cron, starts again from the database state.
             return Ok(job::Step::Retry {

@@ -50,7 +50,7 @@ const CRON: Function = Function::AdjournedGroupDeletion;
 
 const GD: Function = Function::GroupDestroy;
 
-async fn schedule(db: &TestDb, group: i64, user: i64, marked: &str) {
+pub(crate) async fn schedule(db: &TestDb, group: i64, user: i64, marked: &str) {
     db.exec(&format!(
         "INSERT INTO group_deletion_schedules (group_id, user_id, marked_for_deletion_on)
          VALUES ({group}, {user}, '{marked}')"
@@ -96,7 +96,7 @@ async fn cron_once(db: &TestDb) -> (Runner, Captured) {
     cron_at(db, NOW).await
 }
 
-fn destroy_body(group: i64, user: i64, marked: &str) -> String {
+pub(crate) fn destroy_body(group: i64, user: i64, marked: &str) -> String {
     Envelope::new(
         "group-destroy.run",
         group_destroy_key(group, d(marked), user),

@@ -14,7 +14,11 @@ fn the_catalogue_runs_the_cleanup_daily_at_midnight_and_routes_both_types() {
     assert_eq!(F.max_hops(), 1000);
     assert_eq!(F.sends_to(), &[F, CHILD]);
     assert_eq!(CHILD.cron(), None);
-    assert_eq!(CHILD.sends_to(), &[Function::DeleteUser]);
+    // Phase 1's system hooks go to deliver-notification (docs/gitlab-differences.md).
+    assert_eq!(
+        CHILD.sends_to(),
+        &[Function::DeleteUser, Function::DeliverNotification]
+    );
     assert_eq!(
         Function::receiver_of("delete-placeholder-user.run"),
         Some(CHILD)

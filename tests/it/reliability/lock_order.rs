@@ -130,7 +130,14 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
                 reason: "test",
                 extra_affected: &[],
             };
-            let r = schedule_removal(&tx, t(NOW), "run", &req, &mut outbox).await;
+            let r = schedule_removal(
+                &tx,
+                &crate::common_rules::phase_one_invocation(t(NOW)),
+                "run",
+                &req,
+                &mut outbox,
+            )
+            .await;
             tx.commit().await.unwrap();
             r
         };

@@ -74,6 +74,7 @@ pub fn bot_notices(
                     hook_id,
                     event_key: event_key.clone(),
                     body: body.clone(),
+                    system_hook: None,
                 },
             )));
         }

@@ -18,6 +18,7 @@ use super::member::{process_member, MemberOutcome, Sends};
 use super::sql;
 use crate::error::{Error, Result};
 use crate::gitlab::authz::{Removed, RemovedRefresher};
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::locks;
 use crate::queue::{self, OutMessage};
 use crate::retry_transient;
@@ -169,6 +170,8 @@ async fn group_body(
     page_index: usize,
 ) -> Result<GroupDone> {
     let today = inv.today();
+    // System hooks: bodies read before the set-based deletion, kept for what it deleted.
+    let mut hooks = system_hooks::prepare(&*tx, Subject::Members(ids)).await?;
     let Locked {
         rows_locked,
         deleted,
@@ -176,10 +179,12 @@ async fn group_body(
         per_member,
         users,
     } = lock_group(tx, st, ids, today).await?;
+    hooks.retain(|id| deleted.contains(&id));
     // Step 4: the authorization locks, then the refresh for every member deleted
     // set-based, after all of the group's set-based deletions.
     st.refresher.lock_and_run(&*tx, &users, &removed).await?;
     let mut outbox = Vec::new();
+    hooks.claim(inv, run_id, &mut outbox);
     let mut outcomes = Vec::with_capacity(ids.len());
     let mut stopped_at = None;
     for (k, &id) in ids.iter().enumerate() {

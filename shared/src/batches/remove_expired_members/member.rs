@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions;
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::queue::OutMessage;
 use crate::retry_transient;
@@ -75,9 +76,11 @@ where
     } else {
         Refresh::Now
     };
+    let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
     membership::remove_membership(&tx, &m, refresh).await?;
-    // Step 5: a project bot loses its account too.
     let mut outbox: Vec<OutMessage> = Vec::new();
+    hooks.claim(inv, run_id, &mut outbox);
+    // Step 5: a project bot loses its account too.
     if let (true, Some(u)) = (is_bot, m.user_id) {
         let affected = membership::affected(&tx, &m).await?;
         let req = RemovalRequest {
@@ -86,8 +89,7 @@ where
             reason: REMOVAL_REASON,
             extra_affected: &affected,
         };
-        let phase1 =
-            user_removal::schedule_removal(&tx, inv.now, run_id, &req, &mut outbox).await?;
+        let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
         if !matches!(phase1, PhaseOne::Scheduled { .. }) {
             authz::refresh(&tx, u, &affected).await?;
         }

@@ -1,8 +1,9 @@
 //! Payloads of pat-expiring and its notifications (B28).
 //!
 //! Owns: [`PatExpiringRun`], the notification payloads [`EmailNotification`] (with
-//! [`ResourceType`]) and [`WebhookNotification`], their bounds ([`DAYS_TO_EXPIRE`],
-//! [`TOKEN_NAMES_MAX`]) and their validating decoders. Their keys are in
+//! [`ResourceType`]) and [`WebhookNotification`] (with [`SystemHookSubject`], the row a
+//! system hook reports removed), their bounds ([`DAYS_TO_EXPIRE`], [`TOKEN_NAMES_MAX`])
+//! and their validating decoders. Their keys are in
 //! [`crate::messages::keys`].
 
 use serde::{Deserialize, Serialize};
@@ -105,8 +106,28 @@ pub struct WebhookNotification {
     pub hook_id: i64,
     /// The message key without `:hook:<hook_id>` (for `X-Gitlab-Event-UUID`).
     pub event_key: String,
-    /// GitLab's resource-access-token hook body.
+    /// GitLab's resource-access-token hook body; for a system hook, the body already
+    /// serialized in GitLab's key order (a JSON string holding a JSON object), sent as is.
     pub body: Value,
+    /// For a system hook (docs/gitlab-differences.md, system hooks): the row whose
+    /// removal it reports, re-checked gone at delivery. Absent for token hooks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_hook: Option<SystemHookSubject>,
+}
+
+/// The row a system hook reports removed: `table` (`members`, `namespaces`,
+/// `projects` or `users`) and `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SystemHookSubject {
+    /// The table: one of [`SystemHookSubject::TABLES`].
+    pub table: String,
+    /// The row's id.
+    pub id: i64,
+}
+
+impl SystemHookSubject {
+    /// The tables a system hook's subject may be in.
+    pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
 }
 
 /// `days_to_expire` of behaviour §B28.10.2.
@@ -187,14 +208,34 @@ impl Payload for WebhookNotification {
             Value::String(k) if valid_key(k) => k.clone(),
             _ => return Err(f.err("event_key", "must be 1-256 characters of [A-Za-z0-9:._-]")),
         };
-        let body = match f.required("body")? {
-            b @ Value::Object(_) => b.clone(),
-            _ => return Err(f.err("body", "must be an object")),
+        let system_hook = match f.opt_object("system_hook")? {
+            None => None,
+            Some(o) => {
+                let table = o.text("table", 16)?;
+                if !SystemHookSubject::TABLES.contains(&table.as_str()) {
+                    return Err(o.err("table", "must be members, namespaces, projects or users"));
+                }
+                Some(SystemHookSubject {
+                    table,
+                    id: o.id("id")?,
+                })
+            }
+        };
+        let body = match (f.required("body")?, &system_hook) {
+            (b @ Value::Object(_), None) => b.clone(),
+            (Value::String(s), Some(_))
+                if serde_json::from_str::<Value>(s).is_ok_and(|v| v.is_object()) =>
+            {
+                Value::String(s.clone())
+            }
+            (_, None) => return Err(f.err("body", "must be an object")),
+            (_, Some(_)) => return Err(f.err("body", "must be a string holding a JSON object")),
         };
         Ok(WebhookNotification {
             hook_id: f.id("hook_id")?,
             event_key,
             body,
+            system_hook,
         })
     }
 }

@@ -16,6 +16,8 @@ pub enum Outcome {
     NotSubscribed,
     /// The hook is disabled for now (`skipped`).
     Disabled,
+    /// A system hook's row is still there: its removal was rolled back (`stale`).
+    NotRemoved,
     /// Rendered or checked, not sent: dry run.
     DryRun,
     /// Accepted by the mail server, or a 2xx/3xx answer from the hook.
@@ -39,6 +41,7 @@ impl Outcome {
             Outcome::RecipientCannotReceive => "recipient_cannot_receive",
             Outcome::NotSubscribed => "not_subscribed",
             Outcome::Disabled => "disabled",
+            Outcome::NotRemoved => "not_removed",
             Outcome::DryRun => "dry_run",
             Outcome::Delivered => "delivered",
             Outcome::Rejected => "rejected",
@@ -55,9 +58,10 @@ impl Outcome {
         match self {
             Outcome::Delivered => "delivered",
             Outcome::DryRun => "would_deliver",
-            Outcome::RecipientCannotReceive | Outcome::NotSubscribed | Outcome::Disabled => {
-                "skipped"
-            }
+            Outcome::RecipientCannotReceive
+            | Outcome::NotSubscribed
+            | Outcome::Disabled
+            | Outcome::NotRemoved => "skipped",
             _ => "failed",
         }
     }
@@ -65,7 +69,9 @@ impl Outcome {
     /// The `status` of `done` for this outcome.
     pub fn status(self) -> Status {
         match self {
-            Outcome::RecipientCannotReceive | Outcome::NotSubscribed => Status::Stale,
+            Outcome::RecipientCannotReceive | Outcome::NotSubscribed | Outcome::NotRemoved => {
+                Status::Stale
+            }
             Outcome::Disabled => Status::Skipped,
             Outcome::DryRun
             | Outcome::Delivered

@@ -15,7 +15,9 @@ crate::statements::statements! {
     /// The hook row (`$1`) at delivery time: subscribed, URL and token with their IVs,
     /// TLS verification, the auto-disabling state, and GitLab's current outbound
     /// settings (false without a settings row, GitLab's defaults).
-    HOOK = "SELECT w.type IN ('ProjectHook', 'GroupHook') AND w.resource_access_token_events, \
+    /// With `$2` true, a system hook's: subscribed is `type = 'SystemHook'`.
+    HOOK = "SELECT CASE WHEN $2::bool THEN w.type = 'SystemHook' \
+                     ELSE w.type IN ('ProjectHook', 'GroupHook') AND w.resource_access_token_events END, \
                 w.encrypted_url, w.encrypted_url_iv, w.encrypted_token, w.encrypted_token_iv, \
                 COALESCE(w.enable_ssl_verification, true), w.recent_failures::int2, \
                 w.disabled_until::timestamptz, \

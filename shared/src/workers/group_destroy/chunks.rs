@@ -18,6 +18,7 @@ use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
 use crate::gitlab::storage;
+use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::messages::{
     storage_cleanup_key, Envelope, GroupDestroyRun, StorageCleanupRun, StorageItem,
@@ -247,7 +248,7 @@ async fn remove_bots<C: GenericClient>(
             reason: REMOVAL_REASON,
             extra_affected: &[],
         };
-        user_removal::schedule_removal(c, inv.now, &env.run_id, &req, outbox).await?;
+        user_removal::schedule_removal(c, inv, &env.run_id, &req, outbox).await?;
     }
     Ok(())
 }
@@ -381,6 +382,7 @@ where
             "Group destroy left storage in place (STORAGE_*=leave, or files on local disk)"
         );
     }
+    let hooks = system_hooks::prepare(&tx, Subject::Project(p)).await?;
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
     delete_source_rows(&tx, "Project", p).await?;
     tx.execute(sql::DELETE_PROJECT_AUTHORIZATIONS, &[&p])
@@ -398,6 +400,7 @@ where
     if let Some(ns) = project_namespace {
         tx.execute(sql::DELETE_PROJECT_NAMESPACE, &[&ns]).await?;
     }
+    hooks.claim(inv, &env.run_id, &mut outbox);
     // Send-then-commit (behaviour §9.5).
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
@@ -485,14 +488,19 @@ where
     // What g's shares reached (groups shared with g, projects shared with g): the
     // links go with g, so every row on those projects is recomputed after it.
     let shared = authz::reached_from(&tx, &[g]).await?;
+    let hooks = system_hooks::prepare(&tx, Subject::Group(g)).await?;
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
+    // GitLab destroys the group's members with their callbacks: their hooks first.
+    let member_hooks = system_hooks::prepare(&tx, Subject::MembershipsIn(g)).await?;
     delete_source_rows(&tx, "Namespace", g).await?;
+    member_hooks.claim(inv, &env.run_id, &mut outbox);
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
     blockers::delete_dependents(&tx, keys, Parent::Namespace, &[g]).await?;
     // FK effects: see `sql::DELETE_GROUP` (behaviour §S4).
     tx.execute(sql::DELETE_GROUP, &[&g]).await?;
+    hooks.claim(inv, &env.run_id, &mut outbox);
     authz::refresh_projects(&tx, &shared).await?;
     inv.queue.send(&outbox).await?;
     tx.commit().await?;

@@ -166,6 +166,7 @@ fn arb_valid() -> BoxedStrategy<(&'static str, Valid)> {
                 hook_id: h,
                 event_key: k,
                 body: b,
+                system_hook: None,
             }),
         )
     });

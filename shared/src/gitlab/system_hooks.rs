@@ -1,0 +1,483 @@
+//! GitLab's system hooks of a removal (docs/gitlab-differences.md, "System hooks").
+//!
+//! Owns: the five events a removal makes GitLab send ([`Event`]), their bodies in the
+//! key order of GitLab's builders (`Gitlab::HookData::ProjectMemberBuilder`,
+//! `GroupMemberBuilder`, `GroupBuilder`, `ProjectBuilder` with the deprecated owner,
+//! `UserBuilder`), read **before** the rows go, in the removal's transaction
+//! ([`prepare`]), and their claim ([`Prepared::claim`]): one
+//! `deliver-notification.webhook` message per executable `SystemHook` row, with the
+//! body fixed, into the caller's outbox, so it is sent before the removal commits and
+//! delivered after (the delivery waits for the removal's row lock and sends nothing if
+//! the row is still there: [`still_present`]). The plan records each claim as a
+//! `system_hook` decision on the hook's row. Its statements are in [`sql`].
+
+use chrono::{NaiveDate, NaiveDateTime};
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+
+use crate::error::Result;
+use crate::function::Function;
+use crate::messages::{webhook_key, Envelope, SystemHookSubject, WebhookNotification};
+use crate::queue::OutMessage;
+use crate::runtime::Invocation;
+
+pub mod sql;
+
+/// A system-hook event of a removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A project membership removed.
+    UserRemoveFromTeam,
+    /// A group membership removed.
+    UserRemoveFromGroup,
+    /// A group or subgroup destroyed.
+    GroupDestroy,
+    /// A project destroyed.
+    ProjectDestroy,
+    /// A user deleted.
+    UserDestroy,
+}
+
+impl Event {
+    /// GitLab's `event_name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::UserRemoveFromTeam => "user_remove_from_team",
+            Event::UserRemoveFromGroup => "user_remove_from_group",
+            Event::GroupDestroy => "group_destroy",
+            Event::ProjectDestroy => "project_destroy",
+            Event::UserDestroy => "user_destroy",
+        }
+    }
+
+    /// The table of the row whose removal it reports.
+    pub fn table(self) -> &'static str {
+        match self {
+            Event::UserRemoveFromTeam | Event::UserRemoveFromGroup => "members",
+            Event::GroupDestroy => "namespaces",
+            Event::ProjectDestroy => "projects",
+            Event::UserDestroy => "users",
+        }
+    }
+}
+
+/// What a removal is about to remove.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// Memberships (only those GitLab reports get a body: no invites or requests).
+    Members(&'a [i64]),
+    /// Every membership of a user (phase 1 of removing them).
+    MembershipsOf(i64),
+    /// Every membership of a group (destroyed with it).
+    MembershipsIn(i64),
+    /// A group or subgroup.
+    Group(i64),
+    /// A project.
+    Project(i64),
+    /// A user.
+    User(i64),
+}
+
+/// One event with its body, serialized in GitLab's key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// The event.
+    pub event: Event,
+    /// The id of the row it reports.
+    pub id: i64,
+    /// The JSON body.
+    pub json: String,
+}
+
+/// The receivers and bodies of one removal, prepared before its rows go.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    hooks: Vec<i64>,
+    bodies: Vec<Body>,
+}
+
+/// GitLab's `xmlschema` of a UTC timestamp column.
+fn xmlschema(t: Option<NaiveDateTime>) -> Option<String> {
+    t.map(|t| t.and_utc().format("%Y-%m-%dT%H:%M:%SZ").to_string())
+}
+
+/// `User#webhook_email`: the public email, or `[REDACTED]`.
+fn webhook_email(public_email: Option<String>) -> String {
+    public_email
+        .filter(|e| !e.trim().is_empty())
+        .unwrap_or_else(|| "[REDACTED]".into())
+}
+
+/// `Gitlab::Access.human_access` (EE's minimal access included).
+pub fn human_access(level: i32) -> Option<&'static str> {
+    Some(match level {
+        5 => "Minimal Access",
+        10 => "Guest",
+        15 => "Planner",
+        20 => "Reporter",
+        30 => "Developer",
+        40 => "Maintainer",
+        50 => "Owner",
+        _ => return None,
+    })
+}
+
+/// `Gitlab::VisibilityLevel.string_level`.
+pub fn visibility(level: i32) -> &'static str {
+    match level {
+        20 => "public",
+        10 => "internal",
+        _ => "private",
+    }
+}
+
+/// `ProjectMemberBuilder#build(:destroy)`.
+#[derive(Serialize)]
+struct ProjectMemberBody {
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    project_name: Option<String>,
+    project_path: Option<String>,
+    project_path_with_namespace: Option<String>,
+    project_id: i64,
+    user_username: String,
+    user_name: Option<String>,
+    user_email: String,
+    user_id: i64,
+    access_level: Option<&'static str>,
+    project_visibility: &'static str,
+    event_name: &'static str,
+}
+
+/// CE's `GroupMemberBuilder#build(:destroy)`.
+#[derive(Serialize)]
+struct GroupMemberBody {
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    group_name: Option<String>,
+    group_path: Option<String>,
+    group_id: i64,
+    user_username: String,
+    user_name: Option<String>,
+    user_email: String,
+    user_id: i64,
+    group_access: Option<&'static str>,
+    expires_at: Option<String>,
+    event_name: &'static str,
+}
+
+/// `GroupBuilder#build(:destroy)`.
+#[derive(Serialize)]
+struct GroupBody {
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    event_name: &'static str,
+    name: Option<String>,
+    path: Option<String>,
+    full_path: Option<String>,
+    group_id: i64,
+}
+
+/// One entry of `owners`.
+#[derive(Serialize)]
+struct Owner {
+    name: Option<String>,
+    email: String,
+}
+
+/// `ProjectBuilder#build(:destroy, include_deprecated_owner: true)`.
+#[derive(Serialize)]
+struct ProjectBody {
+    event_name: &'static str,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    name: Option<String>,
+    path: Option<String>,
+    path_with_namespace: Option<String>,
+    project_id: i64,
+    project_namespace_id: i64,
+    owners: Vec<Owner>,
+    project_visibility: &'static str,
+    owner_name: Option<String>,
+    owner_email: String,
+}
+
+/// `UserBuilder#build(:destroy)`.
+#[derive(Serialize)]
+struct UserBody {
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    event_name: &'static str,
+    name: Option<String>,
+    email: Option<String>,
+    user_id: i64,
+    username: Option<String>,
+}
+
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("a hook body serializes")
+}
+
+async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64]) -> Result<Vec<Body>> {
+    let rows = c.query(sql::MEMBER_BODIES, &[&ids]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let id: i64 = r.get(0);
+            let project: bool = r.get(1);
+            let (created_at, updated_at) = (xmlschema(r.get(2)), xmlschema(r.get(3)));
+            let (name, path, full_path): (Option<String>, Option<String>, Option<String>) =
+                (r.get(4), r.get(5), r.get(6));
+            let access = human_access(r.get(12));
+            let user_email = webhook_email(r.get(10));
+            if project {
+                let b = ProjectMemberBody {
+                    created_at,
+                    updated_at,
+                    project_name: name,
+                    project_path: path,
+                    project_path_with_namespace: full_path,
+                    project_id: r.get(7),
+                    user_username: r.get(8),
+                    user_name: r.get(9),
+                    user_email,
+                    user_id: r.get(11),
+                    access_level: access,
+                    project_visibility: visibility(r.get::<_, Option<i32>>(13).unwrap_or(0)),
+                    event_name: Event::UserRemoveFromTeam.name(),
+                };
+                Body {
+                    event: Event::UserRemoveFromTeam,
+                    id,
+                    json: json(&b),
+                }
+            } else {
+                let b = GroupMemberBody {
+                    created_at,
+                    updated_at,
+                    group_name: name,
+                    group_path: path,
+                    group_id: r.get(7),
+                    user_username: r.get(8),
+                    user_name: r.get(9),
+                    user_email,
+                    user_id: r.get(11),
+                    group_access: access,
+                    // `Date#xmlschema`: the date alone.
+                    expires_at: r
+                        .get::<_, Option<NaiveDate>>(14)
+                        .map(|d| d.format("%Y-%m-%d").to_string()),
+                    event_name: Event::UserRemoveFromGroup.name(),
+                };
+                Body {
+                    event: Event::UserRemoveFromGroup,
+                    id,
+                    json: json(&b),
+                }
+            }
+        })
+        .collect())
+}
+
+async fn group_body<C: GenericClient>(c: &C, g: i64) -> Result<Option<Body>> {
+    let Some(r) = c.query_opt(sql::GROUP_BODY, &[&g]).await? else {
+        return Ok(None);
+    };
+    let b = GroupBody {
+        created_at: xmlschema(r.get(0)),
+        updated_at: xmlschema(r.get(1)),
+        event_name: Event::GroupDestroy.name(),
+        name: r.get(2),
+        path: r.get(3),
+        full_path: r.get(4),
+        group_id: r.get(5),
+    };
+    Ok(Some(Body {
+        event: Event::GroupDestroy,
+        id: g,
+        json: json(&b),
+    }))
+}
+
+async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
+    let Some(r) = c.query_opt(sql::PROJECT_BODY, &[&p]).await? else {
+        return Ok(None);
+    };
+    let namespace_id: i64 = r.get(6);
+    let owners = c
+        .query(sql::GROUP_OWNERS, &[&namespace_id])
+        .await?
+        .iter()
+        .map(|o| Owner {
+            name: o.get(0),
+            email: webhook_email(o.get(1)),
+        })
+        .collect();
+    let b = ProjectBody {
+        event_name: Event::ProjectDestroy.name(),
+        created_at: xmlschema(r.get(0)),
+        updated_at: xmlschema(r.get(1)),
+        name: r.get(2),
+        path: r.get(3),
+        path_with_namespace: r.get(4),
+        project_id: r.get(5),
+        project_namespace_id: namespace_id,
+        owners,
+        project_visibility: visibility(r.get(7)),
+        // The deprecated owner is the group, which has no `webhook_email`: "".
+        owner_name: r.get(8),
+        owner_email: String::new(),
+    };
+    Ok(Some(Body {
+        event: Event::ProjectDestroy,
+        id: p,
+        json: json(&b),
+    }))
+}
+
+async fn user_body<C: GenericClient>(c: &C, u: i64) -> Result<Option<Body>> {
+    let Some(r) = c.query_opt(sql::USER_BODY, &[&u]).await? else {
+        return Ok(None);
+    };
+    let b = UserBody {
+        created_at: xmlschema(r.get(0)),
+        updated_at: xmlschema(r.get(1)),
+        event_name: Event::UserDestroy.name(),
+        name: r.get(2),
+        email: r.get(3),
+        user_id: r.get(4),
+        username: r.get(5),
+    };
+    Ok(Some(Body {
+        event: Event::UserDestroy,
+        id: u,
+        json: json(&b),
+    }))
+}
+
+fn ids(rows: Vec<tokio_postgres::Row>) -> Vec<i64> {
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// The receivers and bodies of `subject`, read in the removal's transaction before its
+/// rows go (no body is read when no system hook would receive it).
+pub async fn prepare<C: GenericClient>(c: &C, subject: Subject<'_>) -> Result<Prepared> {
+    let hooks = ids(c.query(sql::RECEIVERS, &[]).await?);
+    if hooks.is_empty() {
+        return Ok(Prepared::default());
+    }
+    let bodies = match subject {
+        Subject::Members([]) => Vec::new(),
+        Subject::Members(ids) => member_bodies(c, ids).await?,
+        Subject::MembershipsOf(u) => {
+            let ids = ids(c.query(sql::MEMBERSHIPS_OF, &[&u]).await?);
+            member_bodies(c, &ids).await?
+        }
+        Subject::MembershipsIn(g) => {
+            let ids = ids(c.query(sql::MEMBERSHIPS_IN, &[&g]).await?);
+            member_bodies(c, &ids).await?
+        }
+        Subject::Group(g) => group_body(c, g).await?.into_iter().collect(),
+        Subject::Project(p) => project_body(c, p).await?.into_iter().collect(),
+        Subject::User(u) => user_body(c, u).await?.into_iter().collect(),
+    };
+    Ok(Prepared { hooks, bodies })
+}
+
+/// The event key of one event: `system-hook:<event>:<id>` (its hooks' messages add
+/// `:hook:<hook_id>`), the same for every attempt of the same removal.
+pub fn event_key(event: Event, id: i64) -> String {
+    format!("system-hook:{}:{id}", event.name())
+}
+
+impl Prepared {
+    /// Keep only the bodies of the rows `removed` says went.
+    pub fn retain(&mut self, removed: impl Fn(i64) -> bool) {
+        self.bodies.retain(|b| removed(b.id));
+    }
+
+    /// The bodies prepared.
+    pub fn bodies(&self) -> &[Body] {
+        &self.bodies
+    }
+
+    /// Claim every prepared event for every receiver: one message each into `outbox`
+    /// (sent by the caller before its COMMIT); returns how many.
+    pub fn claim(&self, inv: &Invocation<'_>, run_id: &str, outbox: &mut Vec<OutMessage>) -> usize {
+        let mut n = 0;
+        for b in &self.bodies {
+            let key = event_key(b.event, b.id);
+            for &hook_id in &self.hooks {
+                inv.decide("web_hooks", hook_id, "system_hook", b.event.name());
+                outbox.push(OutMessage::new(
+                    Function::DeliverNotification,
+                    0,
+                    Envelope::new(
+                        "deliver-notification.webhook",
+                        webhook_key(&key, hook_id),
+                        run_id,
+                        inv.now,
+                        WebhookNotification {
+                            hook_id,
+                            event_key: key.clone(),
+                            body: serde_json::Value::String(b.json.clone()),
+                            system_hook: Some(SystemHookSubject {
+                                table: b.event.table().into(),
+                                id: b.id,
+                            }),
+                        },
+                    ),
+                ));
+                n += 1;
+            }
+        }
+        if n > 0 {
+            tracing::info!(system_hooks = n, "System hooks claimed");
+        }
+        n
+    }
+}
+
+/// Delivery: whether the row a system hook reports is still there, waiting for a
+/// removal in flight to end (its row lock): `true` means the removal did not happen
+/// (rolled back) and nothing is sent.
+pub async fn still_present<C: GenericClient>(c: &C, s: &SystemHookSubject) -> Result<bool> {
+    let statement = match s.table.as_str() {
+        "members" => sql::MEMBER_PRESENT,
+        "namespaces" => sql::NAMESPACE_PRESENT,
+        "projects" => sql::PROJECT_PRESENT,
+        _ => sql::USER_PRESENT,
+    };
+    Ok(c.query_opt(statement, &[&s.id]).await?.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_keep_gitlabs_key_order() {
+        let b = GroupBody {
+            created_at: xmlschema(
+                NaiveDate::from_ymd_opt(2025, 1, 2)
+                    .unwrap()
+                    .and_hms_opt(3, 4, 5),
+            ),
+            updated_at: None,
+            event_name: "group_destroy",
+            name: Some("g".into()),
+            path: Some("g".into()),
+            full_path: Some("p/g".into()),
+            group_id: 7,
+        };
+        assert_eq!(
+            json(&b),
+            r#"{"created_at":"2025-01-02T03:04:05Z","updated_at":null,"event_name":"group_destroy","name":"g","path":"g","full_path":"p/g","group_id":7}"#
+        );
+        assert_eq!(webhook_email(None), "[REDACTED]");
+        assert_eq!(webhook_email(Some(String::new())), "[REDACTED]");
+        assert_eq!(webhook_email(Some("a@b".into())), "a@b");
+        assert_eq!(human_access(30), Some("Developer"));
+        assert_eq!(visibility(10), "internal");
+    }
+}
