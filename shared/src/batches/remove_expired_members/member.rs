@@ -2,7 +2,7 @@
 //!
 //! Owns: [`MemberOutcome`], [`process_member`] (re-check under `FOR UPDATE`, behaviour
 //! §D5, the last-owner rule, the removal, phase 1 for a project bot, its `delete-user`
-//! message) and [`one_member`]: one member in its own transaction with the retries of
+//! message, the removal's side effects) and [`one_member`]: one member in its own transaction with the retries of
 //! behaviour §7.4 ([`MemberRun`]).
 
 use tokio_postgres::GenericClient;
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions;
+use crate::gitlab::side_effects::{self, Cause};
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::queue::OutMessage;
 use crate::retry_transient;
@@ -75,6 +76,7 @@ where
     } else {
         Refresh::Now
     };
+    let left = side_effects::left_of(&tx, inv, &m).await?;
     membership::remove_membership(&tx, &m, refresh).await?;
     // Step 5: a project bot loses its account too.
     let mut outbox: Vec<OutMessage> = Vec::new();
@@ -92,6 +94,8 @@ where
             authz::refresh(&tx, u, &affected).await?;
         }
     }
+    // What GitLab writes beside the removal, after its refresh.
+    side_effects::after_removal(&tx, inv, Cause::Expired, &left).await?;
     // Step 6: send-then-commit (a group sends its members' messages before its COMMIT).
     match sends {
         Sends::Now => {

@@ -1,0 +1,355 @@
+//! EE's `member_destroyed` audit events (docs/gitlab-differences.md D3), written when
+//! the stack's `AUDIT_EVENTS` is `on` (a licensed EE instance).
+//!
+//! Owns: [`member_destroyed`] (one event per removed membership, the legacy
+//! `audit_events` row where the table exists and the scoped copy —
+//! `project_audit_events` or `group_audit_events` — with the same id from
+//! `audit_events_id_seq`), the event's `details` as GitLab serialises it (`serialize
+//! :details, Hash`: Ruby YAML with symbol keys, [`yaml`]) and the access labels. Its
+//! statements are in [`sql`]; the legacy insert in `sql::legacy`, run only where
+//! `audit_events` exists (GitLab 18; 19.5 has only the scoped tables).
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::GenericClient;
+
+use super::{Cause, Left};
+use crate::error::Result;
+use crate::gitlab::deletion_model;
+
+pub mod sql;
+
+/// `Gitlab::Audit::UnauthenticatedAuthor`'s id and name: the author of a system event.
+pub const SYSTEM_AUTHOR_ID: i64 = -1;
+/// The system author's name.
+pub const SYSTEM_AUTHOR_NAME: &str = "(System)";
+/// `User#name` GitLab's audit events put for a user that no longer exists.
+pub const DELETED_USER: &str = "Deleted User";
+
+/// `Gitlab::Access.human_access` of a standard level.
+pub fn human_access(level: i32) -> &'static str {
+    match level {
+        5 => "Minimal Access",
+        10 => "Guest",
+        15 => "Planner",
+        20 => "Reporter",
+        30 => "Developer",
+        40 => "Maintainer",
+        50 => "Owner",
+        _ => "No access",
+    }
+}
+
+/// One value of a `details` hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A string.
+    Str(String),
+    /// An integer.
+    Int(i64),
+    /// `true` / `false`.
+    Bool(bool),
+    /// `nil`.
+    Nil,
+}
+
+/// Psych's dump of a Ruby hash with symbol keys (`---`, then `:key: value` per line):
+/// a string stays plain when YAML would read it back as the same string, is
+/// single-quoted otherwise, and double-quoted with escapes when it holds a line break
+/// or control character; `nil` is an empty value.
+pub fn yaml(pairs: &[(&str, Value)]) -> String {
+    let mut out = String::from("---\n");
+    for (k, v) in pairs {
+        out.push(':');
+        out.push_str(k);
+        out.push(':');
+        match v {
+            Value::Nil => {}
+            Value::Int(i) => out.push_str(&format!(" {i}")),
+            Value::Bool(b) => out.push_str(if *b { " true" } else { " false" }),
+            Value::Str(s) => {
+                out.push(' ');
+                out.push_str(&scalar(s));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn scalar(s: &str) -> String {
+    if s.chars().any(|c| c.is_control()) {
+        let mut q = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => q.push_str("\\\""),
+                '\\' => q.push_str("\\\\"),
+                '\n' => q.push_str("\\n"),
+                '\t' => q.push_str("\\t"),
+                '\r' => q.push_str("\\r"),
+                c if c.is_control() => q.push_str(&format!("\\u{:04X}", c as u32)),
+                c => q.push(c),
+            }
+        }
+        q.push('"');
+        return q;
+    }
+    if plain_ok(s) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "''"))
+    }
+}
+
+/// Whether `s` reads back as the same string when written plain.
+fn plain_ok(s: &str) -> bool {
+    let Some(first) = s.chars().next() else {
+        return false;
+    };
+    if s.starts_with(' ') || s.ends_with(' ') || s.ends_with(':') {
+        return false;
+    }
+    if "-?:,[]{}#&*!|>'\"%@`~".contains(first) {
+        return false;
+    }
+    if s.contains(": ") || s.contains(" #") {
+        return false;
+    }
+    let lower = s.to_ascii_lowercase();
+    const RESERVED: &[&str] = &[
+        "true", "false", "yes", "no", "on", "off", "y", "n", "null", "nil", ".nan", ".inf",
+        "-.inf", "+.inf",
+    ];
+    if RESERVED.contains(&lower.as_str()) {
+        return false;
+    }
+    // Numbers, dates and times resolve to other types.
+    let numeric_like = s
+        .chars()
+        .all(|c| c.is_ascii_digit() || "+-._:eExXoObB ".contains(c) || c.is_ascii_hexdigit());
+    !(numeric_like && s.chars().any(|c| c.is_ascii_digit()))
+}
+
+/// The `member_destroyed` events of `left` (GitLab's `log_audit_event` in EE's
+/// `Members::DestroyService`): for an expiry, author "(System)", with `system_event`,
+/// the reason and "Membership expired on <date>"; for a prune, the scheduling user and
+/// "Membership destroyed". Returns their ids.
+pub async fn member_destroyed<C: GenericClient>(
+    c: &C,
+    now: DateTime<Utc>,
+    cause: Cause,
+    left: &[Left],
+) -> Result<Vec<i64>> {
+    let left: Vec<&Left> = left.iter().filter(|l| !l.requested).collect();
+    if left.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = i32::try_from(left.len()).unwrap_or(i32::MAX);
+    let ids: Vec<i64> = c
+        .query(sql::NEXT_IDS, &[&n])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let users: Vec<i64> = left.iter().map(|l| l.user_id).collect();
+    let types: Vec<String> = left.iter().map(|l| l.source_type.clone()).collect();
+    let sources: Vec<i64> = left.iter().map(|l| l.source_id).collect();
+    let author: Option<i64> = match cause {
+        Cause::Expired => None,
+        Cause::Pruned { by } => Some(by),
+    };
+    let facts = c
+        .query(sql::FACTS, &[&users, &types, &sources, &author])
+        .await?;
+    let mut rows = Rows::default();
+    for ((l, id), f) in left.iter().zip(&ids).zip(&facts) {
+        let target_details: String = f
+            .get::<_, Option<String>>(0)
+            .unwrap_or_else(|| DELETED_USER.into());
+        let entity_path: Option<String> = f.get(1);
+        let (author_id, author_name, author_class) = match author {
+            None => (
+                SYSTEM_AUTHOR_ID,
+                SYSTEM_AUTHOR_NAME.to_string(),
+                "Gitlab::Audit::UnauthenticatedAuthor",
+            ),
+            Some(a) => (
+                a,
+                f.get::<_, Option<String>>(2)
+                    .unwrap_or_else(|| DELETED_USER.into()),
+                "User",
+            ),
+        };
+        let mut pairs: Vec<(&str, Value)> = vec![
+            ("remove", Value::Str("user_access".into())),
+            (
+                "as",
+                Value::Str(format!("Default role: {}", human_access(l.access_level))),
+            ),
+            ("member_id", Value::Int(l.member_id)),
+        ];
+        let message = match (author, l.expires_at) {
+            (None, expires) => {
+                let date = expires.map(|d| d.to_string()).unwrap_or_default();
+                pairs.push(("system_event", Value::Bool(true)));
+                pairs.push(("reason", Value::Str(format!("access expired on {date}"))));
+                format!("Membership expired on {date}")
+            }
+            (Some(_), _) => "Membership destroyed".to_string(),
+        };
+        pairs.extend([
+            ("event_name", Value::Str("member_destroyed".into())),
+            ("author_name", Value::Str(author_name.clone())),
+            ("author_class", Value::Str(author_class.into())),
+            ("target_id", Value::Int(l.user_id)),
+            ("target_type", Value::Str("User".into())),
+            ("target_details", Value::Str(target_details.clone())),
+            ("custom_message", Value::Str(message)),
+            ("ip_address", Value::Nil),
+            (
+                "entity_path",
+                entity_path.clone().map_or(Value::Nil, Value::Str),
+            ),
+        ]);
+        let project = l.source_type == "Project";
+        let into = if project {
+            &mut rows.project
+        } else {
+            &mut rows.group
+        };
+        into.push(Row {
+            id: *id,
+            entity_id: l.source_id,
+            entity_type: if project { "Project" } else { "Group" },
+            author_id,
+            target_id: l.user_id,
+            details: yaml(&pairs),
+            author_name,
+            entity_path,
+            target_details,
+        });
+    }
+    let legacy = deletion_model::has_column(c, "audit_events", "id").await?;
+    for (scoped, rs) in [
+        (sql::INSERT_PROJECT, &rows.project),
+        (sql::INSERT_GROUP, &rows.group),
+    ] {
+        if rs.is_empty() {
+            continue;
+        }
+        let cols = Columns::of(rs);
+        if legacy {
+            c.execute(
+                sql::legacy::INSERT_LEGACY,
+                &[
+                    &now,
+                    &cols.id,
+                    &cols.entity_id,
+                    &cols.author_id,
+                    &cols.target_id,
+                    &cols.event_name,
+                    &cols.details,
+                    &cols.author_name,
+                    &cols.entity_path,
+                    &cols.target_details,
+                    &cols.target_type,
+                    &cols.entity_type,
+                ],
+            )
+            .await?;
+        }
+        c.execute(
+            scoped,
+            &[
+                &now,
+                &cols.id,
+                &cols.entity_id,
+                &cols.author_id,
+                &cols.target_id,
+                &cols.event_name,
+                &cols.details,
+                &cols.author_name,
+                &cols.entity_path,
+                &cols.target_details,
+                &cols.target_type,
+            ],
+        )
+        .await?;
+    }
+    Ok(ids)
+}
+
+#[derive(Default)]
+struct Rows {
+    project: Vec<Row>,
+    group: Vec<Row>,
+}
+
+struct Row {
+    id: i64,
+    entity_id: i64,
+    entity_type: &'static str,
+    author_id: i64,
+    target_id: i64,
+    details: String,
+    author_name: String,
+    entity_path: Option<String>,
+    target_details: String,
+}
+
+/// The rows as one array per column.
+struct Columns {
+    id: Vec<i64>,
+    entity_id: Vec<i64>,
+    author_id: Vec<i64>,
+    target_id: Vec<i64>,
+    event_name: Vec<String>,
+    details: Vec<String>,
+    author_name: Vec<String>,
+    entity_path: Vec<Option<String>>,
+    target_details: Vec<String>,
+    target_type: Vec<String>,
+    entity_type: Vec<String>,
+}
+
+impl Columns {
+    fn of(rs: &[Row]) -> Columns {
+        Columns {
+            id: rs.iter().map(|r| r.id).collect(),
+            entity_id: rs.iter().map(|r| r.entity_id).collect(),
+            author_id: rs.iter().map(|r| r.author_id).collect(),
+            target_id: rs.iter().map(|r| r.target_id).collect(),
+            event_name: rs.iter().map(|_| "member_destroyed".to_string()).collect(),
+            details: rs.iter().map(|r| r.details.clone()).collect(),
+            author_name: rs.iter().map(|r| r.author_name.clone()).collect(),
+            entity_path: rs.iter().map(|r| r.entity_path.clone()).collect(),
+            target_details: rs.iter().map(|r| r.target_details.clone()).collect(),
+            target_type: rs.iter().map(|_| "User".to_string()).collect(),
+            entity_type: rs.iter().map(|r| r.entity_type.to_string()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn details_are_psych_yaml_with_symbol_keys() {
+        let y = yaml(&[
+            ("remove", Value::Str("user_access".into())),
+            ("as", Value::Str("Default role: Developer".into())),
+            ("member_id", Value::Int(12)),
+            ("system_event", Value::Bool(true)),
+            ("author_name", Value::Str("(System)".into())),
+            ("target_details", Value::Str("O'Brien".into())),
+            ("x", Value::Str("2025-01-01".into())),
+            ("ip_address", Value::Nil),
+        ]);
+        assert_eq!(
+            y,
+            "---\n:remove: user_access\n:as: 'Default role: Developer'\n:member_id: 12\n\
+             :system_event: true\n:author_name: (System)\n:target_details: O'Brien\n\
+             :x: '2025-01-01'\n:ip_address:\n"
+        );
+    }
+}
