@@ -25,6 +25,12 @@ pub const SYSTEM_AUTHOR_NAME: &str = "(System)";
 /// `User#name` GitLab's audit events put for a user that no longer exists.
 pub const DELETED_USER: &str = "Deleted User";
 
+/// Whether the database holds any project or group audit event: an instance that
+/// writes them (`hk check` compares it with `AUDIT_EVENTS`).
+pub async fn instance_has_events<C: GenericClient>(c: &C) -> Result<bool> {
+    Ok(c.query_one(sql::ANY_ROWS, &[]).await?.get(0))
+}
+
 /// `Gitlab::Access.human_access` of a standard level.
 pub fn human_access(level: i32) -> &'static str {
     match level {

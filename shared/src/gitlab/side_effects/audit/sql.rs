@@ -2,6 +2,10 @@
 //! array per column (one element per event) and the time `$1`.
 
 crate::statements::statements! {
+    /// Whether the instance has written any project or group audit event (`hk check`
+    /// compares it with `AUDIT_EVENTS`).
+    ANY_ROWS = "SELECT EXISTS (SELECT 1 FROM project_audit_events)
+                    OR EXISTS (SELECT 1 FROM group_audit_events)";
     /// `$1` ids from `audit_events_id_seq`: the legacy table's sequence, which the
     /// scoped copies share during dual writes and draw from alone from GitLab 19.1 on.
     NEXT_IDS = "SELECT nextval('audit_events_id_seq')::bigint FROM generate_series(1, $1::int4)";
