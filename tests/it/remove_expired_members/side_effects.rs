@@ -192,3 +192,62 @@ async fn leaving_a_group_that_required_2fa_lifts_the_requirement_and_audits_the_
         );
     }
 }
+
+/// `hk run --dry-run --until-idle`: the plan lists the rows written beside each
+/// removal (events, highest role, todos, audit events) and keeps none of them.
+#[tokio::test]
+async fn a_dry_run_lists_the_rows_written_beside_the_removals_and_keeps_none() {
+    let db = fixture().await;
+    todos_fixture(&db).await;
+    let fx = Fx(&db);
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    fx.pas(&[(10, 200, 30)]).await;
+    let mut r = db.runner_with(t(NOW), audit(true));
+    let body = r.cron_message(F).to_body();
+    let plan = r.plan_until_idle(F, &body).await.unwrap();
+    assert_eq!(db.count("events").await, 0, "rolled back");
+    assert_eq!(db.count("todos").await, 4, "rolled back");
+    assert_eq!(db.count("project_audit_events").await, 0, "rolled back");
+    let side: Vec<(String, String)> = plan
+        .side_rows
+        .iter()
+        .map(|r| {
+            (
+                r["table"].as_str().unwrap().to_string(),
+                r["change"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for want in [
+        ("events", "inserted"),
+        ("user_highest_roles", "inserted"),
+        ("todos", "deleted"),
+        ("project_audit_events", "inserted"),
+    ] {
+        assert!(
+            side.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {side:?}"
+        );
+    }
+    let event = plan
+        .side_rows
+        .iter()
+        .find(|r| r["table"] == "events")
+        .unwrap();
+    assert_eq!(event["row"]["project_id"], 200);
+    assert_eq!(event["row"]["action"], 11);
+    let todo = plan
+        .side_rows
+        .iter()
+        .find(|r| r["table"] == "todos")
+        .unwrap();
+    assert_eq!(todo["row"]["id"], 1);
+    assert_eq!(
+        plan.to_json()["plan"]["side_rows"]
+            .as_array()
+            .unwrap()
+            .len(),
+        side.len()
+    );
+}
