@@ -187,23 +187,6 @@ pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         ids(&plan.removed_projects)
     );
     println!("dead-lettered messages: {}", plan.dead_letters);
-    let mut side: std::collections::BTreeMap<String, usize> = Default::default();
-    for r in &plan.side_rows {
-        *side
-            .entry(format!(
-                "{} {}",
-                r["table"].as_str().unwrap_or(""),
-                r["change"].as_str().unwrap_or("")
-            ))
-            .or_default() += 1;
-    }
-    println!(
-        "rows written beside the removals (docs/gitlab-differences.md D3): {}",
-        plan.side_rows.len()
-    );
-    for (what, n) in side {
-        println!("  {what}: {n}");
-    }
     if plan.storage.kinds.is_empty() {
         println!("storage removed by storage-cleanup: none");
     }

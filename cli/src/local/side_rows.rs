@@ -1,9 +1,10 @@
 //! The rows a plan's membership removals write beside them (docs/gitlab-differences.md
 //! D3, `shared::gitlab::side_effects`): read inside the slice's transaction (after)
 //! and on a session that sees the database without the slice (before), for the users
-//! of the removed memberships. Listed by `hk run --dry-run` and recorded in the plan
-//! (`side_rows`); `hk parity` does not judge them (their ids come from sequences a
-//! real run draws again).
+//! of the removed memberships. Recorded in the plan (`side_rows` of `hk run --dry-run
+//! --json` and of the shadow plan; the text output counts them in its per-table
+//! changes); `hk parity` does not judge them (their ids come from sequences a real run
+//! draws again).
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,8 @@
-//! EE's `member_destroyed` audit events (docs/gitlab-differences.md D3), written when
-//! the stack's `AUDIT_EVENTS` is `on` (a licensed EE instance).
+//! EE's audit events (docs/gitlab-differences.md D3), written when the stack's
+//! `AUDIT_EVENTS` is `on` (a licensed EE instance).
 //!
-//! Owns: [`member_destroyed`] (one event per removed membership, the legacy
+//! Owns: [`member_destroyed`] (one event per removed membership) and [`destroyed`]
+//! (group-destroy's `project_destroyed` / `group_destroyed`), each written as the legacy
 //! `audit_events` row where the table exists and the scoped copy —
 //! `project_audit_events` or `group_audit_events` — with the same id from
 //! `audit_events_id_seq`), the event's `details` as GitLab serialises it (`serialize
@@ -224,6 +225,8 @@ pub async fn member_destroyed<C: GenericClient>(
         };
         into.push(Row {
             id: *id,
+            event_name: "member_destroyed",
+            target_type: "User",
             entity_id: l.source_id,
             entity_type: if project { "Project" } else { "Group" },
             author_id,
@@ -234,6 +237,99 @@ pub async fn member_destroyed<C: GenericClient>(
             target_details,
         });
     }
+    insert(c, now, &rows).await?;
+    Ok(ids)
+}
+
+/// What group-destroy destroys, for its audit event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destroyed {
+    /// A project (`project_destroyed`, scoped to its parent group).
+    Project(i64),
+    /// The scheduled group itself (`group_destroyed`, scoped to its root ancestor;
+    /// GitLab writes none for the subgroups it destroys with it).
+    Group(i64),
+}
+
+/// EE's `project_destroyed` / `group_destroyed` event (`ee/app/services/ee/projects/
+/// destroy_service.rb`, `ee/app/services/ee/groups/destroy_service.rb`): authored by
+/// the deleting user, target the project or group with its full path, GitLab 18's
+/// messages "Project destroyed" / "Group destroyed". Read before the routes go.
+/// Returns its id (none when the row is already gone).
+pub async fn destroyed<C: GenericClient>(
+    c: &C,
+    now: DateTime<Utc>,
+    what: Destroyed,
+    author: i64,
+) -> Result<Vec<i64>> {
+    let (id, statement, event_name, target_type, remove, message) = match what {
+        Destroyed::Project(p) => (
+            p,
+            sql::PROJECT_FACTS,
+            "project_destroyed",
+            "Project",
+            "project",
+            "Project destroyed",
+        ),
+        Destroyed::Group(g) => (
+            g,
+            sql::GROUP_FACTS,
+            "group_destroyed",
+            "Group",
+            "group",
+            "Group destroyed",
+        ),
+    };
+    let Some(f) = c.query_opt(statement, &[&id, &author]).await? else {
+        return Ok(Vec::new());
+    };
+    let (target_details, scope_id, entity_path, author_name): (
+        Option<String>,
+        i64,
+        Option<String>,
+        Option<String>,
+    ) = (f.get(0), f.get(1), f.get(2), f.get(3));
+    let target_details = target_details.unwrap_or_default();
+    let author_name = author_name.unwrap_or_else(|| DELETED_USER.into());
+    let new_id: i64 = c.query_one(sql::NEXT_IDS, &[&1i32]).await?.get(0);
+    let details = yaml(&[
+        ("remove", Value::Str(remove.into())),
+        ("event_name", Value::Str(event_name.into())),
+        ("author_name", Value::Str(author_name.clone())),
+        ("author_class", Value::Str("User".into())),
+        ("target_id", Value::Int(id)),
+        ("target_type", Value::Str(target_type.into())),
+        ("target_details", Value::Str(target_details.clone())),
+        ("custom_message", Value::Str(message.into())),
+        ("ip_address", Value::Nil),
+        (
+            "entity_path",
+            entity_path.clone().map_or(Value::Nil, Value::Str),
+        ),
+    ]);
+    let rows = Rows {
+        project: Vec::new(),
+        group: vec![Row {
+            id: new_id,
+            event_name,
+            target_type,
+            entity_id: scope_id,
+            entity_type: "Group",
+            author_id: author,
+            target_id: id,
+            details,
+            author_name,
+            entity_path,
+            target_details,
+        }],
+    };
+    insert(c, now, &rows).await?;
+    Ok(vec![new_id])
+}
+
+/// Write `rows`: the legacy row where `audit_events` exists, then the scoped copy with
+/// the same id.
+async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Result<()> {
     let legacy = deletion_model::has_column(c, "audit_events", "id").await?;
     for (scoped, rs) in [
         (sql::INSERT_PROJECT, &rows.project),
@@ -281,7 +377,7 @@ pub async fn member_destroyed<C: GenericClient>(
         )
         .await?;
     }
-    Ok(ids)
+    Ok(())
 }
 
 #[derive(Default)]
@@ -292,6 +388,8 @@ struct Rows {
 
 struct Row {
     id: i64,
+    event_name: &'static str,
+    target_type: &'static str,
     entity_id: i64,
     entity_type: &'static str,
     author_id: i64,
@@ -324,12 +422,12 @@ impl Columns {
             entity_id: rs.iter().map(|r| r.entity_id).collect(),
             author_id: rs.iter().map(|r| r.author_id).collect(),
             target_id: rs.iter().map(|r| r.target_id).collect(),
-            event_name: rs.iter().map(|_| "member_destroyed".to_string()).collect(),
+            event_name: rs.iter().map(|r| r.event_name.to_string()).collect(),
             details: rs.iter().map(|r| r.details.clone()).collect(),
             author_name: rs.iter().map(|r| r.author_name.clone()).collect(),
             entity_path: rs.iter().map(|r| r.entity_path.clone()).collect(),
             target_details: rs.iter().map(|r| r.target_details.clone()).collect(),
-            target_type: rs.iter().map(|_| "User".to_string()).collect(),
+            target_type: rs.iter().map(|r| r.target_type.to_string()).collect(),
             entity_type: rs.iter().map(|r| r.entity_type.to_string()).collect(),
         }
     }

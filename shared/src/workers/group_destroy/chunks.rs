@@ -3,7 +3,8 @@
 //! Owns: each chunk, one transaction that first re-checks under the locks a restore or
 //! a transfer also takes that the group is still scheduled and the slice still lies
 //! under it, then deletes the slice (contributions of one table, one project, or one
-//! group) and sends the removed bots' `delete-user` messages before COMMIT. Order and
+//! group; with `AUDIT_EVENTS=on` its `project_destroyed` / `group_destroyed` audit
+//! event) and sends the removed bots' `delete-user` messages before COMMIT. Order and
 //! budgets are the parent module's.
 
 use chrono::NaiveDate;
@@ -17,6 +18,7 @@ use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
+use crate::gitlab::side_effects::audit::{self, Destroyed};
 use crate::gitlab::storage;
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::messages::{
@@ -382,6 +384,9 @@ where
         );
     }
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
+    if inv.settings.audit_events {
+        audit::destroyed(&tx, inv.now, Destroyed::Project(p), user_id).await?;
+    }
     delete_source_rows(&tx, "Project", p).await?;
     tx.execute(sql::DELETE_PROJECT_AUTHORIZATIONS, &[&p])
         .await?;
@@ -486,6 +491,9 @@ where
     // links go with g, so every row on those projects is recomputed after it.
     let shared = authz::reached_from(&tx, &[g]).await?;
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
+    if inv.settings.audit_events && g == msg.group_id {
+        audit::destroyed(&tx, inv.now, Destroyed::Group(g), user_id).await?;
+    }
     delete_source_rows(&tx, "Namespace", g).await?;
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;

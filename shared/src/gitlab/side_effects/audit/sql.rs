@@ -18,6 +18,23 @@ crate::statements::statements! {
          LEFT JOIN routes rt ON rt.source_id = r.source_id AND rt.source_type = r.source_type
          LEFT JOIN users a ON a.id = $4::bigint
        ORDER BY r.n";
+    /// `project_destroyed`'s facts for project `$1` and author `$2`: the project's full
+    /// path, its parent group and that group's full path, the author's name.
+    PROJECT_FACTS = "SELECT rp.path, p.namespace_id::bigint, rn.path, a.name
+       FROM projects p
+         LEFT JOIN routes rp ON rp.source_id = p.id AND rp.source_type = 'Project'
+         LEFT JOIN routes rn ON rn.source_id = p.namespace_id AND rn.source_type = 'Namespace'
+         LEFT JOIN users a ON a.id = $2::bigint
+       WHERE p.id = $1::bigint";
+    /// `group_destroyed`'s facts for group `$1` and author `$2`: the group's full path,
+    /// its root ancestor and that root's full path, the author's name.
+    GROUP_FACTS = "SELECT rg.path, r.id, rr.path, a.name
+       FROM namespaces g
+         CROSS JOIN LATERAL (SELECT COALESCE(g.traversal_ids[1], g.id)::bigint AS id) r
+         LEFT JOIN routes rg ON rg.source_id = g.id AND rg.source_type = 'Namespace'
+         LEFT JOIN routes rr ON rr.source_id = r.id AND rr.source_type = 'Namespace'
+         LEFT JOIN users a ON a.id = $2::bigint
+       WHERE g.id = $1::bigint";
     /// The scoped copies of project events (`project_audit_events`), same ids.
     INSERT_PROJECT = "INSERT INTO project_audit_events
          (id, created_at, project_id, author_id, target_id, event_name, details, author_name,
