@@ -64,7 +64,8 @@ pub enum Cause {
 }
 
 /// Membership `m` as [`after_removal`] needs it, read before its removal (its expiry
-/// only when audit events are written); none for an invite.
+/// only when audit events are written), with its user's row locked when the 2FA
+/// recompute may write it ([`lock_users`]); none for an invite.
 pub async fn left_of<C: GenericClient>(
     c: &C,
     inv: &Invocation<'_>,
@@ -80,7 +81,7 @@ pub async fn left_of<C: GenericClient>(
     } else {
         None
     };
-    Ok(vec![Left {
+    let left = vec![Left {
         member_id: m.id,
         user_id,
         source_type: m.source_type.clone(),
@@ -88,7 +89,26 @@ pub async fn left_of<C: GenericClient>(
         access_level: m.access_level,
         expires_at,
         requested: m.requested,
-    }])
+    }];
+    lock_users(c, &left).await?;
+    Ok(left)
+}
+
+/// Lock the `users` rows [`after_removal`]'s 2FA recompute may write (users leaving a
+/// group whom the requirement binds), ascending, so that they are taken before the
+/// authorization refresh's locks as the lock order wants.
+pub async fn lock_users<C: GenericClient>(c: &C, left: &[Left]) -> Result<()> {
+    let users: Vec<i64> = left
+        .iter()
+        .filter(|l| !l.is_project())
+        .map(|l| l.user_id)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !users.is_empty() {
+        c.query(sql::LOCK_TWO_FACTOR_USERS, &[&users]).await?;
+    }
+    Ok(())
 }
 
 /// What [`after_removal`] wrote, by table (ids, or user ids for the per-user rows).

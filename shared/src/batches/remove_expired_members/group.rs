@@ -191,6 +191,9 @@ async fn group_body(
         per_member,
         users,
     } = lock_group(tx, st, ids, today).await?;
+    // The users rows the side effects' 2FA recompute may write, before any
+    // authorization lock (lock order).
+    side_effects::lock_users(&*tx, &left).await?;
     // Step 4: the authorization locks, then the refresh for every member deleted
     // set-based, after all of the group's set-based deletions.
     st.refresher.lock_and_run(&*tx, &users, &removed).await?;

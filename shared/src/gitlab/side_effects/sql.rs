@@ -93,6 +93,11 @@ crate::statements::statements! {
                      AND NOT (m.source_id = ANY(g.traversal_ids::bigint[])))
                ORDER BY p.id) AS projects
        FROM namespaces g WHERE g.id = $2::bigint AND cardinality(g.traversal_ids) > 0";
+    /// The `users` rows of `$1::bigint[]` that the 2FA recompute may write, locked
+    /// ascending before the authorization refresh (ARCHITECTURE.md, lock order).
+    LOCK_TWO_FACTOR_USERS = "SELECT id::bigint FROM users
+       WHERE id = ANY($1::bigint[]) AND require_two_factor_authentication_from_group
+       ORDER BY id FOR NO KEY UPDATE";
     /// User#update_two_factor_requirement for users `$1::bigint[]` that the flag
     /// binds: the requirement and the shortest grace period over the groups that
     /// require 2FA among the user's groups (non-request group memberships of at least
