@@ -4,13 +4,15 @@
 //! Owns: [`member_destroyed`] (one event per removed membership) and [`destroyed`]
 //! (group-destroy's `project_destroyed` / `group_destroyed`), each written as the legacy
 //! `audit_events` row where the table exists and the scoped copy —
-//! `project_audit_events` or `group_audit_events` — with the same id from
-//! `audit_events_id_seq`), the event's `details` as GitLab serialises it (`serialize
+//! `project_audit_events` or `group_audit_events` — with the same id, drawn by the
+//! legacy table's default; the scoped table's own default where there is no legacy
+//! table), the event's `details` as GitLab serialises it (`serialize
 //! :details, Hash`: Ruby YAML with symbol keys, [`yaml`]) and the access labels. Its
 //! statements are in [`sql`]; the legacy insert in `sql::legacy`, run only where
 //! `audit_events` exists (GitLab 18; 19.5 has only the scoped tables).
 
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
 use tokio_postgres::GenericClient;
 
 use super::{Cause, Left};
@@ -150,13 +152,6 @@ pub async fn member_destroyed<C: GenericClient>(
     if left.is_empty() {
         return Ok(Vec::new());
     }
-    let n = i32::try_from(left.len()).unwrap_or(i32::MAX);
-    let ids: Vec<i64> = c
-        .query(sql::NEXT_IDS, &[&n])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
     let users: Vec<i64> = left.iter().map(|l| l.user_id).collect();
     let types: Vec<String> = left.iter().map(|l| l.source_type.clone()).collect();
     let sources: Vec<i64> = left.iter().map(|l| l.source_id).collect();
@@ -168,7 +163,7 @@ pub async fn member_destroyed<C: GenericClient>(
         .query(sql::FACTS, &[&users, &types, &sources, &author])
         .await?;
     let mut rows = Rows::default();
-    for ((l, id), f) in left.iter().zip(&ids).zip(&facts) {
+    for (l, f) in left.iter().zip(&facts) {
         let target_details: String = f
             .get::<_, Option<String>>(0)
             .unwrap_or_else(|| DELETED_USER.into());
@@ -224,7 +219,6 @@ pub async fn member_destroyed<C: GenericClient>(
             &mut rows.group
         };
         into.push(Row {
-            id: *id,
             event_name: "member_destroyed",
             target_type: "User",
             entity_id: l.source_id,
@@ -237,8 +231,7 @@ pub async fn member_destroyed<C: GenericClient>(
             target_details,
         });
     }
-    insert(c, now, &rows).await?;
-    Ok(ids)
+    insert(c, now, &rows).await
 }
 
 /// What group-destroy destroys, for its audit event.
@@ -291,7 +284,6 @@ pub async fn destroyed<C: GenericClient>(
     ) = (f.get(0), f.get(1), f.get(2), f.get(3));
     let target_details = target_details.unwrap_or_default();
     let author_name = author_name.unwrap_or_else(|| DELETED_USER.into());
-    let new_id: i64 = c.query_one(sql::NEXT_IDS, &[&1i32]).await?.get(0);
     let details = yaml(&[
         ("remove", Value::Str(remove.into())),
         ("event_name", Value::Str(event_name.into())),
@@ -310,7 +302,6 @@ pub async fn destroyed<C: GenericClient>(
     let rows = Rows {
         project: Vec::new(),
         group: vec![Row {
-            id: new_id,
             event_name,
             target_type,
             entity_id: scope_id,
@@ -323,61 +314,70 @@ pub async fn destroyed<C: GenericClient>(
             target_details,
         }],
     };
-    insert(c, now, &rows).await?;
-    Ok(vec![new_id])
+    insert(c, now, &rows).await
 }
 
-/// Write `rows`: the legacy row where `audit_events` exists, then the scoped copy with
-/// the same id.
-async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Result<()> {
+/// Write `rows`, one event at a time: the legacy row where `audit_events` exists (its
+/// id from the table's default), then the scoped copy with that id; where it does
+/// not, the scoped row alone with its table's default id. Returns the ids.
+async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Result<Vec<i64>> {
     let legacy = deletion_model::has_column(c, "audit_events", "id").await?;
-    for (scoped, rs) in [
-        (sql::INSERT_PROJECT, &rows.project),
-        (sql::INSERT_GROUP, &rows.group),
-    ] {
-        if rs.is_empty() {
-            continue;
+    let mut ids = Vec::new();
+    for (project, rs) in [(true, &rows.project), (false, &rows.group)] {
+        for r in rs.iter() {
+            let common: [&(dyn ToSql + Sync); 9] = [
+                &r.entity_id,
+                &r.author_id,
+                &r.target_id,
+                &r.event_name,
+                &r.details,
+                &r.author_name,
+                &r.entity_path,
+                &r.target_details,
+                &r.target_type,
+            ];
+            let id: i64 = if legacy {
+                let id: i64 = c
+                    .query_one(
+                        sql::legacy::INSERT_LEGACY,
+                        &[
+                            &now,
+                            &r.entity_id,
+                            &r.author_id,
+                            &r.target_id,
+                            &r.details,
+                            &r.author_name,
+                            &r.entity_path,
+                            &r.target_details,
+                            &r.target_type,
+                            &r.entity_type,
+                        ],
+                    )
+                    .await?
+                    .get(0);
+                let scoped = if project {
+                    sql::INSERT_PROJECT
+                } else {
+                    sql::INSERT_GROUP
+                };
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &now];
+                params.extend(common);
+                c.execute(scoped, &params).await?;
+                id
+            } else {
+                let alone = if project {
+                    sql::INSERT_PROJECT_ALONE
+                } else {
+                    sql::INSERT_GROUP_ALONE
+                };
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&now];
+                params.extend(common);
+                c.query_one(alone, &params).await?.get(0)
+            };
+            ids.push(id);
         }
-        let cols = Columns::of(rs);
-        if legacy {
-            c.execute(
-                sql::legacy::INSERT_LEGACY,
-                &[
-                    &now,
-                    &cols.id,
-                    &cols.entity_id,
-                    &cols.author_id,
-                    &cols.target_id,
-                    &cols.event_name,
-                    &cols.details,
-                    &cols.author_name,
-                    &cols.entity_path,
-                    &cols.target_details,
-                    &cols.target_type,
-                    &cols.entity_type,
-                ],
-            )
-            .await?;
-        }
-        c.execute(
-            scoped,
-            &[
-                &now,
-                &cols.id,
-                &cols.entity_id,
-                &cols.author_id,
-                &cols.target_id,
-                &cols.event_name,
-                &cols.details,
-                &cols.author_name,
-                &cols.entity_path,
-                &cols.target_details,
-                &cols.target_type,
-            ],
-        )
-        .await?;
     }
-    Ok(())
+    Ok(ids)
 }
 
 #[derive(Default)]
@@ -387,7 +387,6 @@ struct Rows {
 }
 
 struct Row {
-    id: i64,
     event_name: &'static str,
     target_type: &'static str,
     entity_id: i64,
@@ -398,39 +397,6 @@ struct Row {
     author_name: String,
     entity_path: Option<String>,
     target_details: String,
-}
-
-/// The rows as one array per column.
-struct Columns {
-    id: Vec<i64>,
-    entity_id: Vec<i64>,
-    author_id: Vec<i64>,
-    target_id: Vec<i64>,
-    event_name: Vec<String>,
-    details: Vec<String>,
-    author_name: Vec<String>,
-    entity_path: Vec<Option<String>>,
-    target_details: Vec<String>,
-    target_type: Vec<String>,
-    entity_type: Vec<String>,
-}
-
-impl Columns {
-    fn of(rs: &[Row]) -> Columns {
-        Columns {
-            id: rs.iter().map(|r| r.id).collect(),
-            entity_id: rs.iter().map(|r| r.entity_id).collect(),
-            author_id: rs.iter().map(|r| r.author_id).collect(),
-            target_id: rs.iter().map(|r| r.target_id).collect(),
-            event_name: rs.iter().map(|r| r.event_name.to_string()).collect(),
-            details: rs.iter().map(|r| r.details.clone()).collect(),
-            author_name: rs.iter().map(|r| r.author_name.clone()).collect(),
-            entity_path: rs.iter().map(|r| r.entity_path.clone()).collect(),
-            target_details: rs.iter().map(|r| r.target_details.clone()).collect(),
-            target_type: rs.iter().map(|r| r.target_type.to_string()).collect(),
-            entity_type: rs.iter().map(|r| r.entity_type.to_string()).collect(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,11 @@
-//! The statements of [`crate::gitlab::side_effects::audit`]. Every insert takes one
-//! array per column (one element per event) and the time `$1`.
+//! The statements of [`crate::gitlab::side_effects::audit`]: one event per insert; ids
+//! come from the tables' defaults (the legacy table's, copied into the scoped table).
 
 crate::statements::statements! {
     /// Whether the instance has written any project or group audit event (`hk check`
     /// compares it with `AUDIT_EVENTS`).
     ANY_ROWS = "SELECT EXISTS (SELECT 1 FROM project_audit_events)
                     OR EXISTS (SELECT 1 FROM group_audit_events)";
-    /// `$1` ids from `audit_events_id_seq`: the legacy table's sequence, which the
-    /// scoped copies share during dual writes and draw from alone from GitLab 19.1 on.
-    NEXT_IDS = "SELECT nextval('audit_events_id_seq')::bigint FROM generate_series(1, $1::int4)";
     /// The names and full paths the events' columns and `details` carry: per event,
     /// target user `$1[i]`'s name and the full path of source `$2[i]`/`$3[i]`
     /// (`Project` or `Namespace`), and author `$4`'s name (NULL: the system).
@@ -35,43 +32,43 @@ crate::statements::statements! {
          LEFT JOIN routes rr ON rr.source_id = r.id AND rr.source_type = 'Namespace'
          LEFT JOIN users a ON a.id = $2::bigint
        WHERE g.id = $1::bigint";
-    /// The scoped copies of project events (`project_audit_events`), same ids.
+    /// The scoped copy of a project event with the legacy row's id `$1` (dual write).
     INSERT_PROJECT = "INSERT INTO project_audit_events
          (id, created_at, project_id, author_id, target_id, event_name, details, author_name,
           entity_path, target_details, target_type)
-       SELECT x.id, $1::timestamptz, x.entity_id, x.author_id, x.target_id, x.event_name, x.details,
-              x.author_name, x.entity_path, x.target_details, x.target_type
-       FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[],
-                   $8::text[], $9::text[], $10::text[], $11::text[])
-         AS x(id, entity_id, author_id, target_id, event_name, details, author_name, entity_path,
-              target_details, target_type)";
-    /// The scoped copies of group events (`group_audit_events`), same ids.
+       VALUES ($1::bigint, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint, $6, $7, $8, $9, $10, $11)";
+    /// The scoped copy of a group event with the legacy row's id `$1` (dual write).
     INSERT_GROUP = "INSERT INTO group_audit_events
          (id, created_at, group_id, author_id, target_id, event_name, details, author_name,
           entity_path, target_details, target_type)
-       SELECT x.id, $1::timestamptz, x.entity_id, x.author_id, x.target_id, x.event_name, x.details,
-              x.author_name, x.entity_path, x.target_details, x.target_type
-       FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[],
-                   $8::text[], $9::text[], $10::text[], $11::text[])
-         AS x(id, entity_id, author_id, target_id, event_name, details, author_name, entity_path,
-              target_details, target_type)";
+       VALUES ($1::bigint, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint, $6, $7, $8, $9, $10, $11)";
+    /// A project event where there is no legacy table (GitLab 19.5): the id from the
+    /// table's default (`audit_events_id_seq` from GitLab 19.1 on).
+    INSERT_PROJECT_ALONE = "INSERT INTO project_audit_events
+         (created_at, project_id, author_id, target_id, event_name, details, author_name,
+          entity_path, target_details, target_type)
+       VALUES ($1::timestamptz, $2::bigint, $3::bigint, $4::bigint, $5, $6, $7, $8, $9, $10)
+       RETURNING id::bigint";
+    /// A group event where there is no legacy table (GitLab 19.5): the id from the
+    /// table's default.
+    INSERT_GROUP_ALONE = "INSERT INTO group_audit_events
+         (created_at, group_id, author_id, target_id, event_name, details, author_name,
+          entity_path, target_details, target_type)
+       VALUES ($1::timestamptz, $2::bigint, $3::bigint, $4::bigint, $5, $6, $7, $8, $9, $10)
+       RETURNING id::bigint";
 }
 
 /// The legacy table, which GitLab 18 writes first and 19.5 no longer has
 /// (`audit_events.id`: a column module of the catalogue).
 pub mod legacy {
     crate::statements::statements! {
-        /// The legacy rows (`audit_events`, `created_at` without time zone, in UTC);
-        /// `$12` the entity types.
+        /// The legacy row (`audit_events`, `created_at` without time zone, in UTC), its
+        /// id from the table's default (`audit_events_id_seq`); `$11` the entity type.
         INSERT_LEGACY = "INSERT INTO audit_events
-             (id, created_at, entity_id, author_id, target_id, details, author_name,
+             (created_at, entity_id, author_id, target_id, details, author_name,
               entity_path, target_details, target_type, entity_type)
-           SELECT x.id, ($1::timestamptz AT TIME ZONE 'UTC'), x.entity_id, x.author_id, x.target_id,
-                  x.details, x.author_name, x.entity_path, x.target_details, x.target_type,
-                  x.entity_type
-           FROM unnest($2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[], $7::text[],
-                       $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
-             AS x(id, entity_id, author_id, target_id, event_name, details, author_name, entity_path,
-                  target_details, target_type, entity_type)";
+           VALUES (($1::timestamptz AT TIME ZONE 'UTC'), $2::bigint, $3::bigint, $4::bigint,
+                   $5, $6, $7, $8, $9, $10)
+           RETURNING id::bigint";
     }
 }
