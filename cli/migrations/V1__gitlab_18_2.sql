@@ -763,6 +763,139 @@ ALTER TABLE issues ADD CONSTRAINT fk_c63cbf6c25 FOREIGN KEY (closed_by_id) REFER
 ALTER TABLE issues ADD CONSTRAINT fk_c78fbacd64 FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE CASCADE;
 ALTER TABLE issues ADD CONSTRAINT fk_ffed080f01 FOREIGN KEY (updated_by_id) REFERENCES users(id) ON DELETE SET NULL;
 
+-- The rows GitLab writes beside a membership removal (docs/gitlab-differences.md D3):
+-- the project's `events` row (EventCreateService), the user's `user_highest_roles`
+-- row (UpdateHighestRoleWorker), the issue assignees TodosDestroyer::EntityLeaveWorker
+-- reads, the todos it removes, and EE's audit events (`audit_events` dual-written
+-- with the same id into the scoped tables, all partitioned by month on
+-- `created_at`). GitLab creates the monthly partitions ahead of time; the model has a
+-- default partition per table instead, so any test date lands somewhere.
+CREATE TABLE issue_assignees (
+    user_id bigint NOT NULL,
+    issue_id bigint NOT NULL,
+    namespace_id bigint,
+    CONSTRAINT issue_assignees_pkey PRIMARY KEY (issue_id, user_id)
+);
+CREATE INDEX index_issue_assignees_on_user_id_and_issue_id ON issue_assignees (user_id, issue_id);
+ALTER TABLE issue_assignees ADD CONSTRAINT fk_rails_0c6b5d4ff0 FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE issue_assignees ADD CONSTRAINT fk_rails_0d4b0d2aa3 FOREIGN KEY (issue_id) REFERENCES issues(id) ON DELETE CASCADE;
+
+CREATE TABLE events (
+    id bigserial PRIMARY KEY,
+    project_id integer,
+    author_id bigint NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    action smallint NOT NULL,
+    target_type character varying,
+    group_id bigint,
+    fingerprint bytea,
+    target_id bigint,
+    imported_from smallint DEFAULT 0 NOT NULL,
+    personal_namespace_id bigint,
+    CONSTRAINT check_97e06e05ad CHECK ((octet_length(fingerprint) <= 128)),
+    CONSTRAINT check_events_sharding_key_is_not_null CHECK (((group_id IS NOT NULL) OR (project_id IS NOT NULL) OR (personal_namespace_id IS NOT NULL)))
+);
+CREATE INDEX index_events_on_project_id_and_id ON events (project_id, id);
+CREATE INDEX index_events_on_author_id_and_id ON events (author_id, id);
+ALTER TABLE events ADD CONSTRAINT fk_0434b48643 FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE;
+ALTER TABLE events ADD CONSTRAINT fk_edfd187b6f FOREIGN KEY (author_id) REFERENCES users(id) ON DELETE CASCADE;
+
+CREATE TABLE user_highest_roles (
+    updated_at timestamp with time zone NOT NULL,
+    user_id bigint NOT NULL,
+    highest_access_level integer,
+    CONSTRAINT user_highest_roles_pkey PRIMARY KEY (user_id)
+);
+ALTER TABLE user_highest_roles ADD CONSTRAINT fk_rails_2f6d0c9b9d FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+
+CREATE TABLE todos (
+    id bigserial PRIMARY KEY,
+    user_id bigint NOT NULL,
+    project_id bigint,
+    target_id bigint,
+    target_type character varying NOT NULL,
+    author_id bigint NOT NULL,
+    action integer NOT NULL,
+    state character varying NOT NULL,
+    created_at timestamp without time zone,
+    updated_at timestamp without time zone,
+    commit_id character varying,
+    group_id bigint,
+    resolved_by_action smallint,
+    note_id bigint,
+    snoozed_until timestamp with time zone,
+    organization_id bigint,
+    CONSTRAINT check_3c13ed1c7a CHECK ((num_nonnulls(group_id, organization_id, project_id) = 1)) NOT VALID
+);
+CREATE INDEX index_todos_on_user_id_and_id_pending ON todos (user_id, id) WHERE ((state)::text = 'pending'::text);
+CREATE INDEX index_todos_on_user_id_and_id_done ON todos (user_id, id) WHERE ((state)::text = 'done'::text);
+CREATE INDEX index_todos_on_project_id_and_id ON todos (project_id, id);
+CREATE INDEX index_todos_on_group_id ON todos (group_id);
+CREATE INDEX index_todos_on_author_id_and_created_at ON todos (author_id, created_at);
+CREATE INDEX index_todos_on_target_type_and_target_id ON todos (target_type, target_id);
+ALTER TABLE todos ADD CONSTRAINT fk_45054f9c45 FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE;
+ALTER TABLE todos ADD CONSTRAINT fk_d94154aa95 FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE todos ADD CONSTRAINT fk_ccf0373936 FOREIGN KEY (author_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE todos ADD CONSTRAINT fk_rails_a27c483435 FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE SEQUENCE audit_events_id_seq;
+CREATE TABLE audit_events (
+    id bigint DEFAULT nextval('audit_events_id_seq'::regclass) NOT NULL,
+    author_id bigint NOT NULL,
+    entity_id bigint NOT NULL,
+    entity_type character varying NOT NULL,
+    details text,
+    ip_address inet,
+    author_name text,
+    entity_path text,
+    target_details text,
+    created_at timestamp without time zone NOT NULL,
+    target_type text,
+    target_id bigint,
+    CONSTRAINT check_492aaa021d CHECK ((char_length(entity_path) <= 5500)),
+    CONSTRAINT check_83ff8406e2 CHECK ((char_length(author_name) <= 255)),
+    CONSTRAINT check_97a8c868e7 CHECK ((char_length(target_type) <= 255)),
+    CONSTRAINT check_d493ec90b5 CHECK ((char_length(target_details) <= 5500)),
+    CONSTRAINT audit_events_pkey PRIMARY KEY (id, created_at)
+) PARTITION BY RANGE (created_at);
+ALTER SEQUENCE audit_events_id_seq OWNED BY audit_events.id;
+CREATE TABLE audit_events_default PARTITION OF audit_events DEFAULT;
+CREATE SEQUENCE shared_audit_event_id_seq;
+CREATE TABLE group_audit_events (
+    id bigint DEFAULT nextval('shared_audit_event_id_seq'::regclass) NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    group_id bigint NOT NULL,
+    author_id bigint NOT NULL,
+    target_id bigint,
+    event_name text,
+    details text,
+    ip_address inet,
+    author_name text,
+    entity_path text,
+    target_details text,
+    target_type text,
+    CONSTRAINT group_audit_events_author_name_check CHECK ((char_length(author_name) <= 255)),
+    CONSTRAINT group_audit_events_entity_path_check CHECK ((char_length(entity_path) <= 5500)),
+    CONSTRAINT group_audit_events_event_name_check CHECK ((char_length(event_name) <= 255)),
+    CONSTRAINT group_audit_events_target_details_check CHECK ((char_length(target_details) <= 5500)),
+    CONSTRAINT group_audit_events_target_type_check CHECK ((char_length(target_type) <= 255)),
+    CONSTRAINT group_audit_events_pkey PRIMARY KEY (id, created_at)
+) PARTITION BY RANGE (created_at);
+CREATE TABLE group_audit_events_default PARTITION OF group_audit_events DEFAULT;
+CREATE TABLE project_audit_events (LIKE group_audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (created_at);
+ALTER TABLE project_audit_events RENAME COLUMN group_id TO project_id;
+ALTER TABLE project_audit_events ADD CONSTRAINT project_audit_events_pkey PRIMARY KEY (id, created_at);
+CREATE TABLE project_audit_events_default PARTITION OF project_audit_events DEFAULT;
+CREATE TABLE user_audit_events (LIKE group_audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (created_at);
+ALTER TABLE user_audit_events RENAME COLUMN group_id TO user_id;
+ALTER TABLE user_audit_events ADD CONSTRAINT user_audit_events_pkey PRIMARY KEY (id, created_at);
+CREATE TABLE user_audit_events_default PARTITION OF user_audit_events DEFAULT;
+CREATE TABLE instance_audit_events (LIKE group_audit_events INCLUDING DEFAULTS INCLUDING CONSTRAINTS) PARTITION BY RANGE (created_at);
+ALTER TABLE instance_audit_events DROP COLUMN group_id;
+ALTER TABLE instance_audit_events ADD CONSTRAINT instance_audit_events_pkey PRIMARY KEY (id, created_at);
+CREATE TABLE instance_audit_events_default PARTITION OF instance_audit_events DEFAULT;
+
 CREATE TABLE merge_requests (
     id bigserial PRIMARY KEY,
     target_branch character varying NOT NULL,

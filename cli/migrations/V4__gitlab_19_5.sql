@@ -14,6 +14,14 @@ ALTER TABLE namespaces VALIDATE CONSTRAINT check_9d490f2140;
 ALTER TABLE project_repositories ALTER COLUMN shard_id DROP NOT NULL;
 
 -- 19.1
+-- UseAuditEventsIdSeqForScopedAuditEvents: the scoped audit tables draw their ids from
+-- audit_events_id_seq (the legacy table's, advanced by years of dual writes), detached
+-- from the legacy table so it survives that table's drop.
+ALTER SEQUENCE audit_events_id_seq OWNED BY NONE;
+ALTER TABLE group_audit_events ALTER COLUMN id SET DEFAULT nextval('audit_events_id_seq'::regclass);
+ALTER TABLE project_audit_events ALTER COLUMN id SET DEFAULT nextval('audit_events_id_seq'::regclass);
+ALTER TABLE user_audit_events ALTER COLUMN id SET DEFAULT nextval('audit_events_id_seq'::regclass);
+ALTER TABLE instance_audit_events ALTER COLUMN id SET DEFAULT nextval('audit_events_id_seq'::regclass);
 -- AddUserTypeToGhostUserMigrations: GitLab's model stamps the user's user_type on create
 -- (`before_create :set_user_type`) and its workers pick rows by it (`for_humans`,
 -- `for_non_humans`), so a row without it is consumed by neither.
@@ -139,3 +147,8 @@ INSERT INTO schema_migrations (version) VALUES
     ('20260727141402'),  -- 19.3
     ('20260818153000'),  -- 19.4
     ('20260916223000');  -- 19.5
+
+-- (milestone not read) The legacy audit_events table is gone by 19.5 (GitLab 19.5's
+-- db/structure.sql has no CREATE TABLE audit_events; the scoped tables are written
+-- alone once stop_legacy_audit_event_writes is on).
+DROP TABLE audit_events;

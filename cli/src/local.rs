@@ -48,6 +48,7 @@ mod exit;
 mod gated;
 pub mod handoff;
 mod plan;
+pub mod side_rows;
 pub use budget::{LockBudget, SequenceAdvance};
 use exit::{exit_code_of, items_failed_code};
 pub use exit::{worse_exit_code, EXIT_ITEMS_FAILED};

@@ -271,3 +271,55 @@ async fn over_tls_the_report_says_tls_is_in_use() {
     assert_eq!(report["exit_code"], 0, "{report:#}");
     drop(admin);
 }
+
+/// The `side effects` line says which rows a removal writes, and whether
+/// `AUDIT_EVENTS` agrees with the audit events the database holds (advisory); a
+/// malformed value is refused by name.
+#[tokio::test(flavor = "current_thread")]
+async fn the_side_effects_line_compares_audit_events_with_the_database() {
+    let db = TestDb::new().await;
+    gitlab_marker(&db.client).await;
+    let side_effects = |report: &Value| -> (bool, bool, String) {
+        let c = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "side effects")
+            .unwrap_or_else(|| panic!("{report:#}"))
+            .clone();
+        (
+            c["ok"].as_bool().unwrap(),
+            c["required"].as_bool().unwrap(),
+            c["detail"].as_str().unwrap().to_string(),
+        )
+    };
+    let mut env = function_env(&db.url);
+    let (ok, _, detail) = side_effects(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(ok, "{detail}");
+    assert!(
+        detail.contains("todos")
+            && detail.contains("audit events: off (AUDIT_EVENTS), as the database shows"),
+        "{detail}"
+    );
+    // The instance writes audit events, but the stack says off: advisory.
+    db.exec(
+        "INSERT INTO project_audit_events (id, created_at, project_id, author_id, event_name)
+         VALUES (1, '2026-02-01', 1, 1, 'project_created')",
+    )
+    .await;
+    let (ok, required, detail) = side_effects(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(!ok && !required, "{detail}");
+    assert!(detail.contains("holds audit events"), "{detail}");
+    env.insert("AUDIT_EVENTS", "on".into());
+    let (ok, _, detail) = side_effects(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(ok, "{detail}");
+    assert!(detail.contains("audit events: on"), "{detail}");
+    env.insert("AUDIT_EVENTS", "yes".into());
+    let report = invoke(&env, json!({ "now": NOW })).await;
+    assert!(
+        report
+            .to_string()
+            .contains("AUDIT_EVENTS must be `on` or `off`"),
+        "{report:#}"
+    );
+}

@@ -49,6 +49,8 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::membership,
     gitlab::permissions,
     gitlab::release,
+    gitlab::side_effects,
+    gitlab::side_effects::audit,
     gitlab::storage,
     gitlab::system_hooks,
     gitlab::user_removal,
@@ -82,6 +84,11 @@ const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
 /// a database PREPAREs and runs them only where it has the column (the caller probes
 /// it, `deletion_model::has_column`). Each list is a nested module of its owner's `sql`.
 const COLUMN_MODULES: &[(&str, Column, StatementList)] = &[
+    (
+        "gitlab::side_effects::audit",
+        ("audit_events", "id"),
+        crate::gitlab::side_effects::audit::sql::legacy::ALL,
+    ),
     (
         "gitlab::user_removal",
         ("ghost_user_migrations", "user_type"),

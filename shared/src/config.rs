@@ -76,6 +76,9 @@ pub struct Settings {
     /// `STORAGE_GITALY`, `STORAGE_REGISTRY`, `STORAGE_OBJECTS`: what `group-destroy`
     /// does with each kind of storage (default `off`: blocked).
     pub storage: storage::StorageModes,
+    /// `AUDIT_EVENTS` (`on` or `off`, default `off`): whether the removals write EE's
+    /// audit events, as a licensed EE instance does (docs/gitlab-differences.md D3).
+    pub audit_events: bool,
 }
 
 impl Default for Settings {
@@ -94,7 +97,22 @@ impl Settings {
             group_destroy_budget: secs(get, "GROUP_DESTROY_BUDGET_S", 600)?,
             member_group_size: MEMBER_GROUP_SIZE,
             storage: storage::StorageModes::from_lookup(get)?,
+            audit_events: on_off(get, AUDIT_EVENTS_ENV)?,
         })
+    }
+}
+
+/// The variable saying whether the instance writes EE audit events.
+pub const AUDIT_EVENTS_ENV: &str = "AUDIT_EVENTS";
+
+/// An `on`/`off` variable, `off` when unset; anything else is refused by name.
+fn on_off(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {
+    match get(var).map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("off") => Ok(false),
+        Some("on") => Ok(true),
+        Some(other) => Err(Error::Config(format!(
+            "{var} must be `on` or `off`, not `{other}`"
+        ))),
     }
 }
 

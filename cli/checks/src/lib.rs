@@ -27,6 +27,7 @@ pub mod grants;
 pub mod inserts;
 pub mod privileges;
 pub mod report;
+pub mod side_effects;
 pub mod sql;
 pub mod target;
 pub mod tree;
@@ -323,6 +324,7 @@ pub async fn run(target: &target::Target, now: DateTime<Utc>) -> Result<Vec<Chec
     drop(trees);
     let accepted = target.schema_accepted.as_deref();
     let mut checks = in_read_only(&a, writable, pass, loopback, accepted, now).await?;
+    checks.push(side_effects::check(&a, target.audit_events).await);
     checks.push(session);
     Ok(checks)
 }

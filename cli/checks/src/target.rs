@@ -22,6 +22,8 @@ pub struct Target {
     pub loopback: bool,
     /// `GITLAB_SCHEMA_ACCEPTED`: the newest migration accepted past the tested range.
     pub schema_accepted: Option<String>,
+    /// `AUDIT_EVENTS`: whether the removals write EE audit events.
+    pub audit_events: bool,
 }
 
 /// Whether every host of `pg` is this machine (`localhost`, a loopback address or a
@@ -55,5 +57,6 @@ pub async fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Target>
         connector,
         loopback,
         schema_accepted: config.schema_accepted,
+        audit_events: config.settings.audit_events,
     })
 }

@@ -104,6 +104,9 @@ pub struct Plan {
     /// The authorizations the plan's membership removals leave gone
     /// ([`decisions::implied`]).
     pub implied: Vec<Value>,
+    /// The rows the plan's membership removals write beside them
+    /// ([`super::side_rows::written`]: events, highest roles, todos, 2FA, audit events).
+    pub side_rows: Vec<Value>,
 }
 
 /// The storage items a plan's `storage-cleanup` messages name, by kind: how many
@@ -173,6 +176,7 @@ impl Plan {
                 "storage": self.storage.to_json(),
                 "selection": self.selection,
                 "implied": self.implied,
+                "side_rows": self.side_rows,
             }
         })
     }
@@ -307,6 +311,7 @@ impl Runner {
         // before it).
         let outside = self.connector.connect("hk-plan-outside").await?;
         let mut implied = Vec::new();
+        let mut side_rows = Vec::new();
         let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
         recorder.push(OutMessage::new(function, 0, env));
         let first = self.runs.len();
@@ -341,6 +346,7 @@ impl Runner {
             totals.add(tables_before, tables, &before, &ids(&tx).await?);
             let made = decider.take();
             implied.extend(decisions::implied(&tx, &outside, &made).await?);
+            side_rows.extend(super::side_rows::written(&tx, &outside, &made).await?);
             let mut slice = decisions::after_slice(&tx, made).await?;
             tx.rollback().await?;
             decisions::before(&client, &mut slice).await?;
@@ -393,6 +399,7 @@ impl Runner {
             storage,
             selection,
             implied,
+            side_rows,
         })
     }
 

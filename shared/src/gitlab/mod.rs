@@ -13,6 +13,7 @@ pub mod membership;
 pub mod notifications;
 pub mod permissions;
 pub mod release;
+pub mod side_effects;
 pub mod storage;
 pub mod system_hooks;
 pub mod user_removal;

@@ -5,7 +5,8 @@
 //! 10 schedules by id under one shared monotonic budget, the schedule batch (one
 //! transaction: up to 100 of the user's memberships in the schedule's hierarchy, each
 //! removal authorized as `scheduled_by` through `can_remove_member`, one authorization
-//! refresh, the schedule deleted when complete or denied) and the continuation while
+//! refresh, the removals' side effects (`gitlab::side_effects`), the schedule deleted
+//! when complete or denied) and the continuation while
 //! schedules remain and nothing failed. It never blocks or deletes a user.
 
 use std::time::Instant;
@@ -17,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
+use crate::gitlab::side_effects::{self, Cause};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, hierarchy};
 use crate::job::{self, Job, Overlap};
@@ -155,6 +157,7 @@ where
     locks::group_owner_locks(&tx, &scopes).await?;
     let mut destroyed = 0u64;
     let mut outbox = Vec::new();
+    let mut left = Vec::new();
     let mut denial: Option<(i64, Denial)> = None;
     let mut attempted = 0usize;
     for row in &batch {
@@ -177,6 +180,8 @@ where
         }
         // (5) Remove, refresh deferred to step d; its system hooks claimed.
         let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
+        // (5) Remove, refresh deferred to step d.
+        left.extend(side_effects::left_of(&tx, inv, &m).await?);
         membership::remove_membership(&tx, &m, Refresh::Deferred).await?;
         hooks.claim(inv, run_id, &mut outbox);
         inv.decide("members", m.id, "removed", "scheduled");
@@ -187,6 +192,11 @@ where
         let reached = authz::reached_from(&tx, &groups).await?;
         authz::refresh(&tx, s.user_id, &reached).await?;
     }
+    // What GitLab writes beside each removal, after the refresh.
+    let cause = Cause::Pruned {
+        by: s.scheduled_by_id,
+    };
+    side_effects::after_removal(&tx, inv, cause, &left).await?;
     // e–f. Delete the schedule when it is denied or complete.
     let outcome = if denial.is_some() {
         Outcome::Denied

@@ -13,6 +13,8 @@
 //!   a destroy runs.
 //! * `blockers`: rows only GitLab's services can delete block a group whole; rows GitLab
 //!   deletes in the database go with their parent.
+//! * `audit`: the project and group audit events of a destroy (`AUDIT_EVENTS=on`).
+//! * `orphan_checks`: per table, the rows that would be orphans after `at_scale`'s destroy.
 //! * `at_scale`: 60 due groups through SQS and the Scheduler; a large tree until idle.
 //! * `storage`: the project's repositories, images and files removed through
 //!   `storage-cleanup` (issue 37), or the group blocked when a kind is off.
@@ -36,9 +38,11 @@ use shared::Function;
 
 mod adjourned_group_deletion;
 mod at_scale;
+mod audit;
 mod blockers;
 mod concurrent_changes;
 mod group_destroy;
+mod orphan_checks;
 mod restore;
 mod stale_messages;
 mod state_model;

@@ -13,6 +13,7 @@
 //! * `failures`: errors roll back a schedule's batch; stale schedules and memberships
 //!   (scenario 14).
 //! * `at_scale`: 2,000 memberships until idle; GitLab's `int4` ids.
+//! * `side_effects`: the events rows, highest role and audit events of a prune.
 //!
 //! Here: the fixture of behaviour §B43.9, schedules, one invocation and the check of a
 //! continuation.
@@ -36,6 +37,7 @@ mod failures;
 mod permissions;
 mod removal;
 mod schedule_prune_deletions;
+mod side_effects;
 mod single_flight;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

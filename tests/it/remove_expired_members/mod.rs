@@ -9,6 +9,8 @@
 //!   limit.
 //! * `run_guards`: one member's error stays its own; the overlap lock; a malformed
 //!   message.
+//! * `side_effects`: the events row, highest role, todos, 2FA requirement and audit
+//!   events GitLab writes beside a removal, once per removal.
 //!
 //! Here: the common fixture and one cron invocation.
 
@@ -25,6 +27,7 @@ mod continuation;
 mod last_owner;
 mod run_guards;
 mod selection;
+mod side_effects;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
 

@@ -3,7 +3,8 @@
 //!
 //! Owns: the group's statements ([`GroupStatements`], prepared once per page), its locks
 //! taken for the group as a whole in the lock order of ARCHITECTURE.md, the set-based
-//! deletion of every member no per-member rule concerns and its one `authz` refresh,
+//! deletion of every member no per-member rule concerns, its one `authz` refresh and
+//! its side effects (`gitlab::side_effects`),
 //! the others' per-member steps in SAVEPOINTs, and how the group ended ([`GroupEnd`]).
 //! Also the check for user triggers on `DELETE` of `members` that rules grouping out.
 
@@ -18,6 +19,7 @@ use super::member::{process_member, MemberOutcome, Sends};
 use super::sql;
 use crate::error::{Error, Result};
 use crate::gitlab::authz::{Removed, RemovedRefresher};
+use crate::gitlab::side_effects::{self, Cause, Left};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::locks;
 use crate::queue::{self, OutMessage};
@@ -74,6 +76,7 @@ struct Locked {
     rows_locked: usize,
     deleted: HashSet<i64>,
     removed: Vec<Removed>,
+    left: Vec<Left>,
     per_member: HashSet<i64>,
     users: Vec<i64>,
 }
@@ -100,6 +103,7 @@ async fn lock_group(
     let mut users: Vec<i64> = Vec::new();
     let mut deleted = HashSet::new();
     let mut removed = Vec::new();
+    let mut left = Vec::new();
     let mut per_member = HashSet::new();
     for r in &rows {
         let in_group: bool = r.get(2);
@@ -117,6 +121,15 @@ async fn lock_group(
                     user_id,
                     source_type: r.get(7),
                     source_id: r.get(5),
+                });
+                left.push(Left {
+                    member_id: id,
+                    user_id,
+                    source_type: r.get(7),
+                    source_id: r.get(5),
+                    access_level: r.get(8),
+                    expires_at: r.get(9),
+                    requested: r.get(10),
                 });
             }
         } else {
@@ -155,6 +168,7 @@ async fn lock_group(
         rows_locked: rows.len(),
         deleted,
         removed,
+        left,
         per_member,
         users,
     })
@@ -176,13 +190,19 @@ async fn group_body(
         rows_locked,
         deleted,
         removed,
+        left,
         per_member,
         users,
     } = lock_group(tx, st, ids, today).await?;
     hooks.retain(|id| deleted.contains(&id));
+    // The users rows the side effects' 2FA recompute may write, before any
+    // authorization lock (lock order).
+    side_effects::lock_users(&*tx, &left).await?;
     // Step 4: the authorization locks, then the refresh for every member deleted
     // set-based, after all of the group's set-based deletions.
     st.refresher.lock_and_run(&*tx, &users, &removed).await?;
+    // What GitLab writes beside each removal, for the set-based deletions at once.
+    side_effects::after_removal(&*tx, inv, Cause::Expired, &left).await?;
     let mut outbox = Vec::new();
     hooks.claim(inv, run_id, &mut outbox);
     let mut outcomes = Vec::with_capacity(ids.len());

@@ -2,7 +2,7 @@
 //!
 //! Owns: [`MemberOutcome`], [`process_member`] (re-check under `FOR UPDATE`, behaviour
 //! §D5, the last-owner rule, the removal, phase 1 for a project bot, its `delete-user`
-//! message) and [`one_member`]: one member in its own transaction with the retries of
+//! message, the removal's side effects) and [`one_member`]: one member in its own transaction with the retries of
 //! behaviour §7.4 ([`MemberRun`]).
 
 use tokio_postgres::GenericClient;
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz;
 use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions;
+use crate::gitlab::side_effects::{self, Cause};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::queue::OutMessage;
@@ -77,6 +78,7 @@ where
         Refresh::Now
     };
     let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
+    let left = side_effects::left_of(&tx, inv, &m).await?;
     membership::remove_membership(&tx, &m, refresh).await?;
     let mut outbox: Vec<OutMessage> = Vec::new();
     hooks.claim(inv, run_id, &mut outbox);
@@ -94,6 +96,8 @@ where
             authz::refresh(&tx, u, &affected).await?;
         }
     }
+    // What GitLab writes beside the removal, after its refresh.
+    side_effects::after_removal(&tx, inv, Cause::Expired, &left).await?;
     // Step 6: send-then-commit (a group sends its members' messages before its COMMIT).
     match sends {
         Sends::Now => {

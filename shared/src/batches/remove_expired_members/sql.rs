@@ -48,7 +48,8 @@ crate::statements::statements! {
     /// `ctid` `locked` holds, with their notification settings; a row changed before its
     /// lock was granted is invisible to this snapshot and goes the per-member way. One
     /// row per locked row: id, user, in the group, bot, owner candidate, source id,
-    /// deleted, source type.
+    /// deleted, and for a deleted row its source type, access level, expiry and whether
+    /// it was an access request.
     LOCK_AND_DELETE_PLAIN = "
     WITH locked AS MATERIALIZED (
       SELECT m.ctid AS row_version, m.id::bigint AS id, m.user_id::bigint AS user_id,
@@ -73,7 +74,8 @@ crate::statements::statements! {
       WHERE m.ctid = ANY(ARRAY(SELECT l.row_version FROM locked l
                                WHERE l.in_group AND NOT l.bot AND NOT l.owner_candidate))
       RETURNING m.id::bigint AS id, m.source_type, m.user_id::bigint AS user_id,
-                m.source_id::bigint AS source_id
+                m.source_id::bigint AS source_id, m.access_level::int4 AS access_level,
+                m.expires_at, m.requested_at IS NOT NULL AS requested
     ),
     ns AS (
       DELETE FROM notification_settings n USING del
@@ -81,7 +83,7 @@ crate::statements::statements! {
         AND n.source_id = del.source_id
     )
     SELECT l.id, l.user_id, l.in_group, l.bot, l.owner_candidate, l.source_id,
-           d.id IS NOT NULL, d.source_type
+           d.id IS NOT NULL, d.source_type, d.access_level, d.expires_at, d.requested
     FROM locked l LEFT JOIN del d ON d.id = l.id
     ORDER BY l.id";
     /// Step 2: the ids whose group-owner locks the group needs: `owner_scope(g)` of every

@@ -3,7 +3,8 @@
 //! Owns: each chunk, one transaction that first re-checks under the locks a restore or
 //! a transfer also takes that the group is still scheduled and the slice still lies
 //! under it, then deletes the slice (contributions of one table, one project, or one
-//! group) and sends the removed bots' `delete-user` messages before COMMIT. Order and
+//! group; with `AUDIT_EVENTS=on` its `project_destroyed` / `group_destroyed` audit
+//! event) and sends the removed bots' `delete-user` messages before COMMIT. Order and
 //! budgets are the parent module's.
 
 use chrono::NaiveDate;
@@ -17,6 +18,7 @@ use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
+use crate::gitlab::side_effects::audit::{self, Destroyed};
 use crate::gitlab::storage;
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, RemovalRequest};
@@ -384,6 +386,9 @@ where
     }
     let hooks = system_hooks::prepare(&tx, Subject::Project(p)).await?;
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
+    if inv.settings.audit_events {
+        audit::destroyed(&tx, inv.now, Destroyed::Project(p), user_id).await?;
+    }
     delete_source_rows(&tx, "Project", p).await?;
     tx.execute(sql::DELETE_PROJECT_AUTHORIZATIONS, &[&p])
         .await?;
@@ -492,6 +497,9 @@ where
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
     // GitLab destroys the group's members with their callbacks: their hooks first.
     let member_hooks = system_hooks::prepare(&tx, Subject::MembershipsIn(g)).await?;
+    if inv.settings.audit_events && g == msg.group_id {
+        audit::destroyed(&tx, inv.now, Destroyed::Group(g), user_id).await?;
+    }
     delete_source_rows(&tx, "Namespace", g).await?;
     member_hooks.claim(inv, &env.run_id, &mut outbox);
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;

@@ -1,0 +1,133 @@
+//! The statements of [`crate::gitlab::side_effects`]. Each takes the removed
+//! memberships as parallel arrays (one element per membership), so a grouped B38
+//! transaction runs each statement once.
+
+crate::statements::statements! {
+    /// Member `$1`'s `expires_at`, read before its removal (the audit event's reason).
+    EXPIRES_AT = "SELECT expires_at FROM members WHERE id = $1::bigint";
+    /// EventCreateService#expired_leave_project / #leave_project: one `events` row per
+    /// removed project membership `($1[i] user, $2[i] project)` whose project and user
+    /// still exist, action `$3` (expired 11, left 9), target the project, at `$4`.
+    /// The ids written, for the plan.
+    INSERT_EVENTS = "INSERT INTO events
+         (project_id, author_id, target_id, target_type, action, created_at, updated_at)
+       SELECT p.id, u.id, p.id, 'Project', $3::int2, $4::timestamptz, $4::timestamptz
+       FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS r(user_id, project_id, n)
+         JOIN projects p ON p.id = r.project_id
+         JOIN users u ON u.id = r.user_id
+       ORDER BY r.n
+       RETURNING id::bigint";
+    /// UpdateHighestRoleWorker for users `$1::bigint[]` at `$2`: an active human's row
+    /// becomes the highest `access_level` of its memberships that are not access
+    /// requests (NULL with none), written only when it differs; any other user's row
+    /// goes. The users whose row changed.
+    UPSERT_HIGHEST_ROLES = "WITH u AS (
+         SELECT x.id::bigint AS id, (x.state = 'active' AND x.user_type = 0) AS eligible
+         FROM users x WHERE x.id = ANY($1::bigint[])
+       ),
+       gone AS (
+         DELETE FROM user_highest_roles h USING u
+         WHERE h.user_id = u.id AND NOT u.eligible
+         RETURNING h.user_id::bigint AS user_id
+       ),
+       written AS (
+         INSERT INTO user_highest_roles (user_id, highest_access_level, updated_at)
+         SELECT u.id, l.level, $2::timestamptz
+         FROM u CROSS JOIN LATERAL (
+           SELECT max(m.access_level)::int4 AS level FROM members m
+           WHERE m.user_id = u.id AND m.requested_at IS NULL) l
+         WHERE u.eligible
+         ON CONFLICT (user_id) DO UPDATE
+           SET highest_access_level = EXCLUDED.highest_access_level,
+               updated_at = EXCLUDED.updated_at
+           WHERE user_highest_roles.highest_access_level
+                 IS DISTINCT FROM EXCLUDED.highest_access_level
+         RETURNING user_highest_roles.user_id::bigint AS user_id
+       )
+       SELECT user_id FROM gone UNION ALL SELECT user_id FROM written";
+    /// TodosDestroyer::EntityLeaveWorker for pairs `($1[i] user, $2[i] project)`, after
+    /// the authorization refresh: the user's todos on the confidential issues of the
+    /// project when the user is no longer at least a reporter there (unless the user
+    /// wrote or is assigned the issue), and every todo of the user on the project when
+    /// the entity left is private (`$3[i]`: the group's privacy, NULL for a project
+    /// left: the project's own) and the user no longer reaches the project. The todo
+    /// ids removed.
+    DELETE_LEAVE_TODOS = "DELETE FROM todos t
+       USING unnest($1::bigint[], $2::bigint[], $3::bool[]) AS r(user_id, project_id, private)
+         JOIN projects p ON p.id = r.project_id
+       WHERE t.user_id = r.user_id AND t.project_id = r.project_id
+         AND (
+           (COALESCE(r.private, p.visibility_level = 0) AND NOT EXISTS (
+              SELECT 1 FROM project_authorizations pa
+              WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id))
+           OR (t.target_type = 'Issue' AND EXISTS (
+              SELECT 1 FROM issues i
+              WHERE i.id = t.target_id AND i.project_id = r.project_id AND i.confidential
+                AND i.author_id <> r.user_id
+                AND NOT EXISTS (SELECT 1 FROM issue_assignees a
+                                WHERE a.issue_id = i.id AND a.user_id = r.user_id))
+              AND NOT EXISTS (
+              SELECT 1 FROM project_authorizations pa
+              WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id
+                AND pa.access_level >= 20)))
+       RETURNING t.id::bigint";
+    /// For user `$1` leaving group `$2`: whether the group is private, whether the user is still at least a reporter
+    /// of the group through it or an ancestor (`Group#member?(user, REPORTER)`, which
+    /// keeps every todo), and the projects under the group outside the subgroups the
+    /// user is still a member of (`non_member_groups`).
+    GROUP_LEAVE_SCOPE = "SELECT g.visibility_level = 0 AS private,
+         EXISTS (SELECT 1 FROM members m
+                 WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
+                   AND m.requested_at IS NULL AND m.state = 0 AND m.access_level >= 20
+                   AND m.source_id = ANY(g.traversal_ids::bigint[])) AS reporter,
+         ARRAY(SELECT p.id::bigint FROM namespaces n JOIN projects p ON p.namespace_id = n.id
+               WHERE n.type = 'Group'
+                 AND n.traversal_ids >= g.traversal_ids
+                 AND n.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                       || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)
+                 AND NOT EXISTS (
+                   SELECT 1 FROM members m
+                   WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
+                     AND m.requested_at IS NULL
+                     AND m.source_id = ANY(n.traversal_ids::bigint[])
+                     AND NOT (m.source_id = ANY(g.traversal_ids::bigint[])))
+               ORDER BY p.id) AS projects
+       FROM namespaces g WHERE g.id = $2::bigint AND cardinality(g.traversal_ids) > 0";
+    /// The `users` rows of `$1::bigint[]` that the 2FA recompute may write, locked
+    /// ascending before the authorization refresh (ARCHITECTURE.md, lock order).
+    LOCK_TWO_FACTOR_USERS = "SELECT id::bigint FROM users
+       WHERE id = ANY($1::bigint[]) AND require_two_factor_authentication_from_group
+       ORDER BY id FOR NO KEY UPDATE";
+    /// User#update_two_factor_requirement for users `$1::bigint[]` that the flag
+    /// binds: the requirement and the shortest grace period over the groups that
+    /// require 2FA among the user's groups (non-request group memberships of at least
+    /// guest), their ancestors and their descendants; GitLab's default period (48)
+    /// when none does. Only rows whose values change are written.
+    UPDATE_TWO_FACTOR = "WITH r AS (
+         SELECT u.id::bigint AS id,
+           (SELECT min(x.period) FROM members m JOIN namespaces g ON g.id = m.source_id
+              CROSS JOIN LATERAL (
+                SELECT a.two_factor_grace_period AS period FROM namespaces a
+                WHERE a.id = ANY(g.traversal_ids::bigint[]) AND a.require_two_factor_authentication
+                UNION ALL
+                SELECT d.two_factor_grace_period FROM namespaces d
+                WHERE d.type = 'Group' AND cardinality(g.traversal_ids) > 0
+                  AND d.traversal_ids >= g.traversal_ids
+                  AND d.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                        || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)
+                  AND d.require_two_factor_authentication) x
+            WHERE m.user_id = u.id AND m.source_type = 'Namespace'
+              AND m.type = 'GroupMember' AND m.requested_at IS NULL
+              AND m.access_level >= 10) AS period
+         FROM users u
+         WHERE u.id = ANY($1::bigint[]) AND u.require_two_factor_authentication_from_group
+       )
+       UPDATE users u
+       SET require_two_factor_authentication_from_group = (r.period IS NOT NULL),
+           two_factor_grace_period = COALESCE(r.period, 48)
+       FROM r
+       WHERE u.id = r.id
+         AND (u.require_two_factor_authentication_from_group IS DISTINCT FROM (r.period IS NOT NULL)
+              OR u.two_factor_grace_period IS DISTINCT FROM COALESCE(r.period, 48))
+       RETURNING u.id::bigint";
+}
