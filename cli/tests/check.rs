@@ -140,7 +140,7 @@ async fn the_migrated_schema_passes_every_check() {
         "✓ foreign keys:",
         "✓ ghost user:",
         "✓ instance: application_settings.uuid is ",
-        "✓ side effects: system hooks on (user_remove_from_team/group, group_destroy, project_destroy, user_destroy, through deliver-notification): 0 SystemHook row(s) receive them",
+        "✓ system hooks: on (user_remove_from_team/group, group_destroy, project_destroy, user_destroy, through deliver-notification): 0 SystemHook row(s) receive them",
         "✓ session (advisory locks):",
         "✓ waiting remove-expired-members:",
         "✓ waiting pat-expiring:",

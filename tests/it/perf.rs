@@ -237,6 +237,31 @@ fn outcomes(lines: &[serde_json::Value]) -> Vec<String> {
     v
 }
 
+/// `snapshot` with the `id` of each row of `tables` left out: ids a sequence hands out
+/// in the order rows are written (the `events` of removals), which a grouped page and
+/// one transaction per member write in different orders.
+fn without_ids(
+    mut snapshot: BTreeMap<String, String>,
+    tables: &[&str],
+) -> BTreeMap<String, String> {
+    for t in tables {
+        let Some(text) = snapshot.get_mut(*t) else {
+            continue;
+        };
+        let mut rows: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(text)
+            .unwrap()
+            .into_iter()
+            .map(|mut r| {
+                r.as_object_mut().unwrap().remove("id");
+                r.to_string()
+            })
+            .collect();
+        rows.sort();
+        *text = rows.join("\n");
+    }
+    snapshot
+}
+
 /// A no-op trigger on DELETE of members: B38 then runs one transaction per member.
 const PER_MEMBER_TRIGGER: &str = "
     CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN OLD; END $$;
@@ -262,7 +287,7 @@ async fn grouped_b38_pages_leave_the_same_rows_logs_and_messages_as_one_transact
                 .collect();
             keys.sort();
             results.push((
-                db.snapshot().await,
+                without_ids(db.snapshot().await, &["events"]),
                 outcomes(&log.lines()),
                 (
                     done["updated_rows"].clone(),
@@ -510,7 +535,11 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         .map(|r| (r.compares.split(':').next().unwrap(), r.value))
         .collect();
     assert_eq!(trips.len(), 3, "{trips:?}");
-    assert!(trips["ours"] < 0.5, "{trips:?}");
+    // Ours pays, per group of a page, the statements of what GitLab writes beside a
+    // removal (issue 50: events, highest roles, todos, 2FA; about six round trips), so
+    // at this tiny scale (small groups) it is under one and a half per member; the
+    // floor writes none of them.
+    assert!(trips["ours"] < 1.5, "{trips:?}");
     assert!(trips["floor"] < 0.5, "{trips:?}");
     assert!(trips["GitLab-pattern baseline"] >= 8.5, "{trips:?}");
     // The cold-start schema check of every function, counted on the wire: at most

@@ -253,14 +253,14 @@ pub(crate) async fn system_hooks(c: &Client) -> Check {
                 format!("{n} SystemHook row(s) receive them")
             };
             Check::pass(
-                "side effects",
+                "system hooks",
                 format!(
-                    "system hooks on (user_remove_from_team/group, group_destroy, project_destroy, user_destroy, through deliver-notification): {to}"
+                    "on (user_remove_from_team/group, group_destroy, project_destroy, user_destroy, through deliver-notification): {to}"
                 ),
             )
         }
         Err(e) => super::db_failure(
-            "side effects",
+            "system hooks",
             format!("cannot read the system hooks: {}", super::db_message(&e)),
             "web_hooks and application_settings.silent_mode_enabled must exist as in GitLab 18",
             &e,
