@@ -1,8 +1,8 @@
 //! `hk grants --role <name> --read-only`: the GRANTs the role of a `--read-only`
 //! copy needs on the live database (issue 47, docs/shadow.md), and nothing more.
 //!
-//! Owns: [`read_only_grants`], which derives on the live database the tables and
-//! columns the copy reads ([`super::selection::derive`]: the catalogue statements'
+//! Owns: `read_only_grants`, which derives on the live database the tables and
+//! columns the copy reads (`super::selection::derive`: the catalogue statements'
 //! columns, keys, cascades, parity's columns, `schema_migrations`) and prints, for a
 //! role name: `CONNECT` on the database, `USAGE` on `public`, column-level `SELECT`
 //! on each of those tables, and `SELECT` on each sequence one of their columns owns

@@ -140,7 +140,7 @@ fn plain_ok(s: &str) -> bool {
 
 /// The `member_destroyed` events of `left` (GitLab's `log_audit_event` in EE's
 /// `Members::DestroyService`): for an expiry, author "(System)", with `system_event`,
-/// the reason and "Membership expired on <date>"; for a prune, the scheduling user and
+/// the reason and "Membership expired on `<date>`"; for a prune, the scheduling user and
 /// "Membership destroyed". Returns their ids.
 pub async fn member_destroyed<C: GenericClient>(
     c: &C,
