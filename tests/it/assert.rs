@@ -2,7 +2,8 @@
 //! any JSON object), the fields of a sent message, and the outcomes many functions have
 //! in common (a run skipped because its lock is held, a continuation refused at the hop
 //! limit, the EMF metric names of a cron record), and the rows many tests read (a
-//! user's state, a user's project authorizations). A failure names the field and shows
+//! user's state, a user's project authorizations), and a snapshot without the ids a
+//! sequence hands out in write order. A failure names the field and shows
 //! the whole value.
 
 use hk::local::Run;
@@ -134,4 +135,29 @@ pub async fn assert_user_state(db: &TestDb, user: i64, state: &str) {
 pub async fn assert_authorizations_of(db: &TestDb, user: i64, expected: &[(i64, i64, i32)]) {
     let got: Vec<_> = db.pas().await.into_iter().filter(|p| p.0 == user).collect();
     assert_eq!(got, expected, "the project authorizations of user {user}");
+}
+
+/// `snapshot` with the `id` of each row of `tables` left out: ids a sequence hands out
+/// in the order rows are written (the `events` of removals), which a grouped page and
+/// one transaction per member write in different orders.
+pub(crate) fn without_ids(
+    mut snapshot: std::collections::BTreeMap<String, String>,
+    tables: &[&str],
+) -> std::collections::BTreeMap<String, String> {
+    for t in tables {
+        let Some(text) = snapshot.get_mut(*t) else {
+            continue;
+        };
+        let mut rows: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(text)
+            .unwrap()
+            .into_iter()
+            .map(|mut r| {
+                r.as_object_mut().unwrap().remove("id");
+                r.to_string()
+            })
+            .collect();
+        rows.sort();
+        *text = rows.join("\n");
+    }
+    snapshot
 }

@@ -237,31 +237,6 @@ fn outcomes(lines: &[serde_json::Value]) -> Vec<String> {
     v
 }
 
-/// `snapshot` with the `id` of each row of `tables` left out: ids a sequence hands out
-/// in the order rows are written (the `events` of removals), which a grouped page and
-/// one transaction per member write in different orders.
-fn without_ids(
-    mut snapshot: BTreeMap<String, String>,
-    tables: &[&str],
-) -> BTreeMap<String, String> {
-    for t in tables {
-        let Some(text) = snapshot.get_mut(*t) else {
-            continue;
-        };
-        let mut rows: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(text)
-            .unwrap()
-            .into_iter()
-            .map(|mut r| {
-                r.as_object_mut().unwrap().remove("id");
-                r.to_string()
-            })
-            .collect();
-        rows.sort();
-        *text = rows.join("\n");
-    }
-    snapshot
-}
-
 /// A no-op trigger on DELETE of members: B38 then runs one transaction per member.
 const PER_MEMBER_TRIGGER: &str = "
     CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN OLD; END $$;
@@ -287,7 +262,7 @@ async fn grouped_b38_pages_leave_the_same_rows_logs_and_messages_as_one_transact
                 .collect();
             keys.sort();
             results.push((
-                without_ids(db.snapshot().await, &["events"]),
+                crate::assert::without_ids(db.snapshot().await, &["events"]),
                 outcomes(&log.lines()),
                 (
                     done["updated_rows"].clone(),
