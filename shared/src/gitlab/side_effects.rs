@@ -94,17 +94,21 @@ pub async fn left_of<C: GenericClient>(
     Ok(left)
 }
 
-/// Lock the `users` rows [`after_removal`]'s 2FA recompute may write (users leaving a
-/// group whom the requirement binds), ascending, so that they are taken before the
-/// authorization refresh's locks as the lock order wants.
-pub async fn lock_users<C: GenericClient>(c: &C, left: &[Left]) -> Result<()> {
-    let users: Vec<i64> = left
-        .iter()
+/// The users of `left` who left a group (not a project), once each, ascending.
+fn group_leavers(left: &[Left]) -> Vec<i64> {
+    left.iter()
         .filter(|l| !l.is_project())
         .map(|l| l.user_id)
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .collect();
+        .collect()
+}
+
+/// Lock the `users` rows [`after_removal`]'s 2FA recompute may write (users leaving a
+/// group whom the requirement binds), ascending, so that they are taken before the
+/// authorization refresh's locks as the lock order wants.
+pub async fn lock_users<C: GenericClient>(c: &C, left: &[Left]) -> Result<()> {
+    let users = group_leavers(left);
     if !users.is_empty() {
         c.query(sql::LOCK_TWO_FACTOR_USERS, &[&users]).await?;
     }
@@ -173,13 +177,7 @@ pub async fn after_removal<C: GenericClient>(
     }
     w.todos = leave_todos(c, left).await?;
     // Member#update_two_factor_requirement: group memberships that were not invites.
-    let two_factor: Vec<i64> = left
-        .iter()
-        .filter(|l| !l.is_project())
-        .map(|l| l.user_id)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let two_factor = group_leavers(left);
     if !two_factor.is_empty() {
         for r in c.query(sql::UPDATE_TWO_FACTOR, &[&two_factor]).await? {
             w.two_factor.push(r.get(0));

@@ -34,18 +34,9 @@ pub async fn instance_has_events<C: GenericClient>(c: &C) -> Result<bool> {
     Ok(c.query_one(sql::ANY_ROWS, &[]).await?.get(0))
 }
 
-/// `Gitlab::Access.human_access` of a standard level.
+/// `Gitlab::Access.human_access` of a standard level ("No access" otherwise).
 pub fn human_access(level: i32) -> &'static str {
-    match level {
-        5 => "Minimal Access",
-        10 => "Guest",
-        15 => "Planner",
-        20 => "Reporter",
-        30 => "Developer",
-        40 => "Maintainer",
-        50 => "Owner",
-        _ => "No access",
-    }
+    crate::gitlab::system_hooks::human_access(level).unwrap_or("No access")
 }
 
 /// One value of a `details` hash.
