@@ -60,12 +60,25 @@ trap cleanup EXIT
 step "system packages (scripts/system-packages.sh: installed with apt-get when missing, as root)"
 bash scripts/system-packages.sh
 
-step "Python test tools (.venv: moto, cargo-lambda, zig; .venv-sam: SAM CLI, cfn-lint)"
+step "Python test tools (uv; .venv: moto, cargo-lambda, zig; .venv-sam: SAM CLI, cfn-lint; .venv-checkov)"
+# uv (pinned, from PyPI into .venv) resolves and installs the three venvs in about
+# 15 s where pip took about 100 (issue 52). It reads pip's settings from the
+# environment only when told: the index, extra wheel directories and the system CA
+# store are passed on.
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
-.venv/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-# SAM pins boto3/click versions moto does not want: a venv of its own.
-if [ ! -x .venv-sam/bin/python ]; then python3 -m venv .venv-sam; fi
-.venv-sam/bin/pip install --quiet --disable-pip-version-check -r requirements-sam.txt
+.venv/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
+export UV_NATIVE_TLS=true UV_NO_PROGRESS=1
+if [ -n "${PIP_INDEX_URL:-}" ]; then export UV_DEFAULT_INDEX="$PIP_INDEX_URL"; fi
+if [ -n "${PIP_FIND_LINKS:-}" ]; then export UV_FIND_LINKS="$PIP_FIND_LINKS"; fi
+uv_install() { # <venv> <requirements>: the venv (created when missing) gets the pins
+  if [ ! -x "$1/bin/python" ]; then .venv/bin/uv venv --quiet --python python3 "$1"; fi
+  .venv/bin/uv pip install --quiet --python "$1/bin/python" -r "$2"
+}
+uv_install .venv requirements-dev.txt
+# SAM pins boto3/click versions moto does not want: a venv of its own; checkov's
+# dependencies clash with both.
+uv_install .venv-sam requirements-sam.txt
+uv_install .venv-checkov requirements-checkov.txt
 # cargo-lambda (and the python3 that finds zig) for the watch test and the Lambda build.
 export PATH="$ROOT/.venv/bin:$PATH"
 # The Python the tests run their aiosmtpd SMTP sink with (tests/sinks/smtp.rs).
@@ -80,8 +93,6 @@ AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=tes
 AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing .venv-sam/bin/sam validate --lint
 
 step "SAM template security: checkov (.venv-checkov)"
-if [ ! -x .venv-checkov/bin/python ]; then python3 -m venv .venv-checkov; fi
-.venv-checkov/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 # No failed check allowed; every suppression is a Metadata skip with its reason next
 # to the resource. --skip-download: offline, no calls to Prisma Cloud.
 .venv-checkov/bin/checkov -f infra/template.yaml --framework cloudformation \
@@ -148,12 +159,15 @@ PG17_PORT=$(free_port)
 url17=$(HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" HK_PG_PORT="$PG17_PORT" target/debug/hk db up | sed -n 's/^DATABASE_URL=//p')
 STARTED_PG17=1
 echo "DATABASE_URL=$url17 (PostgreSQL 17)"
-PG17_FILTER='test(/^(schema|architecture|reliability::(glue|chaos|cold_start))::/)'
+# The seeded chaos equivalence (about 130 s, half of this pass) replays the same
+# protocol on the same statements: it runs in the main suite; here the crash-at-each-
+# point tests and the CLI's end-to-end runs of every batch carry the protocol.
+PG17_FILTER='test(/^(schema|architecture|reliability::(glue|chaos|cold_start))::/) and not test(/every_batch_reaches_the_clean_end_state/)'
 if cargo nextest --version >/dev/null 2>&1; then
   DATABASE_URL="$url17" cargo nextest run -p integration-tests --no-fail-fast -E "$PG17_FILTER"
   DATABASE_URL="$url17" cargo nextest run -p hk --test check --test cli --no-fail-fast
 else
-  DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: reliability::glue:: reliability::chaos:: reliability::cold_start::
+  DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: reliability::glue:: reliability::chaos:: reliability::cold_start:: --skip every_batch_reaches_the_clean_end_state
   DATABASE_URL="$url17" cargo test -p hk --test check --test cli --no-fail-fast
 fi
 

@@ -88,12 +88,13 @@ async fn cold_start_on(
                 None,
             ));
             // The same through a relay that holds each round trip VPC_RTT (a VPC).
-            let (mut v, mut trips) = (Vec::new(), Vec::new());
+            let (mut v, mut trips, mut held) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..COLD_STARTS {
                 let wire = Wire::delayed("127.0.0.1", cluster.port, VPC_RTT).await?;
                 let via = wire.url(&url, cluster.port);
                 v.push(first_record(&bin, *f, &via, &env, opts).await?);
                 trips.push(wire.round_trips());
+                held.push(wire.mean_hold());
             }
             trips.sort_unstable();
             rows.push(Row::new(
@@ -104,9 +105,10 @@ async fn cold_start_on(
                 ),
                 format!(
                     "median of {COLD_STARTS}, as above through a relay holding each round \
-                     trip {} ms; {} round trips on the wire per start (TLS handshake, \
-                     session, schema check, the record)",
+                     trip {} ms (held {:.3} ms on average); {} round trips on the wire per \
+                     start (TLS handshake, session, schema check, the record)",
                     VPC_RTT.as_millis(),
+                    median(&mut held).as_secs_f64() * 1000.0,
                     trips[trips.len() / 2]
                 ),
                 median(&mut v).as_secs_f64() * 1000.0,

@@ -30,6 +30,8 @@ use shared::error::{Error, Result};
 struct Counters {
     statements: AtomicU64,
     round_trips: AtomicU64,
+    /// Nanoseconds the delayed relay really held round trips, summed.
+    held_ns: AtomicU64,
     unreadable: AtomicBool,
 }
 
@@ -115,6 +117,13 @@ impl Wire {
         self.counters.round_trips.load(Ordering::SeqCst)
     }
 
+    /// The mean time a round trip was really held ([`Wire::delayed`]), zero if none.
+    pub fn mean_hold(&self) -> std::time::Duration {
+        let n = self.counters.round_trips.load(Ordering::SeqCst);
+        let ns = self.counters.held_ns.load(Ordering::SeqCst);
+        std::time::Duration::from_nanos(ns.checked_div(n).unwrap_or(0))
+    }
+
     /// What was counted so far; an error if a session could not be read.
     pub fn counts(&self) -> Result<Counts> {
         if self.counters.unreadable.load(Ordering::SeqCst) {
@@ -127,6 +136,16 @@ impl Wire {
             round_trips: self.counters.round_trips.load(Ordering::SeqCst),
         })
     }
+}
+
+/// Hold a round trip `delay`, returning how long it was really held. tokio's timer
+/// ticks in whole milliseconds and rounds a deadline up, so its 1 ms sleep lasts 1–2 ms
+/// and would overstate the network; a thread's sleep overshoots by tens of
+/// microseconds, and the caller reports what was held.
+async fn hold(delay: std::time::Duration) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(delay)).await;
+    start.elapsed()
 }
 
 /// Copy both ways until either side closes, counting the client's messages.
@@ -156,7 +175,10 @@ async fn relay(
             if spoke.swap(false, Ordering::SeqCst) {
                 up_counters.round_trips.fetch_add(1, Ordering::SeqCst);
                 if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                    let held = hold(delay).await;
+                    up_counters
+                        .held_ns
+                        .fetch_add(held.as_nanos() as u64, Ordering::SeqCst);
                 }
             }
             match parser.feed(&buf[..n]) {
@@ -290,5 +312,40 @@ mod tests {
         let mut p = Parser::default();
         assert_eq!(p.feed(&[0, 0, 0, 2, 1, 2, 3, 4]), None);
         assert_eq!(p.feed(&msg(b'Q', b"x\0")), None);
+    }
+
+    /// The delayed relay holds every round trip at least its delay and reports what it
+    /// held: an echo server behind it, three request/reply exchanges.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_delayed_relay_holds_each_round_trip_and_reports_the_hold() {
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = echo.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = echo.accept().await.unwrap();
+            let mut b = [0u8; 16];
+            while let Ok(n) = s.read(&mut b).await {
+                if n == 0 || s.write_all(&b[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let delay = std::time::Duration::from_millis(3);
+        let wire = Wire::delayed("127.0.0.1", port, delay).await.unwrap();
+        let mut c = TcpStream::connect(("127.0.0.1", wire.port()))
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..3 {
+            c.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).await.unwrap();
+        }
+        assert!(started.elapsed() >= delay * 3);
+        assert_eq!(wire.round_trips(), 3);
+        assert!(wire.mean_hold() >= delay, "{:?}", wire.mean_hold());
+        assert_eq!(
+            Wire::start("127.0.0.1", port).await.unwrap().mean_hold(),
+            std::time::Duration::ZERO
+        );
     }
 }
