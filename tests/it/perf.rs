@@ -530,6 +530,12 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     for r in checks {
         assert!(r.value >= 1.0 && r.value <= 3.0, "{r:?}");
     }
+    // The cold start of every function at 1 ms per round trip, its round trips
+    // counted (issue 52).
+    let vpc = " TLS, 1 ms per round trip";
+    let delayed = by["footprint"].iter().filter(|r| r.compares.ends_with(vpc));
+    let ok = |r: &&&hk::bench::Row| r.measured.contains("round trips on the wire per start");
+    assert_eq!(delayed.clone().filter(ok).count(), Function::ALL.len());
     // Calls are counted exactly: every producer hands the adapter tens.
     for r in &by["queue-calls"] {
         assert_eq!(r.value, 100.0, "{r:?}");

@@ -1,45 +1,136 @@
 //! The cold start with the database, part of the `footprint` bench: for every function
-//! a cron starts, process start → its cron record handled over TLS, directly and through
-//! a relay holding each round trip 1 ms (`wire`, a VPC) that also counts the round trips;
-//! and per function the round trips of the cold-start schema check once the session is
-//! up (issue 52).
+//! an SQS queue feeds, process start → its first record handled over TLS (a cron's
+//! own message; for a child worker a message about rows that do not exist, which it
+//! re-checks and answers as it answers a stale one), directly and through a relay
+//! holding each round trip 1 ms (`wire`, a VPC) that also counts the round trips; and
+//! per function the round trips of the cold-start schema check once the session is up
+//! (issue 52).
 //!
-//! Owns: the throwaway TLS cluster's use (`tls_db`), the starts and their rows.
+//! Owns: the throwaway TLS cluster's use (`tls_db`), the first messages, the starts and
+//! their rows.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::footprint::{binary, first_record, io};
+use super::footprint::{binary, first_record, io, sqs_event};
 use super::tls_db::TlsOn;
 use super::wire::Wire;
 use super::{median, Options, Row, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
+use shared::messages::{
+    delete_placeholder_user_key, delete_user_key, group_destroy_key, prune_deletions_key,
+    storage_cleanup_key, webhook_event_key, webhook_key, DeletePlaceholderUserRun, DeleteUserRun,
+    Envelope, GroupDestroyRun, PruneDeletionsRun, StorageCleanupRun, StorageItem,
+    WebhookNotification,
+};
 
-/// Starts per function for the cold start with the database.
-const COLD_STARTS: usize = 10;
+/// The bench database's `application_settings.uuid`.
+const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
 
 /// Cold start including the database: for every function a cron starts, process start
 /// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
-/// the certificate verified against `DATABASE_CA_BUNDLE`), median of [`COLD_STARTS`].
+/// the certificate verified against `DATABASE_CA_BUNDLE`), median of `starts`.
 ///
 /// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
 /// on the bench's cluster: that one may be shared (the test command runs the benches
 /// beside the other tests on one server), and `ssl = on` there would change what every
 /// other session of it negotiates.
-pub(super) async fn with_db(dir: &Path, opts: &Options) -> Result<Vec<Row>> {
+pub(super) async fn with_db(dir: &Path, starts: usize, opts: &Options) -> Result<Vec<Row>> {
     let cluster = crate::pg::Cluster {
         base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
         port: crate::pg::free_port().map_err(pg_error)?,
     };
     cluster.up().map_err(pg_error)?;
-    let result = cold_start_on(&cluster, dir, opts).await;
+    let result = cold_start_on(&cluster, dir, starts, opts).await;
     let down = cluster.down();
     let _ = std::fs::remove_dir_all(&cluster.base);
     let rows = result?;
     down.map_err(pg_error)?;
     Ok(rows)
+}
+
+/// The first message `f` is handed: a cron's own message; for an SQS-fed child, one
+/// about ids no row has (the worker re-checks the database and answers as for a stale
+/// message, the cheapest real record).
+fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    const NONE: i64 = 987_654_321;
+    let today = now.date_naive();
+    let env = |kind: &str, key: String, payload: serde_json::Value| {
+        Some(Envelope::new(kind, key, "bench", now, payload).to_body())
+    };
+    if f.cron().is_some() {
+        return Some(Envelope::cron(f, "bench", now).to_body());
+    }
+    match f {
+        Function::DeleteUser => env(
+            "delete-user.run",
+            delete_user_key(NONE),
+            to_json(DeleteUserRun {
+                user_id: NONE,
+                initiator_user_id: None,
+                reason: None,
+            }),
+        ),
+        Function::PruneDeletions => env(
+            "prune-deletions.run",
+            prune_deletions_key("bench"),
+            to_json(PruneDeletionsRun {}),
+        ),
+        Function::GroupDestroy => env(
+            "group-destroy.run",
+            group_destroy_key(NONE, today, NONE),
+            to_json(GroupDestroyRun {
+                group_id: NONE,
+                user_id: NONE,
+                marked_for_deletion_on: today,
+            }),
+        ),
+        Function::DeletePlaceholderUser => env(
+            "delete-placeholder-user.run",
+            delete_placeholder_user_key(NONE, 1),
+            to_json(DeletePlaceholderUserRun {
+                placeholder_user_id: NONE,
+                attempt: 1,
+            }),
+        ),
+        Function::DeliverNotification => {
+            let event_key = webhook_event_key(NONE, NONE);
+            env(
+                "deliver-notification.webhook",
+                webhook_key(&event_key, NONE),
+                to_json(WebhookNotification {
+                    hook_id: NONE,
+                    event_key,
+                    body: serde_json::json!({}),
+                    system_hook: None,
+                }),
+            )
+        }
+        Function::StorageCleanup => {
+            // A container repository whose row is gone: re-checked under its locks
+            // and answered as already removed, with no registry call.
+            let item = StorageItem::ContainerRepository {
+                id: NONE,
+                path: "bench/gone".into(),
+            };
+            env(
+                "storage-cleanup.remove",
+                storage_cleanup_key(NONE, &item),
+                to_json(StorageCleanupRun {
+                    group_id: NONE,
+                    project_id: NONE,
+                    item,
+                }),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn to_json(payload: impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(payload).expect("payloads always serialize")
 }
 
 fn pg_error(e: anyhow::Error) -> Error {
@@ -49,6 +140,7 @@ fn pg_error(e: anyhow::Error) -> Error {
 async fn cold_start_on(
     cluster: &crate::pg::Cluster,
     dir: &Path,
+    starts: usize,
     opts: &Options,
 ) -> Result<Vec<Row>> {
     let admin = shared::db::Connector::from_url(&cluster.url())?
@@ -60,27 +152,49 @@ async fn cold_start_on(
         .connect("hk-bench")
         .await?;
     crate::migrate::run(&mut c).await?;
+    // The instance's settings row, whose uuid storage-cleanup must find before it
+    // re-checks an item (GITLAB_INSTANCE_UUID).
+    c.execute(
+        "INSERT INTO application_settings (uuid) VALUES ($1)",
+        &[&BENCH_INSTANCE],
+    )
+    .await?;
     drop(c);
     let tls = TlsOn::on(&admin).await?;
     let url = format!("{db_url}?sslmode=require");
-    let env = [("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string())];
+    let env = [
+        ("DATABASE_CA_BUNDLE", tls.ca_bundle().display().to_string()),
+        (
+            shared::config::storage::INSTANCE_UUID_VAR,
+            BENCH_INSTANCE.to_string(),
+        ),
+    ];
     let mut rows = Vec::new();
     let result = async {
         tls.wait_ready(&url).await?;
-        for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
+        for f in Function::ALL.iter() {
             let bin = binary(dir, *f);
+            let Some(event) = first_message(*f, opts.now) else {
+                continue;
+            };
             if !bin.is_file() {
                 continue;
             }
+            let event = sqs_event(*f, &event);
             let mut v = Vec::new();
-            for _ in 0..COLD_STARTS {
-                v.push(first_record(&bin, *f, &url, &env, opts).await?);
+            for _ in 0..starts {
+                v.push(first_record(&bin, *f, event.clone(), &url, &env).await?);
             }
+            let what = if f.cron().is_some() {
+                "its cron message"
+            } else {
+                "a message about rows that do not exist"
+            };
             rows.push(Row::new(
                 "footprint",
                 format!("{f}: process start → first record handled, TLS to PostgreSQL"),
                 format!(
-                    "median of {COLD_STARTS}; its cron message on an empty database, \
+                    "median of {starts}; {what} on an empty database, \
                      sslmode=require with DATABASE_CA_BUNDLE (verified chain and host)"
                 ),
                 median(&mut v).as_secs_f64() * 1000.0,
@@ -89,10 +203,10 @@ async fn cold_start_on(
             ));
             // The same through a relay that holds each round trip VPC_RTT (a VPC).
             let (mut v, mut trips, mut held) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..COLD_STARTS {
+            for _ in 0..starts {
                 let wire = Wire::delayed("127.0.0.1", cluster.port, VPC_RTT).await?;
                 let via = wire.url(&url, cluster.port);
-                v.push(first_record(&bin, *f, &via, &env, opts).await?);
+                v.push(first_record(&bin, *f, event.clone(), &via, &env).await?);
                 trips.push(wire.round_trips());
                 held.push(wire.mean_hold());
             }
@@ -104,7 +218,7 @@ async fn cold_start_on(
                     VPC_RTT.as_millis()
                 ),
                 format!(
-                    "median of {COLD_STARTS}, as above through a relay holding each round \
+                    "median of {starts}, as above through a relay holding each round \
                      trip {} ms (held {:.3} ms on average); {} round trips on the wire per \
                      start (TLS handshake, session, schema check, the record)",
                     VPC_RTT.as_millis(),

@@ -252,7 +252,11 @@ async fn reference_start() -> Duration {
 /// RSS once the response is posted.
 /// An SQS event of one record: `f`'s cron message.
 fn cron_event(f: Function, now: chrono::DateTime<chrono::Utc>) -> String {
-    let body = Envelope::cron(f, "bench", now).to_body();
+    sqs_event(f, &Envelope::cron(f, "bench", now).to_body())
+}
+
+/// An SQS event of one record holding `body`, from `f`'s queue.
+pub(super) fn sqs_event(f: Function, body: &str) -> String {
     serde_json::json!({"Records": [{
         "messageId": "bench-1", "receiptHandle": "r", "body": body,
         "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
@@ -313,21 +317,29 @@ async fn page_rss(bin: &Path, database_url: &str, opts: &Options) -> Result<(f64
     }
 }
 
-/// Start `f`'s binary with `env` added and hand it its cron message: the time from
-/// spawning the process to the response posted for that first record.
+/// Start `f`'s binary with `env` added and hand it `event` (one SQS record): the time
+/// from spawning the process to the response posted for that first record.
 pub(super) async fn first_record(
     bin: &Path,
     f: Function,
+    event: String,
     database_url: &str,
     env: &[(&str, String)],
-    opts: &Options,
 ) -> Result<Duration> {
-    let (api, mut rx, task) = runtime_api(vec![cron_event(f, opts.now)]).await?;
+    let (api, mut rx, task) = runtime_api(vec![event]).await?;
+    // The function's log lines (stdout), read back only to say why a record failed.
+    let log_path = std::env::temp_dir().join(format!(
+        "hk-bench-first-{}-{}.log",
+        f.name(),
+        std::process::id()
+    ));
+    let log = std::fs::File::create(&log_path).map_err(|e| io("log file", e))?;
     let t0 = Instant::now();
     let mut cmd = command(bin, f, &api, database_url);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd.stdout(log);
     let mut child = cmd.spawn().map_err(|e| io("spawn", e))?;
     let mut answer = None;
     while let Ok(Some(seen)) = tokio::time::timeout(FIRST_RECORD_LIMIT, rx.recv()).await {
@@ -340,10 +352,16 @@ pub(super) async fn first_record(
     }
     let _ = child.kill().await;
     task.abort();
+    let logged = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    let why = logged
+        .lines()
+        .rfind(|l| l.contains("\"level\":\"error\""))
+        .unwrap_or("no error logged");
     match answer {
         Some((t, Ok(b))) if !b.contains("itemIdentifier") => Ok(t),
         Some((_, Ok(b))) | Some((_, Err(b))) => Err(Error::Invariant(format!(
-            "footprint: {f} failed its first record over TLS: {b}"
+            "footprint: {f} failed its first record over TLS: {b}; its log: {why}"
         ))),
         None => Err(Error::Invariant(format!(
             "footprint: {f} answered no first record within {FIRST_RECORD_LIMIT:?}"
@@ -451,7 +469,7 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         ));
     }
     dbs.drop_db("fp_b38").await?;
-    rows.extend(super::cold_start::with_db(&dir, opts).await?);
+    rows.extend(super::cold_start::with_db(&dir, scale.cold_starts, opts).await?);
     Ok(rows)
 }
 

@@ -73,6 +73,9 @@ pub struct Scale {
     pub b28_tokens: u64,
     /// Users of the B28 data set (2 % of them bots).
     pub b28_users: u64,
+    /// Cold starts per function whose median the footprint bench reports: 10 for
+    /// `small` and `full`, 3 for a number (the suite's tiny runs).
+    pub cold_starts: usize,
 }
 
 impl Scale {
@@ -89,6 +92,7 @@ impl Scale {
                 baseline_pages: Some(20),
                 b28_tokens: 1_000_000,
                 b28_users: 300_000,
+                cold_starts: 10,
             }),
             "small" => Ok(Scale {
                 label: "small".into(),
@@ -103,6 +107,7 @@ impl Scale {
                 baseline_pages: None,
                 b28_tokens: 10_000,
                 b28_users: 3_000,
+                cold_starts: 10,
             }),
             n => {
                 let n: u64 = n.parse().ok().filter(|n| *n >= 10).ok_or_else(|| {
@@ -120,6 +125,7 @@ impl Scale {
                     baseline_pages: None,
                     b28_tokens: n,
                     b28_users: (n * 3 / 10).max(30),
+                    cold_starts: 3,
                 })
             }
         }
