@@ -7,7 +7,7 @@
 //! the ghost migration destroyed the user (our phase 2's final transaction): before
 //! GitLab 18.4 `AuditEventService#for_user` with `action: :destroy` (no event name),
 //! from 18.4 on `user_records_migrated_to_ghost`, which GitLab writes only with an
-//! initiator. Both go through [`super::insert`] (legacy row and scoped copy).
+//! initiator. Both go through the audit module's insert (legacy row and scoped copy).
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::GenericClient;
