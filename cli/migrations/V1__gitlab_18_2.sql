@@ -839,6 +839,144 @@ ALTER TABLE todos ADD CONSTRAINT fk_d94154aa95 FOREIGN KEY (user_id) REFERENCES 
 ALTER TABLE todos ADD CONSTRAINT fk_ccf0373936 FOREIGN KEY (author_id) REFERENCES users(id) ON DELETE CASCADE;
 ALTER TABLE todos ADD CONSTRAINT fk_rails_a27c483435 FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
 
+-- EE's rows of a user that a membership removal deletes (docs/gitlab-differences.md
+-- D3): the group's SAML identities (EE::Members::DestroyService#cleanup_group_identity),
+-- the user's protected-branch merge and push access levels (EE ProjectMember
+-- #delete_member_branch_protection, MembersDestroyer::CleanUpGroupProtectedBranchRulesWorker)
+-- and protected-environment deploy access levels and approval rules
+-- (ProtectedEnvironment.revoke_user). One structure.sql serves CE and EE, so every
+-- release has them (empty on CE). Written from GitLab's models and migrations as read:
+-- the columns the bundle reads and the ones an insert must name; the others are
+-- nullable or have defaults. Their foreign keys carry GitLab's ON DELETE actions; the
+-- constraint names are PostgreSQL's, not GitLab's.
+CREATE TABLE saml_providers (
+    id serial PRIMARY KEY,
+    group_id bigint NOT NULL,
+    enabled boolean NOT NULL,
+    certificate_fingerprint character varying NOT NULL,
+    sso_url character varying NOT NULL,
+    enforced_sso boolean DEFAULT false NOT NULL,
+    default_membership_role smallint DEFAULT 10 NOT NULL
+);
+CREATE INDEX index_saml_providers_on_group_id ON saml_providers (group_id);
+ALTER TABLE saml_providers ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE identities (
+    id serial PRIMARY KEY,
+    extern_uid character varying,
+    provider character varying,
+    user_id bigint,
+    created_at timestamp without time zone,
+    updated_at timestamp without time zone,
+    secondary_extern_uid character varying,
+    saml_provider_id integer,
+    trusted_extern_uid boolean DEFAULT true
+);
+CREATE INDEX index_identities_on_user_id ON identities (user_id);
+CREATE INDEX index_identities_on_saml_provider_id ON identities (saml_provider_id) WHERE (saml_provider_id IS NOT NULL);
+ALTER TABLE identities ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE identities ADD FOREIGN KEY (saml_provider_id) REFERENCES saml_providers(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_branches (
+    id serial PRIMARY KEY,
+    project_id bigint,
+    name character varying NOT NULL,
+    created_at timestamp without time zone,
+    updated_at timestamp without time zone,
+    code_owner_approval_required boolean DEFAULT false NOT NULL,
+    allow_force_push boolean DEFAULT false NOT NULL,
+    namespace_id bigint,
+    CONSTRAINT protected_branches_project_or_namespace CHECK ((((project_id IS NULL) AND (namespace_id IS NOT NULL)) OR ((project_id IS NOT NULL) AND (namespace_id IS NULL))))
+);
+CREATE INDEX index_protected_branches_on_project_id ON protected_branches (project_id);
+CREATE INDEX index_protected_branches_on_namespace_id ON protected_branches (namespace_id) WHERE (namespace_id IS NOT NULL);
+ALTER TABLE protected_branches ADD FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE;
+ALTER TABLE protected_branches ADD FOREIGN KEY (namespace_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_branch_merge_access_levels (
+    id serial PRIMARY KEY,
+    protected_branch_id bigint NOT NULL,
+    access_level integer DEFAULT 40,
+    created_at timestamp without time zone NOT NULL,
+    updated_at timestamp without time zone NOT NULL,
+    user_id bigint,
+    group_id bigint
+);
+CREATE INDEX index_protected_branch_merge_access ON protected_branch_merge_access_levels (protected_branch_id);
+CREATE INDEX index_protected_branch_merge_access_levels_on_user_id ON protected_branch_merge_access_levels (user_id);
+CREATE INDEX index_protected_branch_merge_access_levels_on_group_id ON protected_branch_merge_access_levels (group_id);
+ALTER TABLE protected_branch_merge_access_levels ADD FOREIGN KEY (protected_branch_id) REFERENCES protected_branches(id) ON DELETE CASCADE;
+ALTER TABLE protected_branch_merge_access_levels ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE protected_branch_merge_access_levels ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_branch_push_access_levels (
+    id serial PRIMARY KEY,
+    protected_branch_id bigint NOT NULL,
+    access_level integer DEFAULT 40,
+    created_at timestamp without time zone NOT NULL,
+    updated_at timestamp without time zone NOT NULL,
+    user_id bigint,
+    group_id bigint,
+    deploy_key_id bigint
+);
+CREATE INDEX index_protected_branch_push_access ON protected_branch_push_access_levels (protected_branch_id);
+CREATE INDEX index_protected_branch_push_access_levels_on_user_id ON protected_branch_push_access_levels (user_id);
+CREATE INDEX index_protected_branch_push_access_levels_on_group_id ON protected_branch_push_access_levels (group_id);
+ALTER TABLE protected_branch_push_access_levels ADD FOREIGN KEY (protected_branch_id) REFERENCES protected_branches(id) ON DELETE CASCADE;
+ALTER TABLE protected_branch_push_access_levels ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE protected_branch_push_access_levels ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_environments (
+    id bigserial PRIMARY KEY,
+    project_id bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    name character varying NOT NULL,
+    group_id bigint,
+    required_approval_count integer DEFAULT 0 NOT NULL,
+    CONSTRAINT protected_environments_project_or_group_existence CHECK ((num_nonnulls(group_id, project_id) = 1)),
+    CONSTRAINT protected_environments_required_approval_count_positive CHECK ((required_approval_count >= 0))
+);
+CREATE INDEX index_protected_environments_on_project_id ON protected_environments (project_id);
+CREATE INDEX index_protected_environments_on_group_id ON protected_environments (group_id) WHERE (group_id IS NOT NULL);
+ALTER TABLE protected_environments ADD FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE;
+ALTER TABLE protected_environments ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_environment_deploy_access_levels (
+    id bigserial PRIMARY KEY,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    access_level integer,
+    protected_environment_id bigint NOT NULL,
+    user_id bigint,
+    group_id bigint,
+    group_inheritance_type smallint DEFAULT 0 NOT NULL
+);
+CREATE INDEX index_protected_env_deploy_access_levels_on_protected_env_id ON protected_environment_deploy_access_levels (protected_environment_id);
+CREATE INDEX index_protected_environment_deploy_access_levels_on_user_id ON protected_environment_deploy_access_levels (user_id);
+CREATE INDEX index_protected_environment_deploy_access_levels_on_group_id ON protected_environment_deploy_access_levels (group_id);
+ALTER TABLE protected_environment_deploy_access_levels ADD FOREIGN KEY (protected_environment_id) REFERENCES protected_environments(id) ON DELETE CASCADE;
+ALTER TABLE protected_environment_deploy_access_levels ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE protected_environment_deploy_access_levels ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+CREATE TABLE protected_environment_approval_rules (
+    id bigserial PRIMARY KEY,
+    protected_environment_id bigint NOT NULL,
+    user_id bigint,
+    group_id bigint,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    access_level smallint,
+    required_approvals smallint DEFAULT 1 NOT NULL,
+    group_inheritance_type smallint DEFAULT 0 NOT NULL
+);
+CREATE INDEX index_protected_environment_approval_rules_on_protected_env_id ON protected_environment_approval_rules (protected_environment_id);
+CREATE INDEX index_protected_environment_approval_rules_on_user_id ON protected_environment_approval_rules (user_id);
+CREATE INDEX index_protected_environment_approval_rules_on_group_id ON protected_environment_approval_rules (group_id);
+ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (protected_environment_id) REFERENCES protected_environments(id) ON DELETE CASCADE;
+ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
+ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
 CREATE SEQUENCE audit_events_id_seq;
 CREATE TABLE audit_events (
     id bigint DEFAULT nextval('audit_events_id_seq'::regclass) NOT NULL,

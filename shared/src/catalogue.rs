@@ -51,6 +51,7 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::release,
     gitlab::side_effects,
     gitlab::side_effects::audit,
+    gitlab::side_effects::ee,
     gitlab::storage,
     gitlab::system_hooks,
     gitlab::user_removal,

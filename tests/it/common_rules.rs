@@ -212,6 +212,8 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
         initiator: None,
         reason: "test",
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     let r = schedule_removal(&tx, &phase_one_invocation(t(NOW)), "run", &req, &mut outbox)
         .await
@@ -236,6 +238,8 @@ async fn phase_one_refuses_a_user_with_personal_projects() {
         initiator: None,
         reason: "test",
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     let r = schedule_removal(
         &db.client,
@@ -263,6 +267,8 @@ async fn phase_one_of_a_missing_user_is_not_found() {
         initiator: None,
         reason: "test",
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     let r = schedule_removal(
         &db.client,
@@ -295,6 +301,8 @@ async fn phase_one_is_idempotent() {
         initiator: Some(11),
         reason: "Group deleted",
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     for round in 0..2 {
         let mut outbox = Vec::new();
@@ -500,6 +508,8 @@ async fn a_blocked_user_holding_the_only_owner_row_is_a_sole_owner_for_phase_one
         initiator: None,
         reason: "test",
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     let r = schedule_removal(
         &db.client,

@@ -12,7 +12,8 @@ use crate::Check;
 /// an unlicensed one. A disagreement is advisory.
 pub async fn check(c: &Client, audit_events: bool) -> Check {
     use shared::gitlab::side_effects::audit;
-    let rows = "events rows, highest role, todos and 2FA requirement: on";
+    let rows = "events rows, highest role, todos, 2FA requirement, EE protected-branch and \
+                protected-environment access and SAML identities: on";
     let setting = if audit_events { "on" } else { "off" };
     match (audit::instance_has_events(c).await, audit_events) {
         (Ok(true), true) | (Ok(false), false) => Check::pass(

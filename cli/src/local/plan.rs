@@ -105,7 +105,8 @@ pub struct Plan {
     /// ([`decisions::implied`]).
     pub implied: Vec<Value>,
     /// The rows the plan's membership removals write beside them
-    /// ([`super::side_rows::written`]: events, highest roles, todos, 2FA, audit events).
+    /// ([`super::side_rows::written`]: events, highest roles, todos, 2FA, audit events, EE
+    /// protected-branch, protected-environment and identity rows).
     pub side_rows: Vec<Value>,
 }
 

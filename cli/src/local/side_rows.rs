@@ -1,7 +1,8 @@
 //! The rows a plan's membership removals write beside them (docs/gitlab-differences.md
 //! D3, `shared::gitlab::side_effects`): read inside the slice's transaction (after)
 //! and on a session that sees the database without the slice (before), for the users
-//! of the removed memberships. Recorded in the plan (`side_rows` of `hk run --dry-run
+//! of the removed memberships (EE's protected-branch, protected-environment and SAML
+//! identity rows among them, and the `user_destroyed` events of removed bots). Recorded in the plan (`side_rows` of `hk run --dry-run
 //! --json` and of the shadow plan; the text output counts them in its per-table
 //! changes); `hk parity` does not judge them (their ids come from sequences a real run
 //! draws again).
@@ -75,14 +76,55 @@ pub async fn written<C: GenericClient, D: GenericClient>(
             "SELECT id::bigint, jsonb_build_object('id', id, 'project_id', project_id,
                       'author_id', author_id, 'target_id', target_id, 'event_name', event_name)
                FROM public.project_audit_events
-              WHERE target_id = ANY($1::bigint[]) AND event_name = 'member_destroyed'",
+              WHERE target_id = ANY($1::bigint[])
+                AND event_name IN ('member_destroyed', 'user_destroyed')",
         ),
         (
             "group_audit_events",
             "SELECT id::bigint, jsonb_build_object('id', id, 'group_id', group_id,
                       'author_id', author_id, 'target_id', target_id, 'event_name', event_name)
                FROM public.group_audit_events
-              WHERE target_id = ANY($1::bigint[]) AND event_name = 'member_destroyed'",
+              WHERE target_id = ANY($1::bigint[])
+                AND event_name IN ('member_destroyed', 'user_destroyed')",
+        ),
+        (
+            "user_audit_events",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'author_id', author_id, 'target_id', target_id, 'event_name', event_name)
+               FROM public.user_audit_events
+              WHERE target_id = ANY($1::bigint[]) AND event_name = 'user_destroyed'",
+        ),
+        // EE's rows of the removed users (shared::gitlab::side_effects::ee).
+        (
+            "protected_branch_merge_access_levels",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'protected_branch_id', protected_branch_id)
+               FROM public.protected_branch_merge_access_levels WHERE user_id = ANY($1::bigint[])",
+        ),
+        (
+            "protected_branch_push_access_levels",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'protected_branch_id', protected_branch_id)
+               FROM public.protected_branch_push_access_levels WHERE user_id = ANY($1::bigint[])",
+        ),
+        (
+            "protected_environment_deploy_access_levels",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'protected_environment_id', protected_environment_id)
+               FROM public.protected_environment_deploy_access_levels
+              WHERE user_id = ANY($1::bigint[])",
+        ),
+        (
+            "protected_environment_approval_rules",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'protected_environment_id', protected_environment_id)
+               FROM public.protected_environment_approval_rules WHERE user_id = ANY($1::bigint[])",
+        ),
+        (
+            "identities",
+            "SELECT id::bigint, jsonb_build_object('id', id, 'user_id', user_id,
+                      'saml_provider_id', saml_provider_id)
+               FROM public.identities WHERE user_id = ANY($1::bigint[])",
         ),
     ];
     for (table, q) in QUERIES {

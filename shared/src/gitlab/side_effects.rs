@@ -5,7 +5,9 @@
 //! after its authorization refresh: the project's `events` row (`expired` 11 or `left`
 //! 9), `user_highest_roles` recomputed, the todos `TodosDestroyer::EntityLeaveWorker`
 //! removes, the 2FA requirement recomputed for users who left a group, and (with
-//! `AUDIT_EVENTS=on`) the `member_destroyed` audit events ([`audit`]). In the same
+//! `AUDIT_EVENTS=on`) the `member_destroyed` audit events ([`audit`]), and EE's rows
+//! of the user the removal deletes ([`ee`]: protected-branch and protected-environment
+//! access, the group's SAML identities on expiry). In the same
 //! transaction as the `DELETE`, so a replay that finds the membership gone writes
 //! nothing again, and a crash loses nothing. Its statements are in [`sql`].
 
@@ -19,6 +21,7 @@ use crate::gitlab::membership::Member;
 use crate::runtime::Invocation;
 
 pub mod audit;
+pub mod ee;
 pub mod sql;
 
 /// `Event.actions[:left]`.
@@ -128,6 +131,8 @@ pub struct Written {
     pub two_factor: Vec<i64>,
     /// Audit event ids (legacy and scoped share them).
     pub audit_events: Vec<i64>,
+    /// EE's rows of the users removed ([`ee`]).
+    pub ee: ee::Removed,
 }
 
 /// Every side effect of the removed memberships `left`, in the removal's transaction
@@ -183,11 +188,35 @@ pub async fn after_removal<C: GenericClient>(
             w.two_factor.push(r.get(0));
         }
     }
+    w.ee = ee_rows(c, cause, left).await?;
     if inv.settings.audit_events {
         w.audit_events = audit::member_destroyed(c, now, cause, left).await?;
     }
     record(inv, &w);
     Ok(w)
+}
+
+/// EE's rows of the users of `left` ([`ee`]): a project left, the user's protected
+/// branch and environment access there; a group left, the protected-branch access on
+/// the projects under it the user no longer reaches and, on expiry only (a prune
+/// passes `skip_saml_identity`), the user's identities of the group's SAML provider.
+async fn ee_rows<C: GenericClient>(c: &C, cause: Cause, left: &[Left]) -> Result<ee::Removed> {
+    let pairs = |project: bool| -> (Vec<i64>, Vec<i64>) {
+        left.iter()
+            .filter(|l| l.is_project() == project)
+            .map(|l| (l.user_id, l.source_id))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .unzip()
+    };
+    let (users, projects) = pairs(true);
+    let mut removed = ee::project_left(c, &users, &projects).await?;
+    let (users, groups) = pairs(false);
+    removed.extend(ee::group_left(c, &users, &groups).await?);
+    if cause == Cause::Expired {
+        removed.identities = ee::group_identities(c, &users, &groups).await?;
+    }
+    Ok(removed)
 }
 
 /// `TodosDestroyer::EntityLeaveWorker` for each membership left: the pairs of user and
@@ -247,6 +276,11 @@ fn record(_inv: &Invocation<'_>, w: &Written) {
         todos_removed = ?w.todos,
         two_factor = ?w.two_factor,
         audit_events = ?w.audit_events,
+        merge_access_levels_removed = ?w.ee.merge_access_levels,
+        push_access_levels_removed = ?w.ee.push_access_levels,
+        deploy_access_levels_removed = ?w.ee.deploy_access_levels,
+        approval_rules_removed = ?w.ee.approval_rules,
+        identities_removed = ?w.ee.identities,
         "membership side effects written"
     );
 }

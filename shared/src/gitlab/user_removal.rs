@@ -1,8 +1,9 @@
 //! Two-phase user removal, phase 1, and the ghost user (behaviour §5.1, §5.3).
 //!
-//! Owns: `schedule_removal` (block, drop memberships with one combined refresh, revoke
-//! tokens, record the `ghost_user_migrations` row, enqueue `delete-user` into the
-//! caller's outbox) and `ensure_ghost_user`, inside the caller's transaction. Phase 2 is
+//! Owns: `schedule_removal` (block, drop memberships with one combined refresh and
+//! EE's protected-branch and protected-environment rows of the project memberships,
+//! the `user_destroyed` audit event with `AUDIT_EVENTS=on`, revoke tokens, record the
+//! `ghost_user_migrations` row, enqueue `delete-user` into the caller's outbox) and `ensure_ghost_user`, inside the caller's transaction. Phase 2 is
 //! `workers::delete_user`. The statements are in [`sql`].
 
 use chrono::{DateTime, Utc};
@@ -10,6 +11,7 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::Result;
 use crate::function::Function;
+use crate::gitlab::side_effects::{self, audit::users};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, deletion_model, permissions};
 use crate::locks;
@@ -33,6 +35,12 @@ pub struct RemovalRequest<'a> {
     pub reason: &'a str,
     /// The affected set of a membership the caller removed with its refresh deferred.
     pub extra_affected: &'a [i64],
+    /// A project bot's `project_bot_resource` (`Project` or `Namespace`, id), the scope
+    /// of its `user_destroyed` audit event (B38 passes it; others do not).
+    pub bot_resource: Option<(&'a str, i64)>,
+    /// The `reason_for_deletion` GitLab passes `Users::DestroyService` (B38's
+    /// "Membership expired"; none for group-destroy's bots and placeholders).
+    pub reason_for_deletion: Option<&'a str>,
 }
 
 /// Phase 1's result.
@@ -141,6 +149,27 @@ pub async fn schedule_removal<C: GenericClient>(
     let existing = c.query(sql::AUTHORIZED_PROJECTS, &[&u]).await?;
     affected.extend(existing.iter().map(|r| r.get::<_, i64>(0)));
     authz::refresh(c, u, &affected).await?;
+    // EE's ProjectMember callbacks of each project membership destroyed (D3).
+    let projects: Vec<i64> = types
+        .iter()
+        .zip(&sources)
+        .filter(|(t, _)| t.as_str() == "Project")
+        .map(|(_, s)| *s)
+        .collect();
+    let users = vec![u; projects.len()];
+    let ee = side_effects::ee::project_left(c, &users, &projects).await?;
+    // EE's `user_destroyed` (Users::DestroyService#execute's audit event).
+    let audit_events = if inv.settings.audit_events {
+        let d = users::Deletion {
+            user_id: u,
+            author: req.initiator,
+            bot_resource: req.bot_resource,
+            reason: req.reason_for_deletion,
+        };
+        users::user_destroyed(c, now, &d).await?
+    } else {
+        Vec::new()
+    };
     // Step 6 (behaviour §D10).
     let tokens_revoked = c.execute(sql::REVOKE_TOKENS, &[&u, &now]).await?;
     // Step 7, with the user's type where the release records it (19.1).
@@ -173,6 +202,11 @@ pub async fn schedule_removal<C: GenericClient>(
         reason = req.reason,
         memberships_deleted,
         tokens_revoked,
+        audit_events = ?audit_events,
+        merge_access_levels_removed = ?ee.merge_access_levels,
+        push_access_levels_removed = ?ee.push_access_levels,
+        deploy_access_levels_removed = ?ee.deploy_access_levels,
+        approval_rules_removed = ?ee.approval_rules,
         "User scheduled for removal"
     );
     Ok(PhaseOne::Scheduled {

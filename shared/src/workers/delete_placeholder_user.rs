@@ -103,6 +103,8 @@ where
         initiator: Some(u),
         reason: REMOVAL_REASON,
         extra_affected: &[],
+        bot_resource: None,
+        reason_for_deletion: None,
     };
     let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
     inv.queue.send(&outbox).await?;

@@ -3,7 +3,8 @@
 //! Owns: the commit-aware pre-check, the reassignment of `issues`, `merge_requests`
 //! and `notes` to the ghost user in batches of 1000 under the budget (re-sent when it
 //! runs out), and the final transaction that re-checks everything under locks and
-//! deletes the user. Replays are no-ops.
+//! deletes the user (with `AUDIT_EVENTS=on`, EE's audit event of the ghost migration's
+//! destroy, docs/gitlab-differences.md D3). Replays are no-ops.
 
 use serde::Serialize;
 use tokio_postgres::GenericClient;
@@ -11,6 +12,7 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::membership::{self, Member, Refresh};
+use crate::gitlab::side_effects::audit::users;
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, Refusal};
 use crate::gitlab::{permissions, user_type};
@@ -188,9 +190,10 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     let Some(row) = tx.query_opt(sql::LOCK_USER, &[&u]).await? else {
         return Ok(Final::Missing);
     };
-    if tx.query_opt(sql::MIGRATION, &[&u]).await?.is_none() {
+    let Some(migration) = tx.query_opt(sql::MIGRATION, &[&u]).await? else {
         return Ok(Final::NoMigration);
-    }
+    };
+    let initiator: Option<i64> = migration.get(0);
     if row.get::<_, i16>(0) == user_type::GHOST {
         return Ok(Final::Ghost);
     }
@@ -205,6 +208,12 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     // callbacks, then reports the user; bodies read before the rows go.
     let member_hooks = system_hooks::prepare(&tx, Subject::Members(&ids)).await?;
     let user_hook = system_hooks::prepare(&tx, Subject::User(u)).await?;
+    // EE's event of the ghost migration's destroy (D3), read before the rows go.
+    let audit_events = if inv.settings.audit_events {
+        users::user_deleted(&tx, inv.now, u, initiator).await?
+    } else {
+        Vec::new()
+    };
     for m in &members {
         membership::remove_membership(&tx, m, Refresh::Now).await?;
     }
@@ -213,6 +222,9 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     tx.execute(sql::DELETE_MIGRATION, &[&u]).await?;
     tx.execute(sql::DELETE_AUTHORIZATIONS, &[&u]).await?;
     tx.execute(sql::DELETE_USER, &[&u]).await?;
+    if !audit_events.is_empty() {
+        tracing::info!(user_id = u, audit_events = ?audit_events, "User deletion audited");
+    }
     let mut outbox = Vec::new();
     member_hooks.claim(inv, run_id, &mut outbox);
     user_hook.claim(inv, run_id, &mut outbox);

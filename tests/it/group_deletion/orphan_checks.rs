@@ -186,6 +186,36 @@ pub(super) fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
         ),
         ("issue_assignees", Some("issue_assignees".into())),
         ("user_highest_roles", None),
+        // EE's rows of a user a removal deletes (D3): they cascade with their owner.
+        (
+            "saml_providers",
+            Some(format!("saml_providers WHERE group_id = ANY{ns}")),
+        ),
+        ("identities", None),
+        (
+            "protected_branches",
+            Some(format!("protected_branches WHERE project_id = ANY({p}) OR namespace_id = ANY{ns}")),
+        ),
+        (
+            "protected_branch_merge_access_levels",
+            Some(format!("protected_branch_merge_access_levels WHERE group_id = ANY{ns}")),
+        ),
+        (
+            "protected_branch_push_access_levels",
+            Some(format!("protected_branch_push_access_levels WHERE group_id = ANY{ns}")),
+        ),
+        (
+            "protected_environments",
+            Some(format!("protected_environments WHERE project_id = ANY({p}) OR group_id = ANY{ns}")),
+        ),
+        (
+            "protected_environment_deploy_access_levels",
+            Some(format!("protected_environment_deploy_access_levels WHERE group_id = ANY{ns}")),
+        ),
+        (
+            "protected_environment_approval_rules",
+            Some(format!("protected_environment_approval_rules WHERE group_id = ANY{ns}")),
+        ),
         ("group_audit_events", None),
         ("project_audit_events", None),
         ("user_audit_events", None),

@@ -2,7 +2,7 @@
 //! missing user or a human, a warning for a placeholder still referenced, phase 1 of
 //! user removal for a deletable one (refused for a sole owner, rolled back when the
 //! delete-user send fails), a silent no-op when replayed; malformed payloads are
-//! permanent failures.
+//! permanent failures; with audit events on, the deletion's audit events.
 
 use super::*;
 use crate::assert::{assert_fields, assert_sent_one, assert_user_state};
@@ -197,4 +197,76 @@ async fn malformed_payloads_are_permanent_failures() {
     cron.payload = json!({"cursor": {"detail_id": 1, "index": -1}});
     let (run, _) = r.invoke(F, &cron.to_body(), 1).await.unwrap();
     assert_eq!(run.outcome, "permanent");
+}
+
+/// With `AUDIT_EVENTS=on` (docs/gitlab-differences.md D3): phase 1 writes
+/// `user_destroyed` by the placeholder itself, scoped to it; phase 2 the ghost
+/// migration's event in the release's form; a replayed child writes neither again.
+#[tokio::test]
+async fn with_audit_events_on_a_placeholders_deletion_is_audited_in_both_phases_once() {
+    let db = deletable().await;
+    let settings = Settings {
+        audit_events: true,
+        ..Settings::default()
+    };
+    let mut r = db.runner_with(t(NOW), settings);
+    r.invoke(CHILD, &child_body(50, 1), 1).await.unwrap();
+    let details = "---\n:event_name: user_destroyed\n:author_name: User 50\n:author_class: User\n\
+                   :target_id: 50\n:target_type: User\n:target_details: u50\n\
+                   :custom_message: User u50 scheduled for deletion\n:ip_address:\n\
+                   :entity_path: u50\n";
+    assert!(
+        db.exists(&format!(
+            "user_audit_events WHERE user_id = 50 AND author_id = 50 AND target_id = 50
+               AND event_name = 'user_destroyed' AND author_name = 'User 50'
+               AND entity_path = 'u50' AND target_details = 'u50' AND target_type = 'User'
+               AND created_at = '{NOW}' AND details = $d${details}$d$"
+        ))
+        .await
+    );
+    r.drain().await.unwrap();
+    assert!(!db.exists("users WHERE id = 50").await);
+    let (event, details) =
+        if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2 {
+            (
+                "IS NULL",
+                "---\n:remove: user\n:author_name: User 50\n:target_id: 50\n:target_type: User\n\
+             :target_details: u50\n:ip_address:\n:entity_path: u50\n",
+            )
+        } else {
+            (
+                "= 'user_records_migrated_to_ghost'",
+                "---\n:action: migrate_to_ghost\n:author_name: User 50\n:target_id: 50\n\
+             :target_type: User\n:event_name: user_records_migrated_to_ghost\n\
+             :author_class: User\n:target_details: u50\n\
+             :custom_message: User records migrated to ghost user\n:ip_address:\n\
+             :entity_path: u50\n",
+            )
+        };
+    assert!(
+        db.exists(&format!(
+            "user_audit_events WHERE user_id = 50 AND author_id = 50 AND event_name {event}
+               AND created_at = '2025-03-10T00:00:30Z' AND details = $d${details}$d$"
+        ))
+        .await
+    );
+    let legacy = db
+        .exists("pg_class WHERE relname = 'audit_events' AND relnamespace = 'public'::regnamespace")
+        .await;
+    if legacy {
+        assert_eq!(
+            db.count(
+                "audit_events a JOIN user_audit_events u ON u.id = a.id
+                 WHERE a.entity_type = 'User' AND a.entity_id = 50 AND a.details = u.details"
+            )
+            .await,
+            2
+        );
+    }
+    r.invoke(CHILD, &child_body(50, 1), 2).await.unwrap();
+    let dup = r.runs[0].sent[0].message.clone();
+    r.invoke(Function::DeleteUser, &dup.envelope.to_body(), 2)
+        .await
+        .unwrap();
+    assert_eq!(db.count("user_audit_events").await, 2);
 }

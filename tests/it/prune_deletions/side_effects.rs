@@ -1,7 +1,8 @@
 //! What GitLab writes beside a pruned membership (docs/gitlab-differences.md D3): the
 //! project's `events` row with action `left`, the highest role, and with
-//! `AUDIT_EVENTS=on` a `member_destroyed` event authored by the scheduling user;
-//! nothing again when the message is delivered twice.
+//! `AUDIT_EVENTS=on` a `member_destroyed` event authored by the scheduling user, EE's
+//! protected-branch rows of the user (SAML identities kept); nothing again when the
+//! message is delivered twice.
 
 use super::*;
 
@@ -62,4 +63,40 @@ async fn a_pruned_membership_writes_left_and_an_audit_event_by_the_scheduling_us
             4
         );
     }
+}
+
+// Scenario 2's memberships pruned: U10's protected-branch access on the projects of the
+// hierarchy goes (the project left and the group left), the one outside stays, and the
+// SAML identity stays (a prune passes `skip_saml_identity`).
+#[tokio::test]
+async fn a_prune_takes_the_users_protected_branch_access_and_keeps_its_saml_identity() {
+    let db = fixture().await;
+    scenario_2_memberships(&db).await;
+    schedule(&db, 1, 100, 10, 11).await;
+    db.exec(
+        "INSERT INTO saml_providers (id, group_id, enabled, certificate_fingerprint, sso_url)
+         VALUES (1, 100, true, 'f1', 'https://idp.example.com/1');
+         INSERT INTO identities (id, extern_uid, provider, user_id, saml_provider_id)
+         VALUES (1, 'a', 'group_saml', 10, 1);
+         INSERT INTO protected_branches (id, project_id, name, created_at, updated_at)
+         VALUES (1, 200, 'main', '2024-01-01', '2024-01-01'),
+                (2, 600, 'main', '2024-01-01', '2024-01-01');
+         INSERT INTO protected_branch_merge_access_levels
+           (id, protected_branch_id, user_id, created_at, updated_at)
+         VALUES (1, 1, 10, '2024-01-01', '2024-01-01'), (2, 2, 10, '2024-01-01', '2024-01-01'),
+                (3, 1, 12, '2024-01-01', '2024-01-01');
+         INSERT INTO protected_branch_push_access_levels
+           (id, protected_branch_id, user_id, created_at, updated_at)
+         VALUES (1, 1, 10, '2024-01-01', '2024-01-01');",
+    )
+    .await;
+    prune_once(&db).await;
+    prune_once(&db).await;
+    assert_eq!(db.ids("members WHERE user_id = 10").await, vec![14]);
+    assert_eq!(
+        db.ids("protected_branch_merge_access_levels").await,
+        vec![2, 3]
+    );
+    assert!(!db.exists("protected_branch_push_access_levels").await);
+    assert_eq!(db.ids("identities").await, vec![1]);
 }

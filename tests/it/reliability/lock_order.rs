@@ -129,6 +129,8 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
                 initiator: None,
                 reason: "test",
                 extra_affected: &[],
+                bot_resource: None,
+                reason_for_deletion: None,
             };
             let r = schedule_removal(
                 &tx,

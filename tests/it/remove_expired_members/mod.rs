@@ -11,6 +11,8 @@
 //!   message.
 //! * `side_effects`: the events row, highest role, todos, 2FA requirement and audit
 //!   events GitLab writes beside a removal, once per removal.
+//! * `ee_rows`: EE's protected-branch, protected-environment and SAML identity rows of
+//!   the user removed, and a bot's `user_destroyed` audit events.
 //!
 //! Here: the common fixture and one cron invocation.
 
@@ -24,6 +26,7 @@ use shared::Function;
 
 mod bots;
 mod continuation;
+mod ee_rows;
 mod last_owner;
 mod run_guards;
 mod selection;

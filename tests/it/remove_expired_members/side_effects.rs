@@ -194,7 +194,8 @@ async fn leaving_a_group_that_required_2fa_lifts_the_requirement_and_audits_the_
 }
 
 /// `hk run --dry-run --until-idle`: the plan lists the rows written beside each
-/// removal (events, highest role, todos, audit events) and keeps none of them.
+/// removal (events, highest role, todos, audit events, EE's protected-branch access)
+/// and keeps none of them.
 #[tokio::test]
 async fn a_dry_run_lists_the_rows_written_beside_the_removals_and_keeps_none() {
     let db = fixture().await;
@@ -203,9 +204,21 @@ async fn a_dry_run_lists_the_rows_written_beside_the_removals_and_keeps_none() {
     fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
         .await;
     fx.pas(&[(10, 200, 30)]).await;
+    db.exec(
+        "INSERT INTO protected_branches (id, project_id, name, created_at, updated_at)
+         VALUES (1, 200, 'main', '2024-01-01', '2024-01-01');
+         INSERT INTO protected_branch_merge_access_levels
+           (id, protected_branch_id, user_id, created_at, updated_at)
+         VALUES (1, 1, 10, '2024-01-01', '2024-01-01');",
+    )
+    .await;
     let mut r = db.runner_with(t(NOW), audit(true));
     let body = r.cron_message(F).to_body();
     let plan = r.plan_until_idle(F, &body).await.unwrap();
+    assert!(
+        db.exists("protected_branch_merge_access_levels").await,
+        "rolled back"
+    );
     assert_eq!(db.count("events").await, 0, "rolled back");
     assert_eq!(db.count("todos").await, 4, "rolled back");
     assert_eq!(db.count("project_audit_events").await, 0, "rolled back");
@@ -224,6 +237,7 @@ async fn a_dry_run_lists_the_rows_written_beside_the_removals_and_keeps_none() {
         ("user_highest_roles", "inserted"),
         ("todos", "deleted"),
         ("project_audit_events", "inserted"),
+        ("protected_branch_merge_access_levels", "deleted"),
     ] {
         assert!(
             side.contains(&(want.0.to_string(), want.1.to_string())),

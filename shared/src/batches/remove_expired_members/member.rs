@@ -90,6 +90,8 @@ where
             initiator: None,
             reason: REMOVAL_REASON,
             extra_affected: &affected,
+            bot_resource: Some((m.source_type.as_str(), m.source_id)),
+            reason_for_deletion: Some(REMOVAL_REASON),
         };
         let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
         if !matches!(phase1, PhaseOne::Scheduled { .. }) {

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::gitlab::deletion_model;
 
 pub mod sql;
+pub mod users;
 
 /// `Gitlab::Audit::UnauthenticatedAuthor`'s id and name: the author of a system event.
 pub const SYSTEM_AUTHOR_ID: i64 = -1;
@@ -153,7 +154,7 @@ pub async fn member_destroyed<C: GenericClient>(
     let facts = c
         .query(sql::FACTS, &[&users, &types, &sources, &author])
         .await?;
-    let mut rows = Rows::default();
+    let mut rows = Vec::new();
     for (l, f) in left.iter().zip(&facts) {
         let target_details: String = f
             .get::<_, Option<String>>(0)
@@ -204,16 +205,15 @@ pub async fn member_destroyed<C: GenericClient>(
             ),
         ]);
         let project = l.source_type == "Project";
-        let into = if project {
-            &mut rows.project
-        } else {
-            &mut rows.group
-        };
-        into.push(Row {
-            event_name: "member_destroyed",
+        rows.push(Row {
+            event_name: Some("member_destroyed"),
             target_type: "User",
             entity_id: l.source_id,
-            entity_type: if project { "Project" } else { "Group" },
+            scope: if project {
+                Scope::Project
+            } else {
+                Scope::Group
+            },
             author_id,
             target_id: l.user_id,
             details: yaml(&pairs),
@@ -290,32 +290,34 @@ pub async fn destroyed<C: GenericClient>(
             entity_path.clone().map_or(Value::Nil, Value::Str),
         ),
     ]);
-    let rows = Rows {
-        project: Vec::new(),
-        group: vec![Row {
-            event_name,
-            target_type,
-            entity_id: scope_id,
-            entity_type: "Group",
-            author_id: author,
-            target_id: id,
-            details,
-            author_name,
-            entity_path,
-            target_details,
-        }],
-    };
+    let rows = [Row {
+        event_name: Some(event_name),
+        target_type,
+        entity_id: scope_id,
+        scope: Scope::Group,
+        author_id: author,
+        target_id: id,
+        details,
+        author_name,
+        entity_path,
+        target_details,
+    }];
     insert(c, now, &rows).await
 }
 
-/// Write `rows`, one event at a time: the legacy row where `audit_events` exists (its
-/// id from the table's default), then the scoped copy with that id; where it does
-/// not, the scoped row alone with its table's default id. Returns the ids.
-async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Result<Vec<i64>> {
+/// Write `rows`, one event at a time, the project events first, then the group's,
+/// then the users': the legacy row where `audit_events` exists (its id from the
+/// table's default), then the scoped copy with that id; where it does not, the scoped
+/// row alone with its table's default id. Returns the ids.
+pub(super) async fn insert<C: GenericClient>(
+    c: &C,
+    now: DateTime<Utc>,
+    rows: &[Row],
+) -> Result<Vec<i64>> {
     let legacy = deletion_model::has_column(c, "audit_events", "id").await?;
     let mut ids = Vec::new();
-    for (project, rs) in [(true, &rows.project), (false, &rows.group)] {
-        for r in rs.iter() {
+    for scope in [Scope::Project, Scope::Group, Scope::User] {
+        for r in rows.iter().filter(|r| r.scope == scope) {
             let common: [&(dyn ToSql + Sync); 9] = [
                 &r.entity_id,
                 &r.author_id,
@@ -327,6 +329,11 @@ async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Res
                 &r.target_details,
                 &r.target_type,
             ];
+            let (scoped, alone) = match scope {
+                Scope::Project => (sql::INSERT_PROJECT, sql::INSERT_PROJECT_ALONE),
+                Scope::Group => (sql::INSERT_GROUP, sql::INSERT_GROUP_ALONE),
+                Scope::User => (sql::INSERT_USER, sql::INSERT_USER_ALONE),
+            };
             let id: i64 = if legacy {
                 let id: i64 = c
                     .query_one(
@@ -341,26 +348,16 @@ async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Res
                             &r.entity_path,
                             &r.target_details,
                             &r.target_type,
-                            &r.entity_type,
+                            &scope.entity_type(),
                         ],
                     )
                     .await?
                     .get(0);
-                let scoped = if project {
-                    sql::INSERT_PROJECT
-                } else {
-                    sql::INSERT_GROUP
-                };
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &now];
                 params.extend(common);
                 c.execute(scoped, &params).await?;
                 id
             } else {
-                let alone = if project {
-                    sql::INSERT_PROJECT_ALONE
-                } else {
-                    sql::INSERT_GROUP_ALONE
-                };
                 let mut params: Vec<&(dyn ToSql + Sync)> = vec![&now];
                 params.extend(common);
                 c.query_one(alone, &params).await?.get(0)
@@ -371,23 +368,41 @@ async fn insert<C: GenericClient>(c: &C, now: DateTime<Utc>, rows: &Rows) -> Res
     Ok(ids)
 }
 
-#[derive(Default)]
-struct Rows {
-    project: Vec<Row>,
-    group: Vec<Row>,
+/// The entity an event is scoped to: its scoped table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// `project_audit_events`.
+    Project,
+    /// `group_audit_events`.
+    Group,
+    /// `user_audit_events`.
+    User,
 }
 
-struct Row {
-    event_name: &'static str,
-    target_type: &'static str,
-    entity_id: i64,
-    entity_type: &'static str,
-    author_id: i64,
-    target_id: i64,
-    details: String,
-    author_name: String,
-    entity_path: Option<String>,
-    target_details: String,
+impl Scope {
+    /// The legacy row's `entity_type`.
+    fn entity_type(self) -> &'static str {
+        match self {
+            Scope::Project => "Project",
+            Scope::Group => "Group",
+            Scope::User => "User",
+        }
+    }
+}
+
+/// One event as its rows carry it.
+pub(super) struct Row {
+    /// `event_name` (none for the legacy `AuditEventService` events).
+    pub event_name: Option<&'static str>,
+    pub target_type: &'static str,
+    pub entity_id: i64,
+    pub scope: Scope,
+    pub author_id: i64,
+    pub target_id: i64,
+    pub details: String,
+    pub author_name: String,
+    pub entity_path: Option<String>,
+    pub target_details: String,
 }
 
 #[cfg(test)]

@@ -20,8 +20,9 @@ macro_rules! reassign {
 crate::statements::statements! {
     /// Steps 1 and 7: user `$1`'s type, waiting for any phase-1 transaction on it.
     SHARE_USER = "SELECT user_type::int2 FROM users WHERE id = $1::bigint FOR SHARE";
-    /// Steps 2 and 7: whether user `$1` has a pending ghost user migration.
-    MIGRATION = "SELECT 1 FROM ghost_user_migrations WHERE user_id = $1::bigint";
+    /// Steps 2 and 7: user `$1`'s pending ghost user migration, if any, with its
+    /// initiator (the author of the deletion's audit event).
+    MIGRATION = "SELECT initiator_user_id::bigint FROM ghost_user_migrations WHERE user_id = $1::bigint";
     /// Step 7: lock user `$1`'s row, with its type.
     LOCK_USER = "SELECT user_type::int2 FROM users WHERE id = $1::bigint FOR UPDATE";
     /// Step 7: the memberships of user `$1` that reappeared since phase 1, locked.

@@ -249,6 +249,8 @@ async fn remove_bots<C: GenericClient>(
             initiator: Some(initiator),
             reason: REMOVAL_REASON,
             extra_affected: &[],
+            bot_resource: None,
+            reason_for_deletion: None,
         };
         user_removal::schedule_removal(c, inv, &env.run_id, &req, outbox).await?;
     }

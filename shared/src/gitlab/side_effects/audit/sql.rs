@@ -32,6 +32,25 @@ crate::statements::statements! {
          LEFT JOIN routes rr ON rr.source_id = r.id AND rr.source_type = 'Namespace'
          LEFT JOIN users a ON a.id = $2::bigint
        WHERE g.id = $1::bigint";
+    /// A user deletion's facts: user `$1`'s username, author `$2`'s name, and the full
+    /// path of the bot resource `$3` (`Project` or `Namespace`) `$4` (NULL: none).
+    USER_FACTS = "SELECT u.username::text, a.name::text, rt.path::text
+       FROM users u
+         LEFT JOIN users a ON a.id = $2::bigint
+         LEFT JOIN routes rt ON rt.source_type = $3::text AND rt.source_id = $4::bigint
+       WHERE u.id = $1::bigint";
+    /// The scoped copy of a user event with the legacy row's id `$1` (dual write).
+    INSERT_USER = "INSERT INTO user_audit_events
+         (id, created_at, user_id, author_id, target_id, event_name, details, author_name,
+          entity_path, target_details, target_type)
+       VALUES ($1::bigint, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint, $6, $7, $8, $9, $10, $11)";
+    /// A user event where there is no legacy table (GitLab 19.5): the id from the
+    /// table's default.
+    INSERT_USER_ALONE = "INSERT INTO user_audit_events
+         (created_at, user_id, author_id, target_id, event_name, details, author_name,
+          entity_path, target_details, target_type)
+       VALUES ($1::timestamptz, $2::bigint, $3::bigint, $4::bigint, $5, $6, $7, $8, $9, $10)
+       RETURNING id::bigint";
     /// The scoped copy of a project event with the legacy row's id `$1` (dual write).
     INSERT_PROJECT = "INSERT INTO project_audit_events
          (id, created_at, project_id, author_id, target_id, event_name, details, author_name,
