@@ -203,8 +203,8 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     let ids: Vec<i64> = members.iter().map(|m| m.id).collect();
     // System hooks: GitLab's `user.destroy` destroys the memberships with their
     // callbacks, then reports the user; bodies read before the rows go.
-    let member_hooks = system_hooks::prepare(&tx, Subject::Members(&ids)).await?;
-    let user_hook = system_hooks::prepare(&tx, Subject::User(u)).await?;
+    let member_hooks = system_hooks::prepare(&tx, inv, Subject::Members(&ids)).await?;
+    let user_hook = system_hooks::prepare(&tx, inv, Subject::User(u)).await?;
     for m in &members {
         membership::remove_membership(&tx, m, Refresh::Now).await?;
     }
