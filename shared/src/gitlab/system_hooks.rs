@@ -27,7 +27,7 @@ use crate::runtime::Invocation;
 pub mod group;
 pub mod sql;
 
-use group::{Claim, Scope};
+use group::Claim;
 
 /// A system-hook event of a removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,38 +428,15 @@ pub async fn prepare<C: GenericClient>(
             member_bodies(c, &ids, ee).await?
         }
         Subject::Group(g) => {
-            // EE: a subgroup's destroy goes to its parent's hooks and theirs.
-            let subgroup = if ee {
-                group::subgroup_body(c, g).await?
-            } else {
-                None
-            };
-            if let Some(json) = subgroup {
-                let hooks = group::receivers(c, Scope::Subgroup, g, false, inv.now).await?;
-                group.push(Claim {
-                    scope: Scope::Subgroup,
-                    event_name: "subgroup_destroy",
-                    table: Event::GroupDestroy.table(),
-                    id: g,
-                    json,
-                    hooks,
-                });
+            if ee {
+                group.extend(group::subgroup_claim(c, g, inv.now).await?);
             }
             group_body(c, g).await?.into_iter().collect()
         }
         Subject::Project(p) => match project_body(c, p, ee).await? {
             Some((b, group_json)) => {
                 if let Some(json) = group_json {
-                    let hooks =
-                        group::receivers(c, Scope::Project, b.source, true, inv.now).await?;
-                    group.push(Claim {
-                        scope: Scope::Project,
-                        event_name: Event::ProjectDestroy.name(),
-                        table: Event::ProjectDestroy.table(),
-                        id: p,
-                        json,
-                        hooks,
-                    });
+                    group.push(group::project_claim(c, &b, json, inv.now).await?);
                 }
                 vec![b]
             }
@@ -468,24 +445,9 @@ pub async fn prepare<C: GenericClient>(
         Subject::User(u) => user_body(c, u).await?.into_iter().collect(),
     };
     if ee {
-        // EE GroupMember#post_destroy_member_hook: the same body to the member hooks
-        // of the group and its ancestors; a group destroyed with its members has
-        // lost its own hooks by then.
+        // A group destroyed with its members has lost its own hooks by then.
         let with_self = !matches!(subject, Subject::MembershipsIn(_));
-        for b in bodies
-            .iter()
-            .filter(|b| b.event == Event::UserRemoveFromGroup)
-        {
-            let hooks = group::receivers(c, Scope::Member, b.source, with_self, inv.now).await?;
-            group.push(Claim {
-                scope: Scope::Member,
-                event_name: Event::UserRemoveFromGroup.name(),
-                table: Event::UserRemoveFromGroup.table(),
-                id: b.id,
-                json: b.json.clone(),
-                hooks,
-            });
-        }
+        group.extend(group::member_claims(c, &bodies, with_self, inv.now).await?);
     }
     group.retain(|g| !g.hooks.is_empty());
     Ok(Prepared {
@@ -511,11 +473,6 @@ impl Prepared {
     /// The bodies prepared.
     pub fn bodies(&self) -> &[Body] {
         &self.bodies
-    }
-
-    /// The EE group-hook events prepared (with their receivers).
-    pub fn group_claims(&self) -> &[Claim] {
-        &self.group
     }
 
     /// Claim every prepared event for every receiver: one message each into `outbox`

@@ -8,7 +8,7 @@
 //! `ee/app/services/ee/projects/destroy_service.rb`), their receivers (`GroupHook`
 //! rows with the trigger's flag on the group and its ancestors, executable as
 //! GitLab's auto-disabling says: [`receivers`]), the `subgroup_destroy` body
-//! (`Gitlab::HookData::SubgroupBuilder`, [`subgroup_body`]) and the claims
+//! (`Gitlab::HookData::SubgroupBuilder`) and the claims
 //! ([`Claim`]) that [`super::Prepared::claim`] turns into
 //! `deliver-notification.webhook` messages. Its statements are in [`sql`].
 
@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio_postgres::GenericClient;
 
+use super::{Body, Event};
 use crate::error::Result;
 
 pub mod sql;
@@ -102,6 +103,70 @@ pub async fn receivers<C: GenericClient>(
     .collect())
 }
 
+/// EE `GroupMember#post_destroy_member_hook`: each group membership body of `bodies`
+/// (the system hook's) to the member hooks of its group (with `with_self`) and the
+/// group's ancestors.
+pub(super) async fn member_claims<C: GenericClient>(
+    c: &C,
+    bodies: &[Body],
+    with_self: bool,
+    now: DateTime<Utc>,
+) -> Result<Vec<Claim>> {
+    let mut out = Vec::new();
+    for b in bodies
+        .iter()
+        .filter(|b| b.event == Event::UserRemoveFromGroup)
+    {
+        out.push(Claim {
+            scope: Scope::Member,
+            event_name: Event::UserRemoveFromGroup.name(),
+            table: Event::UserRemoveFromGroup.table(),
+            id: b.id,
+            json: b.json.clone(),
+            hooks: receivers(c, Scope::Member, b.source, with_self, now).await?,
+        });
+    }
+    Ok(out)
+}
+
+/// EE `Group#execute_subgroup_hooks(:destroy)`: subgroup `g`'s destroy to its parent's
+/// hooks and theirs (never its own); none for a top-level group.
+pub(super) async fn subgroup_claim<C: GenericClient>(
+    c: &C,
+    g: i64,
+    now: DateTime<Utc>,
+) -> Result<Option<Claim>> {
+    let Some(json) = subgroup_body(c, g).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Claim {
+        scope: Scope::Subgroup,
+        event_name: "subgroup_destroy",
+        table: Event::GroupDestroy.table(),
+        id: g,
+        json,
+        hooks: receivers(c, Scope::Subgroup, g, false, now).await?,
+    }))
+}
+
+/// EE `Projects::DestroyService#execute_hooks`: the destroyed project of system body
+/// `b` to its group's project hooks and its ancestors', with body `json`.
+pub(super) async fn project_claim<C: GenericClient>(
+    c: &C,
+    b: &Body,
+    json: String,
+    now: DateTime<Utc>,
+) -> Result<Claim> {
+    Ok(Claim {
+        scope: Scope::Project,
+        event_name: Event::ProjectDestroy.name(),
+        table: Event::ProjectDestroy.table(),
+        id: b.id,
+        json,
+        hooks: receivers(c, Scope::Project, b.source, true, now).await?,
+    })
+}
+
 /// `SubgroupBuilder#build(:destroy)`: `GroupBuilder`'s fields, then the parent's.
 #[derive(Serialize)]
 struct SubgroupBody {
@@ -120,7 +185,7 @@ struct SubgroupBody {
 
 /// Subgroup `g`'s `subgroup_destroy` body, `None` for a top-level group (GitLab
 /// sends no subgroup hook for it).
-pub async fn subgroup_body<C: GenericClient>(c: &C, g: i64) -> Result<Option<String>> {
+async fn subgroup_body<C: GenericClient>(c: &C, g: i64) -> Result<Option<String>> {
     let Some(r) = c.query_opt(sql::SUBGROUP_BODY, &[&g]).await? else {
         return Ok(None);
     };
