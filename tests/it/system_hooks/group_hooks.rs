@@ -346,3 +346,54 @@ async fn a_destroyed_subgroup_tree_sends_subgroup_project_and_member_hooks() {
     .await;
     assert_eq!(rx.requests().len(), 5);
 }
+
+#[tokio::test]
+async fn a_message_naming_another_trigger_is_refused_naming_the_field() {
+    let db = TestDb::new().await;
+    let (log, _g) = capture();
+    let mut r = db.runner(t(NOW)).with_notifier(notifier(&db).await);
+    let body = json!({"version": 1, "type": "deliver-notification.webhook",
+        "message_key": "group-hook:push_hooks:1:hook:1", "run_id": "r1", "hop": 0,
+        "issued_at": NOW, "payload": {"hook_id": 1, "event_key": "group-hook:push_hooks:1",
+        "body": "{}", "system_hook": {"table": "members", "id": 1, "group_hook": "push_hooks"}}});
+    let (run, _) = r
+        .invoke(Function::DeliverNotification, &body.to_string(), 1)
+        .await
+        .unwrap();
+    assert_eq!(run.outcome, "permanent", "{}", log.dump());
+    let error = log.one("malformed message")["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("`system_hook.group_hook`"), "{error}");
+}
+
+#[tokio::test]
+async fn a_failing_group_hook_is_retried_until_gitlabs_auto_disabling_stops_it() {
+    let rx = HttpReceiver::start().await;
+    let db = member_fixture(&rx).await;
+    db.exec("DELETE FROM web_hooks WHERE id <> 1").await;
+    rx.respond(500);
+    let r = run(&db, NOW, Function::RemoveExpiredMembers, None, true).await;
+    // The removal stands; each attempt carries the same key and counts a failure on
+    // the hook (GitLab's backoff!), until the hook is disabled and the next attempt
+    // sends nothing.
+    assert!(!db.exists("members WHERE id = 2").await);
+    let reqs = rx.requests();
+    assert!(reqs
+        .iter()
+        .all(|q| q.header("idempotency-key") == Some("group-hook:member_hooks:2:hook:1")));
+    let (failures, disabled): (i16, bool) = {
+        let row = db
+            .client
+            .query_one(
+                "SELECT recent_failures, disabled_until IS NOT NULL FROM web_hooks WHERE id = 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((reqs.len(), failures, disabled), (4, 4, true));
+    assert!(r.dead_letters().is_empty());
+}
