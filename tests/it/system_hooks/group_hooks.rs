@@ -124,6 +124,8 @@ fn paths(reqs: &[Request]) -> Vec<String> {
 async fn an_expired_group_membership_sends_one_member_hook_to_its_group_and_ancestors() {
     let rx = HttpReceiver::start().await;
     let db = member_fixture(&rx).await;
+    let sys = HttpReceiver::start().await;
+    system_hook(&db, 9, &sys.url("/sys"), None).await;
     let f = Function::RemoveExpiredMembers;
     run(&db, NOW, f, None, true).await;
     assert!(!db.exists("members WHERE id IN (1, 2)").await);
@@ -165,6 +167,11 @@ async fn an_expired_group_membership_sends_one_member_hook_to_its_group_and_ance
     );
     let h2 = reqs.iter().find(|q| q.path == "/h2").unwrap();
     assert_eq!(h2.header("x-gitlab-token"), None);
+    // The system hook of an EE instance carries the same body (EE's group_plan).
+    let sys = with_event(&sys.requests(), "user_remove_from_group");
+    assert_eq!(sys.len(), 1);
+    assert_eq!(sys[0].body, h2.body);
+    assert_eq!(sys[0].header("x-gitlab-event"), Some("System Hook"));
     // Success keeps the hooks' auto-disabling state clean; the disabled ones untouched.
     assert_eq!(
         db.scalar::<i64>("SELECT count(*)::int8 FROM web_hooks WHERE recent_failures > 0")
@@ -180,9 +187,15 @@ async fn an_expired_group_membership_sends_one_member_hook_to_its_group_and_ance
 async fn without_the_group_webhooks_license_no_group_hook_is_sent() {
     let rx = HttpReceiver::start().await;
     let db = member_fixture(&rx).await;
+    let sys = HttpReceiver::start().await;
+    system_hook(&db, 9, &sys.url("/sys"), None).await;
     run(&db, NOW, Function::RemoveExpiredMembers, None, false).await;
     assert!(!db.exists("members WHERE id IN (1, 2)").await);
     assert!(rx.requests().is_empty());
+    // The system hooks still go, with CE's body (no EE group_plan).
+    let group = with_event(&sys.requests(), "user_remove_from_group");
+    assert_eq!(group.len(), 1);
+    assert!(group[0].json().get("group_plan").is_none());
 }
 
 #[tokio::test]
