@@ -676,6 +676,12 @@ CREATE TABLE web_hooks (
     description text,
     resource_access_token_events boolean DEFAULT false NOT NULL,
     organization_id bigint,
+    -- The EE group-hook triggers a removal fires (docs/gitlab-differences.md, "System
+    -- hooks"): member_hooks, subgroup_hooks (13.x) and project_hooks
+    -- (AddProjectEventsToWebHooks, 17.6).
+    member_events boolean DEFAULT false NOT NULL,
+    subgroup_events boolean DEFAULT false NOT NULL,
+    project_events boolean DEFAULT false NOT NULL,
     CONSTRAINT check_1e4d5cbdc5 CHECK ((char_length(name) <= 255)),
     CONSTRAINT check_23a96ad211 CHECK ((char_length(description) <= 2048))
 );
@@ -976,6 +982,21 @@ CREATE INDEX index_protected_environment_approval_rules_on_group_id ON protected
 ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (protected_environment_id) REFERENCES protected_environments(id) ON DELETE CASCADE;
 ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (user_id) REFERENCES users(id) ON DELETE CASCADE;
 ALTER TABLE protected_environment_approval_rules ADD FOREIGN KEY (group_id) REFERENCES namespaces(id) ON DELETE CASCADE;
+
+-- A project's feature access levels (ProjectFeature: DISABLED 0, PRIVATE 10, ENABLED
+-- 20, PUBLIC 30), which Todos::Destroy::PrivateFeaturesService reads; only the
+-- columns of the features whose todos it removes, and the timestamps.
+CREATE TABLE project_features (
+    id bigserial PRIMARY KEY,
+    project_id bigint NOT NULL,
+    merge_requests_access_level integer,
+    issues_access_level integer,
+    created_at timestamp without time zone NOT NULL,
+    updated_at timestamp without time zone NOT NULL,
+    repository_access_level integer DEFAULT 20 NOT NULL
+);
+CREATE UNIQUE INDEX index_project_features_on_project_id ON project_features (project_id);
+ALTER TABLE project_features ADD CONSTRAINT fk_rails_18513d9b92 FOREIGN KEY (project_id) REFERENCES projects(id) ON DELETE CASCADE;
 
 CREATE SEQUENCE audit_events_id_seq;
 CREATE TABLE audit_events (

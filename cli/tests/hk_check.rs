@@ -323,3 +323,56 @@ async fn the_side_effects_line_compares_audit_events_with_the_database() {
         "{report:#}"
     );
 }
+
+/// The `group hooks` line says whether `GROUP_HOOKS` sends EE's group hooks and how
+/// many `GroupHook` rows have the events a removal sends; rows while it is off are
+/// advisory.
+#[tokio::test(flavor = "current_thread")]
+async fn the_group_hooks_line_compares_group_hooks_with_the_database() {
+    let db = TestDb::new().await;
+    gitlab_marker(&db.client).await;
+    let line = |report: &Value| -> (bool, bool, String) {
+        let c = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "group hooks")
+            .unwrap_or_else(|| panic!("{report:#}"))
+            .clone();
+        (
+            c["ok"].as_bool().unwrap(),
+            c["required"].as_bool().unwrap(),
+            c["detail"].as_str().unwrap().to_string(),
+        )
+    };
+    let mut env = function_env(&db.url);
+    let (ok, _, detail) = line(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(
+        ok && detail.contains("off (GROUP_HOOKS), and no GroupHook"),
+        "{detail}"
+    );
+    db.exec(
+        "INSERT INTO namespaces (id, name, path, type, traversal_ids, organization_id)
+         VALUES (5, 'g', 'g', 'Group', ARRAY[5], 1);
+         INSERT INTO web_hooks (id, type, group_id, member_events) VALUES (1, 'GroupHook', 5, true),
+                (2, 'GroupHook', 5, false)",
+    )
+    .await;
+    let (ok, required, detail) = line(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(!ok && !required, "{detail}");
+    assert!(detail.contains("but 1 GroupHook row(s)"), "{detail}");
+    env.insert("GROUP_HOOKS", "on".into());
+    let (ok, _, detail) = line(&invoke(&env, json!({ "now": NOW })).await);
+    assert!(
+        ok && detail.contains("on (GROUP_HOOKS)") && detail.contains("to 1 GroupHook"),
+        "{detail}"
+    );
+    env.insert("GROUP_HOOKS", "maybe".into());
+    let report = invoke(&env, json!({ "now": NOW })).await;
+    assert!(
+        report
+            .to_string()
+            .contains("GROUP_HOOKS must be `on` or `off`"),
+        "{report:#}"
+    );
+}

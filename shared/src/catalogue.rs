@@ -54,6 +54,7 @@ const MODULES: &[(&str, StatementList)] = sql_modules![
     gitlab::side_effects::ee,
     gitlab::storage,
     gitlab::system_hooks,
+    gitlab::system_hooks::group,
     gitlab::user_removal,
     locks,
     workers::delete_user,

@@ -79,6 +79,11 @@ pub struct Settings {
     /// `AUDIT_EVENTS` (`on` or `off`, default `off`): whether the removals write EE's
     /// audit events, as a licensed EE instance does (docs/gitlab-differences.md D3).
     pub audit_events: bool,
+    /// `GROUP_HOOKS` (`on` or `off`, default `off`): whether the removals send EE's
+    /// group hooks (`Member Hook`, `Subgroup Hook`, `Project Hook`), as an instance
+    /// licensed for `group_webhooks` (Premium and up) does (docs/gitlab-differences.md,
+    /// "System hooks").
+    pub group_hooks: bool,
 }
 
 impl Default for Settings {
@@ -98,12 +103,16 @@ impl Settings {
             member_group_size: MEMBER_GROUP_SIZE,
             storage: storage::StorageModes::from_lookup(get)?,
             audit_events: on_off(get, AUDIT_EVENTS_ENV)?,
+            group_hooks: on_off(get, GROUP_HOOKS_ENV)?,
         })
     }
 }
 
 /// The variable saying whether the instance writes EE audit events.
 pub const AUDIT_EVENTS_ENV: &str = "AUDIT_EVENTS";
+
+/// The variable saying whether the instance sends EE group hooks.
+pub const GROUP_HOOKS_ENV: &str = "GROUP_HOOKS";
 
 /// An `on`/`off` variable, `off` when unset; anything else is refused by name.
 fn on_off(get: &impl Fn(&str) -> Option<String>, var: &str) -> Result<bool> {

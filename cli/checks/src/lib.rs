@@ -24,6 +24,7 @@ pub mod catalogue;
 pub mod database;
 pub mod function;
 pub mod grants;
+pub mod group_hooks;
 pub mod inserts;
 pub mod privileges;
 pub mod report;
@@ -325,6 +326,7 @@ pub async fn run(target: &target::Target, now: DateTime<Utc>) -> Result<Vec<Chec
     let accepted = target.schema_accepted.as_deref();
     let mut checks = in_read_only(&a, writable, pass, loopback, accepted, now).await?;
     checks.push(side_effects::check(&a, target.audit_events).await);
+    checks.push(group_hooks::check(&a, target.group_hooks).await);
     checks.push(session);
     Ok(checks)
 }

@@ -149,6 +149,10 @@ pub const INSTANCE_UUID: &str = "SELECT uuid::text FROM application_settings ORD
 /// whether silent mode holds them (docs/gitlab-differences.md, "System hooks").
 pub const SYSTEM_HOOKS: &str = "SELECT (SELECT count(*) FROM web_hooks WHERE type = 'SystemHook')::int8,
             COALESCE((SELECT silent_mode_enabled FROM application_settings ORDER BY id DESC LIMIT 1), false)";
+/// The `GroupHook` rows subscribed to an event a removal sends (member, subgroup or
+/// project events: EE's group hooks, `GROUP_HOOKS`).
+pub const GROUP_HOOKS: &str = "SELECT count(*)::int8 FROM web_hooks
+     WHERE type = 'GroupHook' AND (member_events OR subgroup_events OR project_events)";
 /// The ghost user's id, if one exists (`user_type` 5).
 pub const GHOST: &str = "SELECT id::int8 FROM users WHERE user_type = 5 ORDER BY id LIMIT 1";
 /// Whether an organization exists (the ghost user's namespace needs one).

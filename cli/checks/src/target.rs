@@ -24,6 +24,8 @@ pub struct Target {
     pub schema_accepted: Option<String>,
     /// `AUDIT_EVENTS`: whether the removals write EE audit events.
     pub audit_events: bool,
+    /// `GROUP_HOOKS`: whether the removals send EE group hooks.
+    pub group_hooks: bool,
 }
 
 /// Whether every host of `pg` is this machine (`localhost`, a loopback address or a
@@ -58,5 +60,6 @@ pub async fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Target>
         loopback,
         schema_accepted: config.schema_accepted,
         audit_events: config.settings.audit_events,
+        group_hooks: config.settings.group_hooks,
     })
 }

@@ -219,10 +219,11 @@ async fn ee_rows<C: GenericClient>(c: &C, cause: Cause, left: &[Left]) -> Result
     Ok(removed)
 }
 
-/// `TodosDestroyer::EntityLeaveWorker` for each membership left: the pairs of user and
-/// project its rule looks at (a group left: the projects under it outside the
-/// subgroups the user still belongs to, none while the user is still a reporter of the
-/// group), then one statement over all pairs.
+/// `TodosDestroyer::EntityLeaveWorker` for each membership left, with the
+/// `TodosDestroyer::PrivateFeaturesWorker` it enqueues for a public or internal entity:
+/// the pairs of user and project its rule looks at (a group left: the projects under it
+/// outside the subgroups the user still belongs to, none while the user is still a
+/// planner of the group), then one statement over all pairs (`sql::DELETE_LEAVE_TODOS`).
 async fn leave_todos<C: GenericClient>(c: &C, left: &[Left]) -> Result<Vec<i64>> {
     let mut users: Vec<i64> = Vec::new();
     let mut projects: Vec<i64> = Vec::new();
@@ -244,9 +245,9 @@ async fn leave_todos<C: GenericClient>(c: &C, left: &[Left]) -> Result<Vec<i64>>
         else {
             continue;
         };
-        let (group_private, reporter, under): (bool, bool, Vec<i64>) =
+        let (group_private, planner, under): (bool, bool, Vec<i64>) =
             (row.get(0), row.get(1), row.get(2));
-        if reporter {
+        if planner {
             continue;
         }
         for p in under {

@@ -9,7 +9,10 @@
 //! body fixed, into the caller's outbox, so it is sent before the removal commits and
 //! delivered after (the delivery waits for the removal's row lock and sends nothing if
 //! the row is still there: [`still_present`]). The plan records each claim as a
-//! `system_hook` decision on the hook's row. Its statements are in [`sql`].
+//! `system_hook` decision on the hook's row. With `GROUP_HOOKS=on`, the same removal
+//! claims EE's group hooks too ([`group`]: `Member Hook`, `Subgroup Hook`, `Project
+//! Hook`, each a `group_hook` decision), and the group-member bodies carry EE's
+//! `group_plan`. Its statements are in [`sql`].
 
 use chrono::{NaiveDate, NaiveDateTime};
 use serde::Serialize;
@@ -21,7 +24,10 @@ use crate::messages::{webhook_key, Envelope, SystemHookSubject, WebhookNotificat
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
 
+pub mod group;
 pub mod sql;
+
+use group::Claim;
 
 /// A system-hook event of a removal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +91,9 @@ pub struct Body {
     pub event: Event,
     /// The id of the row it reports.
     pub id: i64,
+    /// The group a removed group membership belongs to (its member hooks' group),
+    /// the namespace of a destroyed project (its project hooks' group), else `id`.
+    pub source: i64,
     /// The JSON body.
     pub json: String,
 }
@@ -94,6 +103,7 @@ pub struct Body {
 pub struct Prepared {
     hooks: Vec<i64>,
     bodies: Vec<Body>,
+    group: Vec<Claim>,
 }
 
 /// GitLab's `xmlschema` of a UTC timestamp column.
@@ -163,6 +173,10 @@ struct GroupMemberBody {
     user_id: i64,
     group_access: Option<&'static str>,
     expires_at: Option<String>,
+    /// EE's `group_plan` (`gitlab_subscription&.plan_name`: null on a self-managed
+    /// instance, which has no subscription rows); absent on CE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group_plan: Option<serde_json::Value>,
     event_name: &'static str,
 }
 
@@ -185,7 +199,15 @@ struct Owner {
     email: String,
 }
 
-/// `ProjectBuilder#build(:destroy, include_deprecated_owner: true)`.
+/// The deprecated owner fields `include_deprecated_owner: true` adds.
+#[derive(Serialize)]
+struct DeprecatedOwner {
+    owner_name: Option<String>,
+    owner_email: String,
+}
+
+/// `ProjectBuilder#build(:destroy, include_deprecated_owner: true)` (the system hook),
+/// or without the deprecated owner (EE's group `Project Hook`).
 #[derive(Serialize)]
 struct ProjectBody {
     event_name: &'static str,
@@ -198,8 +220,8 @@ struct ProjectBody {
     project_namespace_id: i64,
     owners: Vec<Owner>,
     project_visibility: &'static str,
-    owner_name: Option<String>,
-    owner_email: String,
+    #[serde(flatten)]
+    deprecated_owner: Option<DeprecatedOwner>,
 }
 
 /// `UserBuilder#build(:destroy)`.
@@ -218,7 +240,8 @@ fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("a hook body serializes")
 }
 
-async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64]) -> Result<Vec<Body>> {
+/// The bodies of memberships `ids` (with EE's `group_plan` when `ee`).
+async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64], ee: bool) -> Result<Vec<Body>> {
     let rows = c.query(sql::MEMBER_BODIES, &[&ids]).await?;
     Ok(rows
         .iter()
@@ -230,6 +253,7 @@ async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64]) -> Result<Vec<Body>
                 (r.get(4), r.get(5), r.get(6));
             let access = human_access(r.get(12));
             let user_email = webhook_email(r.get(10));
+            let source: i64 = r.get(7);
             if project {
                 let b = ProjectMemberBody {
                     created_at,
@@ -249,6 +273,7 @@ async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64]) -> Result<Vec<Body>
                 Body {
                     event: Event::UserRemoveFromTeam,
                     id,
+                    source,
                     json: json(&b),
                 }
             } else {
@@ -267,11 +292,13 @@ async fn member_bodies<C: GenericClient>(c: &C, ids: &[i64]) -> Result<Vec<Body>
                     expires_at: r
                         .get::<_, Option<NaiveDate>>(14)
                         .map(|d| d.format("%Y-%m-%d").to_string()),
+                    group_plan: ee.then_some(serde_json::Value::Null),
                     event_name: Event::UserRemoveFromGroup.name(),
                 };
                 Body {
                     event: Event::UserRemoveFromGroup,
                     id,
+                    source,
                     json: json(&b),
                 }
             }
@@ -295,11 +322,18 @@ async fn group_body<C: GenericClient>(c: &C, g: i64) -> Result<Option<Body>> {
     Ok(Some(Body {
         event: Event::GroupDestroy,
         id: g,
+        source: g,
         json: json(&b),
     }))
 }
 
-async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
+/// Project `p`'s `project_destroy` body for system hooks and, when `ee`, the body of
+/// EE's group `Project Hook` (the same without the deprecated owner).
+async fn project_body<C: GenericClient>(
+    c: &C,
+    p: i64,
+    ee: bool,
+) -> Result<Option<(Body, Option<String>)>> {
     let Some(r) = c.query_opt(sql::PROJECT_BODY, &[&p]).await? else {
         return Ok(None);
     };
@@ -313,7 +347,7 @@ async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
             email: webhook_email(o.get(1)),
         })
         .collect();
-    let b = ProjectBody {
+    let mut b = ProjectBody {
         event_name: Event::ProjectDestroy.name(),
         created_at: xmlschema(r.get(0)),
         updated_at: xmlschema(r.get(1)),
@@ -324,15 +358,23 @@ async fn project_body<C: GenericClient>(c: &C, p: i64) -> Result<Option<Body>> {
         project_namespace_id: namespace_id,
         owners,
         project_visibility: visibility(r.get(7)),
-        // The deprecated owner is the group, which has no `webhook_email`: "".
+        deprecated_owner: None,
+    };
+    let group_json = ee.then(|| json(&b));
+    // The deprecated owner is the group, which has no `webhook_email`: "".
+    b.deprecated_owner = Some(DeprecatedOwner {
         owner_name: r.get(8),
         owner_email: String::new(),
-    };
-    Ok(Some(Body {
-        event: Event::ProjectDestroy,
-        id: p,
-        json: json(&b),
-    }))
+    });
+    Ok(Some((
+        Body {
+            event: Event::ProjectDestroy,
+            id: p,
+            source: namespace_id,
+            json: json(&b),
+        },
+        group_json,
+    )))
 }
 
 async fn user_body<C: GenericClient>(c: &C, u: i64) -> Result<Option<Body>> {
@@ -351,6 +393,7 @@ async fn user_body<C: GenericClient>(c: &C, u: i64) -> Result<Option<Body>> {
     Ok(Some(Body {
         event: Event::UserDestroy,
         id: u,
+        source: u,
         json: json(&b),
     }))
 }
@@ -360,28 +403,58 @@ fn ids(rows: Vec<tokio_postgres::Row>) -> Vec<i64> {
 }
 
 /// The receivers and bodies of `subject`, read in the removal's transaction before its
-/// rows go (no body is read when no system hook would receive it).
-pub async fn prepare<C: GenericClient>(c: &C, subject: Subject<'_>) -> Result<Prepared> {
+/// rows go (no body is read when no system hook would receive it and group hooks are
+/// off). With `GROUP_HOOKS=on`, EE's group hooks of the same removal too.
+pub async fn prepare<C: GenericClient>(
+    c: &C,
+    inv: &Invocation<'_>,
+    subject: Subject<'_>,
+) -> Result<Prepared> {
     let hooks = ids(c.query(sql::RECEIVERS, &[]).await?);
-    if hooks.is_empty() {
+    let ee = inv.settings.group_hooks;
+    if hooks.is_empty() && !ee {
         return Ok(Prepared::default());
     }
+    let mut group = Vec::new();
     let bodies = match subject {
         Subject::Members([]) => Vec::new(),
-        Subject::Members(ids) => member_bodies(c, ids).await?,
+        Subject::Members(ids) => member_bodies(c, ids, ee).await?,
         Subject::MembershipsOf(u) => {
             let ids = ids(c.query(sql::MEMBERSHIPS_OF, &[&u]).await?);
-            member_bodies(c, &ids).await?
+            member_bodies(c, &ids, ee).await?
         }
         Subject::MembershipsIn(g) => {
             let ids = ids(c.query(sql::MEMBERSHIPS_IN, &[&g]).await?);
-            member_bodies(c, &ids).await?
+            member_bodies(c, &ids, ee).await?
         }
-        Subject::Group(g) => group_body(c, g).await?.into_iter().collect(),
-        Subject::Project(p) => project_body(c, p).await?.into_iter().collect(),
+        Subject::Group(g) => {
+            if ee {
+                group.extend(group::subgroup_claim(c, g, inv.now).await?);
+            }
+            group_body(c, g).await?.into_iter().collect()
+        }
+        Subject::Project(p) => match project_body(c, p, ee).await? {
+            Some((b, group_json)) => {
+                if let Some(json) = group_json {
+                    group.push(group::project_claim(c, &b, json, inv.now).await?);
+                }
+                vec![b]
+            }
+            None => Vec::new(),
+        },
         Subject::User(u) => user_body(c, u).await?.into_iter().collect(),
     };
-    Ok(Prepared { hooks, bodies })
+    if ee {
+        // A group destroyed with its members has lost its own hooks by then.
+        let with_self = !matches!(subject, Subject::MembershipsIn(_));
+        group.extend(group::member_claims(c, &bodies, with_self, inv.now).await?);
+    }
+    group.retain(|g| !g.hooks.is_empty());
+    Ok(Prepared {
+        hooks,
+        bodies,
+        group,
+    })
 }
 
 /// The event key of one event: `system-hook:<event>:<id>` (its hooks' messages add
@@ -394,6 +467,7 @@ impl Prepared {
     /// Keep only the bodies of the rows `removed` says went.
     pub fn retain(&mut self, removed: impl Fn(i64) -> bool) {
         self.bodies.retain(|b| removed(b.id));
+        self.group.retain(|g| removed(g.id));
     }
 
     /// The bodies prepared.
@@ -409,33 +483,73 @@ impl Prepared {
             let key = event_key(b.event, b.id);
             for &hook_id in &self.hooks {
                 inv.decide("web_hooks", hook_id, "system_hook", b.event.name());
-                outbox.push(OutMessage::new(
-                    Function::DeliverNotification,
-                    0,
-                    Envelope::new(
-                        "deliver-notification.webhook",
-                        webhook_key(&key, hook_id),
-                        run_id,
-                        inv.now,
-                        WebhookNotification {
-                            hook_id,
-                            event_key: key.clone(),
-                            body: serde_json::Value::String(b.json.clone()),
-                            system_hook: Some(SystemHookSubject {
-                                table: b.event.table().into(),
-                                id: b.id,
-                            }),
-                        },
-                    ),
+                outbox.push(message(
+                    inv,
+                    run_id,
+                    hook_id,
+                    &key,
+                    &b.json,
+                    b.event.table(),
+                    b.id,
+                    None,
                 ));
                 n += 1;
+            }
+        }
+        let mut g = 0;
+        for c in &self.group {
+            let key = c.key();
+            for &hook_id in &c.hooks {
+                inv.decide("web_hooks", hook_id, "group_hook", c.event_name);
+                let trigger = Some(c.scope.trigger());
+                outbox.push(message(
+                    inv, run_id, hook_id, &key, &c.json, c.table, c.id, trigger,
+                ));
+                g += 1;
             }
         }
         if n > 0 {
             tracing::info!(system_hooks = n, "System hooks claimed");
         }
-        n
+        if g > 0 {
+            tracing::info!(group_hooks = g, "Group hooks claimed");
+        }
+        n + g
     }
+}
+
+/// One hook's `deliver-notification.webhook` message reporting row `table`/`id`.
+#[allow(clippy::too_many_arguments)]
+fn message(
+    inv: &Invocation<'_>,
+    run_id: &str,
+    hook_id: i64,
+    key: &str,
+    json: &str,
+    table: &str,
+    id: i64,
+    group_hook: Option<&str>,
+) -> OutMessage {
+    OutMessage::new(
+        Function::DeliverNotification,
+        0,
+        Envelope::new(
+            "deliver-notification.webhook",
+            webhook_key(key, hook_id),
+            run_id,
+            inv.now,
+            WebhookNotification {
+                hook_id,
+                event_key: key.into(),
+                body: serde_json::Value::String(json.into()),
+                system_hook: Some(SystemHookSubject {
+                    table: table.into(),
+                    id,
+                    group_hook: group_hook.map(Into::into),
+                }),
+            },
+        ),
+    )
 }
 
 /// Delivery: whether the row a system hook reports is still there, waiting for a

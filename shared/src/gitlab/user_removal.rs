@@ -123,7 +123,7 @@ pub async fn schedule_removal<C: GenericClient>(
     c.execute(sql::BLOCK_USER, &[&u, &now]).await?;
     // Step 5: every membership, one combined refresh.
     // Their system hooks (GitLab destroys them with their callbacks).
-    let hooks = system_hooks::prepare(c, Subject::MembershipsOf(u)).await?;
+    let hooks = system_hooks::prepare(c, inv, Subject::MembershipsOf(u)).await?;
     let removed = c.query(sql::DELETE_MEMBERSHIPS, &[&u]).await?;
     hooks.claim(inv, run_id, outbox);
     let mut affected: Vec<i64> = req.extra_affected.to_vec();

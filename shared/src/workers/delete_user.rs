@@ -206,8 +206,8 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     let ids: Vec<i64> = members.iter().map(|m| m.id).collect();
     // System hooks: GitLab's `user.destroy` destroys the memberships with their
     // callbacks, then reports the user; bodies read before the rows go.
-    let member_hooks = system_hooks::prepare(&tx, Subject::Members(&ids)).await?;
-    let user_hook = system_hooks::prepare(&tx, Subject::User(u)).await?;
+    let member_hooks = system_hooks::prepare(&tx, inv, Subject::Members(&ids)).await?;
+    let user_hook = system_hooks::prepare(&tx, inv, Subject::User(u)).await?;
     // EE's event of the ghost migration's destroy (D3), read before the rows go.
     let audit_events = if inv.settings.audit_events {
         users::user_deleted(&tx, inv.now, u, initiator).await?

@@ -8,8 +8,11 @@
 //! hook row (behaviour §B28.10.4); HTTP failures are not retried. System hooks
 //! (docs/gitlab-differences.md, "System hooks"): sent only once the row they report is
 //! gone (waiting for the removal's lock), header `System Hook`, body as claimed, no
-//! auto-disabling, a temporary failure retried. Nothing secret is
-//! logged. The typed `done` result is in `report`.
+//! auto-disabling, a temporary failure retried. EE group hooks of a removal (the
+//! subject's `group_hook` trigger): the same, with the hook re-read subscribed to the
+//! trigger, the scope's header (`Member Hook`, …), and GitLab's auto-disabling as for
+//! token hooks (skipped while disabled, the outcome recorded on the row). Nothing
+//! secret is logged. The typed `done` result is in `report`.
 
 mod report;
 pub(crate) mod sql;
@@ -24,7 +27,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::gitlab::system_hooks;
+use crate::gitlab::system_hooks::{self, group::Scope};
 use crate::job::{Job, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
@@ -138,8 +141,10 @@ struct Hook {
     gitlab_denies_all: bool,
 }
 
-async fn load_hook<C: GenericClient>(c: &C, hook_id: i64, system: bool) -> Result<Option<Hook>> {
-    let row = c.query_opt(sql::HOOK, &[&hook_id, &system]).await?;
+/// Hook `hook_id` as read at delivery time, subscribed as `kind` says (`system`, a
+/// group-hook trigger, or `token`: `sql::HOOK`).
+async fn load_hook<C: GenericClient>(c: &C, hook_id: i64, kind: &str) -> Result<Option<Hook>> {
+    let row = c.query_opt(sql::HOOK, &[&hook_id, &kind]).await?;
     let pair = |v: Option<String>, iv: Option<String>| match (v, iv) {
         (Some(v), Some(iv)) if !v.trim().is_empty() => Some((v, iv)),
         _ => None,
@@ -271,8 +276,20 @@ where
             temporary: false,
         })
     };
-    let system = p.system_hook.is_some();
-    let hook = match load_hook(&*client, hook_id, system).await? {
+    // A removal's hook (system or EE group hook) reports a row; a token hook does not.
+    let removal = p.system_hook.is_some();
+    let scope = p
+        .system_hook
+        .as_ref()
+        .and_then(|s| s.group_hook.as_deref())
+        .and_then(Scope::parse);
+    let system = removal && scope.is_none();
+    let kind = match scope {
+        Some(s) => s.trigger(),
+        None if system => "system",
+        None => "token",
+    };
+    let hook = match load_hook(&*client, hook_id, kind).await? {
         Some(h) if h.subscribed => h,
         _ => {
             tracing::info!(hook_id, "Webhook skipped: hook no longer subscribed");
@@ -324,11 +341,15 @@ where
         tracing::info!(hook_id, host = log_host, "Webhook not sent: dry run");
         return Ok(report(Outcome::DryRun));
     }
-    let event = if system { SYSTEM_HOOK } else { TOKEN_HOOK };
+    let event = match scope {
+        Some(s) => s.header(),
+        None if system => SYSTEM_HOOK,
+        None => TOKEN_HOOK,
+    };
     let headers = hook_headers(instance, env, &p.event_key, &token, event)?;
     let body = match &p.body {
-        // A system hook's body, serialized at claim time in GitLab's key order.
-        serde_json::Value::String(s) if system => Bytes::from(s.clone().into_bytes()),
+        // A removal's hook body, serialized at claim time in GitLab's key order.
+        serde_json::Value::String(s) if removal => Bytes::from(s.clone().into_bytes()),
         b => Bytes::from(serde_json::to_vec(b).expect("a JSON value serializes")),
     };
     let started = Instant::now();
@@ -397,9 +418,13 @@ where
             (false, Outcome::Failed)
         }
     };
-    if system {
-        // No auto-disabling state for system hooks; a temporary failure is retried
-        // (the message again, same Idempotency-Key) until the DLQ takes it.
+    if !system {
+        retry_transient!(record(inv, client, hook_id, success).await)?;
+    }
+    if removal {
+        // A removal's hook: a temporary failure is retried (the message again, same
+        // Idempotency-Key) until the DLQ takes it, or, for a group hook, until
+        // GitLab's auto-disabling (recorded above) says the hook is disabled.
         if temporary {
             return Ok(Step::Retry {
                 outcome: Delivered::Webhook {
@@ -409,12 +434,13 @@ where
                 },
                 error: Error::Delivery {
                     class: "system_hook",
-                    message: format!("system hook {hook_id}: temporary failure, retried"),
+                    message: format!(
+                        "{} {hook_id}: temporary failure, retried",
+                        if system { "system hook" } else { "group hook" }
+                    ),
                 },
             });
         }
-    } else {
-        retry_transient!(record(inv, client, hook_id, success).await)?;
     }
     Ok(Step::Done(Delivered::Webhook {
         hook_id,

@@ -179,7 +179,7 @@ where
             break;
         }
         // (5) Remove, refresh deferred to step d; its system hooks claimed.
-        let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
+        let hooks = system_hooks::prepare(&tx, inv, Subject::Members(&[m.id])).await?;
         // (5) Remove, refresh deferred to step d.
         left.extend(side_effects::left_of(&tx, inv, &m).await?);
         membership::remove_membership(&tx, &m, Refresh::Deferred).await?;

@@ -185,6 +185,10 @@ pub(super) fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
             Some(format!("todos WHERE project_id = ANY({p}) OR group_id = ANY{ns}")),
         ),
         ("issue_assignees", Some("issue_assignees".into())),
+        (
+            "project_features",
+            Some(format!("project_features WHERE project_id = ANY({p})")),
+        ),
         ("user_highest_roles", None),
         // EE's rows of a user a removal deletes (D3): they cascade with their owner.
         (

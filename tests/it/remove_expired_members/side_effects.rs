@@ -193,6 +193,51 @@ async fn leaving_a_group_that_required_2fa_lifts_the_requirement_and_audits_the_
     }
 }
 
+/// `TodosDestroyer::PrivateFeaturesWorker`: leaving the public P201 whose issues are
+/// private (`project_features` level 10) removes the left user's todos on its issues,
+/// not the ones on its enabled merge requests, nor another user's or a still-member's
+/// todo on the same issue; the plan lists the removal in its side rows.
+#[tokio::test]
+async fn leaving_a_public_project_removes_the_todos_on_its_private_features_only() {
+    let db = fixture().await;
+    todos_fixture(&db).await;
+    let fx = Fx(&db);
+    fx.members(&[
+        M::pm(10, 201, 10, 30).expires("2025-03-09"),
+        M::pm(11, 201, 12, 20),
+    ])
+    .await;
+    fx.pas(&[(10, 201, 30), (12, 201, 20)]).await;
+    db.exec(
+        "INSERT INTO project_features (project_id, issues_access_level, merge_requests_access_level,
+                                       created_at, updated_at)
+         VALUES (201, 10, 20, '2024-01-01', '2024-01-01');
+         INSERT INTO todos (id, user_id, project_id, target_id, target_type, author_id, action, state)
+         VALUES (20, 10, 201, 901, 'Issue', 11, 1, 'pending'),
+                (21, 10, 201, 950, 'MergeRequest', 11, 1, 'pending'),
+                (22, 12, 201, 901, 'Issue', 11, 1, 'pending'),
+                (23, 11, 201, 901, 'Issue', 12, 1, 'pending');",
+    )
+    .await;
+    let mut r = db.runner_with(t(NOW), audit(false));
+    let body = r.cron_message(F).to_body();
+    let plan = r.plan_until_idle(F, &body).await.unwrap();
+    let planned: Vec<i64> = plan
+        .side_rows
+        .iter()
+        .filter(|r| r["table"] == "todos" && r["change"] == "deleted")
+        .map(|r| r["row"]["id"].as_i64().unwrap())
+        .collect();
+    assert!(planned.contains(&20) && planned.contains(&2), "{planned:?}");
+    assert!(!planned.contains(&21), "{planned:?}");
+    assert!(db.exists("todos WHERE id = 20").await, "rolled back");
+    cron(&db, audit(false), 2).await;
+    assert!(!db.exists("members WHERE id = 10").await);
+    // U10's todos on P201's issues go (2 on issue 901 of the fixture, 3 on the
+    // confidential 902, 20); the merge request's stays, as do U12's and U11's.
+    assert_eq!(db.ids("todos").await, vec![1, 4, 21, 22, 23]);
+}
+
 /// `hk run --dry-run --until-idle`: the plan lists the rows written beside each
 /// removal (events, highest role, todos, audit events, EE's protected-branch access)
 /// and keeps none of them.

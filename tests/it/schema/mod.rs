@@ -75,6 +75,7 @@ async fn public_holds_exactly_the_modelled_gitlab_tables() {
         // D3); the audit tables with the model's default partition.
         "events",
         "issue_assignees",
+        "project_features",
         "todos",
         "user_highest_roles",
         "group_audit_events",

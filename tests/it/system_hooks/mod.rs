@@ -10,6 +10,8 @@
 //!   placeholder user and an expired project bot.
 //! * `delivery`: silent mode and GitLab's no-auto-disabling rule, a failing endpoint
 //!   retried without undoing the removal, duplicates and a rolled-back removal.
+//! * `group_hooks`: EE's group hooks with `GROUP_HOOKS=on` (member, subgroup and
+//!   project hooks, their receivers and bodies, the license off, the dry run).
 //!
 //! Here: the hook rows, the notifier, a run until idle, and the expected body in
 //! GitLab's key order.
@@ -28,6 +30,7 @@ use crate::pat_expiring::{notify_config, TEST_KEY};
 
 mod delivery;
 mod destroyed;
+mod group_hooks;
 mod members;
 
 /// `SystemHook` row `id` posting to `url`, with `token` when given.

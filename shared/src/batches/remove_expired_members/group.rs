@@ -185,7 +185,7 @@ async fn group_body(
 ) -> Result<GroupDone> {
     let today = inv.today();
     // System hooks: bodies read before the set-based deletion, kept for what it deleted.
-    let mut hooks = system_hooks::prepare(&*tx, Subject::Members(ids)).await?;
+    let mut hooks = system_hooks::prepare(&*tx, inv, Subject::Members(ids)).await?;
     let Locked {
         rows_locked,
         deleted,

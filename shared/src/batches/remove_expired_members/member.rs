@@ -77,7 +77,7 @@ where
     } else {
         Refresh::Now
     };
-    let hooks = system_hooks::prepare(&tx, Subject::Members(&[m.id])).await?;
+    let hooks = system_hooks::prepare(&tx, inv, Subject::Members(&[m.id])).await?;
     let left = side_effects::left_of(&tx, inv, &m).await?;
     membership::remove_membership(&tx, &m, refresh).await?;
     let mut outbox: Vec<OutMessage> = Vec::new();

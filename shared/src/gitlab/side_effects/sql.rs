@@ -45,19 +45,37 @@ crate::statements::statements! {
          RETURNING user_highest_roles.user_id::bigint AS user_id
        )
        SELECT user_id FROM gone UNION ALL SELECT user_id FROM written";
-    /// TodosDestroyer::EntityLeaveWorker for pairs `($1[i] user, $2[i] project)`, after
-    /// the authorization refresh: the user's todos on the confidential issues of the
-    /// project when the user is no longer at least a reporter there (unless the user
-    /// wrote or is assigned the issue), and every todo of the user on the project when
-    /// the entity left is private (`$3[i]`: the group's privacy, NULL for a project
-    /// left: the project's own) and the user no longer reaches the project. The todo
-    /// ids removed.
+    /// TodosDestroyer::EntityLeaveWorker (`Todos::Destroy::EntityLeaveService`) for
+    /// pairs `($1[i] user, $2[i] project)`, after the authorization refresh, with `$3[i]`
+    /// the privacy of the entity left (the group's; NULL for a project left: the
+    /// project's own). The user's todos on the project's confidential issues when the
+    /// user is no longer at least a planner there (unless the user wrote or is assigned
+    /// the issue). A private entity: every todo of the user on the project once the user
+    /// no longer reaches it, and the merge-request todos below planner. A public or
+    /// internal one: `TodosDestroyer::PrivateFeaturesWorker`
+    /// (`Todos::Destroy::PrivateFeaturesService`), the user's todos on the project's
+    /// private features (`project_features` level 10: issues, merge requests, the
+    /// repository's commits) once the user no longer reaches the project. The todo ids
+    /// removed.
     DELETE_LEAVE_TODOS = "DELETE FROM todos t
        USING unnest($1::bigint[], $2::bigint[], $3::bool[]) AS r(user_id, project_id, private)
          JOIN projects p ON p.id = r.project_id
+         LEFT JOIN project_features f ON f.project_id = p.id
        WHERE t.user_id = r.user_id AND t.project_id = r.project_id
          AND (
            (COALESCE(r.private, p.visibility_level = 0) AND NOT EXISTS (
+              SELECT 1 FROM project_authorizations pa
+              WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id))
+           OR (COALESCE(r.private, p.visibility_level = 0) AND t.target_type = 'MergeRequest'
+              AND NOT EXISTS (
+              SELECT 1 FROM project_authorizations pa
+              WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id
+                AND pa.access_level >= 15))
+           OR (NOT COALESCE(r.private, p.visibility_level = 0)
+              AND ((t.target_type = 'Issue' AND f.issues_access_level = 10)
+                OR (t.target_type = 'MergeRequest' AND f.merge_requests_access_level = 10)
+                OR (t.target_type = 'Commit' AND f.repository_access_level = 10))
+              AND NOT EXISTS (
               SELECT 1 FROM project_authorizations pa
               WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id))
            OR (t.target_type = 'Issue' AND EXISTS (
@@ -69,16 +87,16 @@ crate::statements::statements! {
               AND NOT EXISTS (
               SELECT 1 FROM project_authorizations pa
               WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id
-                AND pa.access_level >= 20)))
+                AND pa.access_level >= 15)))
        RETURNING t.id::bigint";
-    /// For user `$1` leaving group `$2`: whether the group is private, whether the user is still at least a reporter
-    /// of the group through it or an ancestor (`Group#member?(user, REPORTER)`, which
-    /// keeps every todo), and the projects under the group outside the subgroups the
+    /// For user `$1` leaving group `$2`: whether the group is private, whether the user
+    /// is still at least a planner of the group through it or an ancestor
+    /// (`Group#member?(user, PLANNER)`, which keeps every todo), and the projects under the group outside the subgroups the
     /// user is still a member of (`non_member_groups`).
     GROUP_LEAVE_SCOPE = "SELECT g.visibility_level = 0 AS private,
          EXISTS (SELECT 1 FROM members m
                  WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
-                   AND m.requested_at IS NULL AND m.state = 0 AND m.access_level >= 20
+                   AND m.requested_at IS NULL AND m.state = 0 AND m.access_level >= 15
                    AND m.source_id = ANY(g.traversal_ids::bigint[])) AS reporter,
          ARRAY(SELECT p.id::bigint FROM namespaces n JOIN projects p ON p.namespace_id = n.id
                WHERE n.type = 'Group'

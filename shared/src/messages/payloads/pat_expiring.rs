@@ -116,18 +116,26 @@ pub struct WebhookNotification {
 }
 
 /// The row a system hook reports removed: `table` (`members`, `namespaces`,
-/// `projects` or `users`) and `id`.
+/// `projects` or `users`) and `id`; for an EE group hook of the same removal, its
+/// trigger (`group_hook`: `member_hooks`, `subgroup_hooks` or `project_hooks`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SystemHookSubject {
     /// The table: one of [`SystemHookSubject::TABLES`].
     pub table: String,
     /// The row's id.
     pub id: i64,
+    /// An EE group hook's trigger, one of [`SystemHookSubject::GROUP_TRIGGERS`];
+    /// absent for a system hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_hook: Option<String>,
 }
 
 impl SystemHookSubject {
     /// The tables a system hook's subject may be in.
     pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
+    /// The group-hook triggers a removal fires (GitLab's `TriggerableHooks` scopes).
+    pub const GROUP_TRIGGERS: [&'static str; 3] =
+        ["member_hooks", "subgroup_hooks", "project_hooks"];
 }
 
 /// `days_to_expire` of behaviour §B28.10.2.
@@ -215,9 +223,19 @@ impl Payload for WebhookNotification {
                 if !SystemHookSubject::TABLES.contains(&table.as_str()) {
                     return Err(o.err("table", "must be members, namespaces, projects or users"));
                 }
+                let group_hook = o.opt_text("group_hook", 16)?;
+                if let Some(t) = &group_hook {
+                    if !SystemHookSubject::GROUP_TRIGGERS.contains(&t.as_str()) {
+                        return Err(o.err(
+                            "group_hook",
+                            "must be member_hooks, subgroup_hooks or project_hooks",
+                        ));
+                    }
+                }
                 Some(SystemHookSubject {
                     table,
                     id: o.id("id")?,
+                    group_hook,
                 })
             }
         };

@@ -15,8 +15,14 @@ crate::statements::statements! {
     /// The hook row (`$1`) at delivery time: subscribed, URL and token with their IVs,
     /// TLS verification, the auto-disabling state, and GitLab's current outbound
     /// settings (false without a settings row, GitLab's defaults).
-    /// With `$2` true, a system hook's: subscribed is `type = 'SystemHook'`.
-    HOOK = "SELECT CASE WHEN $2::bool THEN w.type = 'SystemHook' \
+    /// `$2` says which kind of hook: `system` (subscribed is `type = 'SystemHook'`), an
+    /// EE group-hook trigger (`member_hooks`, `subgroup_hooks`, `project_hooks`: a
+    /// `GroupHook` with the trigger's flag on), or `token` (a project or group hook with
+    /// `resource_access_token_events`).
+    HOOK = "SELECT CASE $2::text WHEN 'system' THEN w.type = 'SystemHook' \
+                     WHEN 'member_hooks' THEN w.type = 'GroupHook' AND w.member_events \
+                     WHEN 'subgroup_hooks' THEN w.type = 'GroupHook' AND w.subgroup_events \
+                     WHEN 'project_hooks' THEN w.type = 'GroupHook' AND w.project_events \
                      ELSE w.type IN ('ProjectHook', 'GroupHook') AND w.resource_access_token_events END, \
                 w.encrypted_url, w.encrypted_url_iv, w.encrypted_token, w.encrypted_token_iv, \
                 COALESCE(w.enable_ssl_verification, true), w.recent_failures::int2, \

@@ -386,7 +386,7 @@ where
             "Group destroy left storage in place (STORAGE_*=leave, or files on local disk)"
         );
     }
-    let hooks = system_hooks::prepare(&tx, Subject::Project(p)).await?;
+    let hooks = system_hooks::prepare(&tx, inv, Subject::Project(p)).await?;
     remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
     if inv.settings.audit_events {
         audit::destroyed(&tx, inv.now, Destroyed::Project(p), user_id).await?;
@@ -495,10 +495,10 @@ where
     // What g's shares reached (groups shared with g, projects shared with g): the
     // links go with g, so every row on those projects is recomputed after it.
     let shared = authz::reached_from(&tx, &[g]).await?;
-    let hooks = system_hooks::prepare(&tx, Subject::Group(g)).await?;
+    let hooks = system_hooks::prepare(&tx, inv, Subject::Group(g)).await?;
     remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
     // GitLab destroys the group's members with their callbacks: their hooks first.
-    let member_hooks = system_hooks::prepare(&tx, Subject::MembershipsIn(g)).await?;
+    let member_hooks = system_hooks::prepare(&tx, inv, Subject::MembershipsIn(g)).await?;
     if inv.settings.audit_events && g == msg.group_id {
         audit::destroyed(&tx, inv.now, Destroyed::Group(g), user_id).await?;
     }
