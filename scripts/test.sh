@@ -194,12 +194,12 @@ step "GitLab 18.2 model: schema, catalogue and the release-dependent scenarios (
 # shares, and what a removal writes and sends besides (side effects, system hooks).
 # The rest (B28, its deliveries, B38 and B43 without a release-dependent path) runs on
 # the same statements on every model, which the schema tests PREPARE here.
-GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit)::/)) and not test(/at_scale|continuation/)'
+GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit|ee_rows)::/)) and not test(/at_scale|continuation/)'
 if cargo nextest --version >/dev/null 2>&1; then
   HK_TEST_GITLAB=18.2 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL182_FILTER"
   HK_TEST_GITLAB=18.2 cargo nextest run -p hk --test check --test parity --no-fail-fast
 else
-  HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: placeholder_user_cleanup:: delete_user:: storage:: system_hooks:: side_effects::
+  HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: placeholder_user_cleanup:: delete_user:: storage:: system_hooks:: side_effects:: audit:: ee_rows::
   HK_TEST_GITLAB=18.2 cargo test -p hk --test check --test parity --no-fail-fast
 fi
 
