@@ -222,12 +222,15 @@ async fn ee_rows<C: GenericClient>(c: &C, cause: Cause, left: &[Left]) -> Result
 /// `TodosDestroyer::EntityLeaveWorker` for each membership left, with the
 /// `TodosDestroyer::PrivateFeaturesWorker` it enqueues for a public or internal entity:
 /// the pairs of user and project its rule looks at (a group left: the projects under it
-/// outside the subgroups the user still belongs to, none while the user is still a
-/// planner of the group), then one statement over all pairs (`sql::DELETE_LEAVE_TODOS`).
+/// outside the subgroups the user is still a planner of, none while the user is still a
+/// planner of the group), then one statement over all pairs (`sql::DELETE_LEAVE_TODOS`:
+/// private projects, private features, confidential issues, internal notes); and for a
+/// group left, its `remove_group_todos` (`sql::DELETE_GROUP_LEAVE_TODOS`).
 async fn leave_todos<C: GenericClient>(c: &C, left: &[Left]) -> Result<Vec<i64>> {
     let mut users: Vec<i64> = Vec::new();
     let mut projects: Vec<i64> = Vec::new();
     let mut private: Vec<Option<bool>> = Vec::new();
+    let (mut group_users, mut groups): (Vec<i64>, Vec<i64>) = (Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
     for l in left.iter().filter(|l| !l.requested) {
         if !seen.insert((l.user_id, l.source_type.clone(), l.source_id)) {
@@ -250,22 +253,28 @@ async fn leave_todos<C: GenericClient>(c: &C, left: &[Left]) -> Result<Vec<i64>>
         if planner {
             continue;
         }
+        group_users.push(l.user_id);
+        groups.push(l.source_id);
         for p in under {
             users.push(l.user_id);
             projects.push(p);
             private.push(Some(group_private));
         }
     }
-    if users.is_empty() {
-        return Ok(Vec::new());
+    let mut removed: Vec<i64> = Vec::new();
+    if !users.is_empty() {
+        let rows = c
+            .query(sql::DELETE_LEAVE_TODOS, &[&users, &projects, &private])
+            .await?;
+        removed.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
     }
-    Ok(
-        c.query(sql::DELETE_LEAVE_TODOS, &[&users, &projects, &private])
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect(),
-    )
+    if !groups.is_empty() {
+        let rows = c
+            .query(sql::DELETE_GROUP_LEAVE_TODOS, &[&group_users, &groups])
+            .await?;
+        removed.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+    }
+    Ok(removed)
 }
 
 /// One log line per call with the rows written (`hk run --dry-run` shows it for the

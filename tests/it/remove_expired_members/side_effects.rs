@@ -1,6 +1,7 @@
 //! What GitLab writes beside an expired membership's removal (docs/gitlab-differences.md
 //! D3): the project's `events` row, the user's highest role, the todos
-//! `TodosDestroyer::EntityLeaveWorker` removes, the 2FA requirement, and with
+//! `TodosDestroyer::EntityLeaveWorker` removes (project, internal-note and group todos),
+//! the 2FA requirement, and with
 //! `AUDIT_EVENTS=on` the `member_destroyed` audit events (legacy and scoped, same id);
 //! each written once however often the message is delivered.
 
@@ -236,6 +237,72 @@ async fn leaving_a_public_project_removes_the_todos_on_its_private_features_only
     // U10's todos on P201's issues go (2 on issue 901 of the fixture, 3 on the
     // confidential 902, 20); the merge request's stays, as do U12's and U11's.
     assert_eq!(db.ids("todos").await, vec![1, 4, 21, 22, 23]);
+}
+
+/// `remove_group_todos`: leaving the private G101 below planner removes the user's
+/// todos on the private groups of its subtree the user no longer sees (G101, G103),
+/// and keeps those on a subgroup the user still belongs to (G105), on one shared with
+/// the user's group (G106 with G107), on a public one (G108) and another user's.
+#[tokio::test]
+async fn leaving_a_private_group_removes_the_todos_on_its_unseen_private_groups() {
+    let db = fixture().await;
+    let fx = Fx(&db);
+    for (id, path) in [(103, "priv"), (105, "kept"), (106, "shared"), (108, "open")] {
+        fx.group(id, path, Some(101)).await;
+    }
+    fx.group(107, "team", None).await;
+    fx.members(&[
+        M::gm(10, 101, 10, 10).expires("2025-03-09"),
+        M::gm(11, 105, 10, 10),
+        M::gm(12, 107, 10, 10),
+    ])
+    .await;
+    db.exec(
+        "UPDATE namespaces SET visibility_level = 0 WHERE id IN (101, 103, 105, 106, 107);
+         INSERT INTO group_group_links (shared_group_id, shared_with_group_id, group_access, created_at, updated_at)
+         VALUES (106, 107, 10, '2024-01-01', '2024-01-01');
+         INSERT INTO todos (id, user_id, group_id, target_id, target_type, author_id, action, state)
+         VALUES (30, 10, 101, 1, 'Epic', 11, 1, 'pending'), (31, 10, 103, 1, 'Epic', 11, 1, 'pending'),
+                (32, 10, 105, 1, 'Epic', 11, 1, 'pending'), (33, 10, 106, 1, 'Epic', 11, 1, 'pending'),
+                (34, 10, 108, 1, 'Epic', 11, 1, 'pending'), (35, 12, 101, 1, 'Epic', 11, 1, 'pending');",
+    )
+    .await;
+    cron(&db, audit(false), 2).await;
+    assert!(!db.exists("members WHERE id = 10").await);
+    assert_eq!(db.ids("todos").await, vec![32, 33, 34, 35]);
+}
+
+/// `Todo.for_internal_notes` on the projects the user no longer plans in: leaving the
+/// public P201 while still a guest through G100 removes the todo on an internal note
+/// and keeps the one on a public note of the same issue.
+#[tokio::test]
+async fn leaving_a_project_below_planner_removes_the_todos_on_its_internal_notes() {
+    let db = fixture().await;
+    todos_fixture(&db).await;
+    let fx = Fx(&db);
+    fx.members(&[
+        M::gm(10, 100, 10, 10),
+        M::pm(11, 201, 10, 30).expires("2025-03-09"),
+    ])
+    .await;
+    db.exec(
+        "INSERT INTO notes (id, noteable_type, noteable_id, project_id, author_id, internal)
+         VALUES (921, 'Issue', 901, 201, 11, true), (922, 'Issue', 901, 201, 11, false);
+         DELETE FROM todos;
+         INSERT INTO todos (id, user_id, project_id, target_id, target_type, author_id, action, state, note_id)
+         VALUES (40, 10, 201, 901, 'Issue', 11, 1, 'pending', 921),
+                (41, 10, 201, 901, 'Issue', 11, 1, 'pending', 922),
+                (42, 12, 201, 901, 'Issue', 11, 1, 'pending', 921);",
+    )
+    .await;
+    cron(&db, audit(false), 2).await;
+    assert!(!db.exists("members WHERE id = 11").await);
+    assert_eq!(
+        db.scalar::<i32>("SELECT access_level FROM project_authorizations WHERE user_id = 10 AND project_id = 201")
+            .await,
+        10
+    );
+    assert_eq!(db.ids("todos").await, vec![41, 42]);
 }
 
 /// `hk run --dry-run --until-idle`: the plan lists the rows written beside each

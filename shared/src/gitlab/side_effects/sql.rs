@@ -78,6 +78,12 @@ crate::statements::statements! {
               AND NOT EXISTS (
               SELECT 1 FROM project_authorizations pa
               WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id))
+           OR (t.target_type = 'Issue' AND t.note_id IS NOT NULL AND EXISTS (
+              SELECT 1 FROM notes n WHERE n.id = t.note_id AND n.internal)
+              AND NOT EXISTS (
+              SELECT 1 FROM project_authorizations pa
+              WHERE pa.user_id = r.user_id AND pa.project_id = r.project_id
+                AND pa.access_level >= 15))
            OR (t.target_type = 'Issue' AND EXISTS (
               SELECT 1 FROM issues i
               WHERE i.id = t.target_id AND i.project_id = r.project_id AND i.confidential
@@ -91,8 +97,9 @@ crate::statements::statements! {
        RETURNING t.id::bigint";
     /// For user `$1` leaving group `$2`: whether the group is private, whether the user
     /// is still at least a planner of the group through it or an ancestor
-    /// (`Group#member?(user, PLANNER)`, which keeps every todo), and the projects under the group outside the subgroups the
-    /// user is still a member of (`non_member_groups`).
+    /// (`Group#member?(user, PLANNER)`, which keeps every todo), and the projects under
+    /// the group outside the subgroups the user is still at least a planner of
+    /// (`non_authorized_planner_groups`).
     GROUP_LEAVE_SCOPE = "SELECT g.visibility_level = 0 AS private,
          EXISTS (SELECT 1 FROM members m
                  WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
@@ -106,11 +113,36 @@ crate::statements::statements! {
                  AND NOT EXISTS (
                    SELECT 1 FROM members m
                    WHERE m.user_id = $1::bigint AND m.source_type = 'Namespace'
-                     AND m.requested_at IS NULL
+                     AND m.requested_at IS NULL AND m.access_level >= 15
                      AND m.source_id = ANY(n.traversal_ids::bigint[])
                      AND NOT (m.source_id = ANY(g.traversal_ids::bigint[])))
                ORDER BY p.id) AS projects
        FROM namespaces g WHERE g.id = $2::bigint AND cardinality(g.traversal_ids) > 0";
+    /// `remove_group_todos` for each pair of user `$1[i]` and group `$2[i]` left below
+    /// planner: the user's todos on the private groups of the group's subtree (itself
+    /// included) the user no longer sees (`GroupsFinder` with `all_available: false`): no
+    /// membership in the group or an ancestor, and no share of the group or an ancestor
+    /// with a group the user belongs to (directly or through an ancestor; an expired
+    /// link still counts, so its todos stay).
+    DELETE_GROUP_LEAVE_TODOS = "DELETE FROM todos t
+       USING unnest($1::bigint[], $2::bigint[]) AS r(user_id, group_id)
+         JOIN namespaces g ON g.id = r.group_id AND cardinality(g.traversal_ids) > 0
+         JOIN namespaces n ON n.type = 'Group'
+           AND n.traversal_ids >= g.traversal_ids
+           AND n.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                 || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)
+       WHERE t.user_id = r.user_id AND t.group_id = n.id AND n.visibility_level = 0
+         AND NOT EXISTS (
+           SELECT 1 FROM members m
+           WHERE m.user_id = r.user_id AND m.source_type = 'Namespace'
+             AND m.requested_at IS NULL AND m.source_id = ANY(n.traversal_ids::bigint[]))
+         AND NOT EXISTS (
+           SELECT 1 FROM group_group_links l
+             JOIN namespaces w ON w.id = l.shared_with_group_id
+             JOIN members m ON m.user_id = r.user_id AND m.source_type = 'Namespace'
+               AND m.requested_at IS NULL AND m.source_id = ANY(w.traversal_ids::bigint[])
+           WHERE l.shared_group_id = ANY(n.traversal_ids::bigint[]))
+       RETURNING t.id::bigint";
     /// The `users` rows of `$1::bigint[]` that the 2FA recompute may write, locked
     /// ascending before the authorization refresh (ARCHITECTURE.md, lock order).
     LOCK_TWO_FACTOR_USERS = "SELECT id::bigint FROM users
