@@ -46,10 +46,13 @@ fn hk_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     o
 }
 
-/// A throwaway cluster whose lock table holds about 600 locks: its documented size
-/// is `max_locks_per_transaction` 10 × `max_connections` 30 = 300 (a plan may hold
-/// 150 and slices at 37); with fewer background processes than the defaults, the
-/// real table is not much larger, so a few hundred advisory locks exhaust it.
+/// A throwaway cluster with a small lock table: its documented size is
+/// `max_locks_per_transaction` 16 × `max_connections` 30 = 480 (a plan may hold 240
+/// and slices at 60); with fewer background processes than the defaults, the real
+/// table is not much larger, so several hundred advisory locks exhaust it. One B38
+/// page's statements alone lock about 160 tables and indexes (the removal's, the
+/// authorization refresh's and the side effects' with EE's rows), so the table must
+/// hold a page of about 22 users with room to spare.
 struct SmallCluster(hk::pg::Cluster);
 
 impl SmallCluster {
@@ -59,7 +62,7 @@ impl SmallCluster {
             port: hk::pg::free_port().unwrap(),
         };
         c.up_with(&[
-            "max_locks_per_transaction=10",
+            "max_locks_per_transaction=16",
             "max_connections=30",
             "autovacuum_max_workers=1",
             "max_worker_processes=0",
@@ -182,7 +185,7 @@ async fn a_plan_never_holds_half_the_servers_lock_table() {
     assert!(p["slices"].as_i64().unwrap() > 1, "{p}");
     let server = &p["locks"]["server"];
     assert_eq!(
-        server["capacity"], 300,
+        server["capacity"], 480,
         "the settings as the server reports them"
     );
     assert!(p["locks"]["most_held"].as_i64().unwrap() < server["stop_at"].as_i64().unwrap());
@@ -227,9 +230,9 @@ async fn a_plan_never_holds_half_the_servers_lock_table() {
         err.contains("the plan stopped before the end of the run"),
         "{err}"
     );
-    assert!(err.contains("max_locks_per_transaction 10"), "{err}");
+    assert!(err.contains("max_locks_per_transaction 16"), "{err}");
     let p = plan(&o);
-    assert!(p["stopped"].as_str().unwrap().contains("150 of"), "{p}");
+    assert!(p["stopped"].as_str().unwrap().contains("240 of"), "{p}");
     assert_eq!(count(&c, "members").await, 160);
     let o = hk(
         &url,
