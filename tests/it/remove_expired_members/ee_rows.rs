@@ -6,25 +6,7 @@
 //! and the event of its deletion. Other users', other sources' and surviving
 //! memberships' rows stay; a replay writes and deletes nothing more.
 
-use shared::config::Settings;
-
 use super::*;
-
-fn audit(on: bool) -> Settings {
-    Settings {
-        audit_events: on,
-        ..Settings::default()
-    }
-}
-
-/// Invoke the cron message at NOW `times` times (a replay after the first).
-async fn cron(db: &TestDb, settings: Settings, times: usize) {
-    let mut r = db.runner_with(t(NOW), settings);
-    let body = r.cron_message(F).to_body();
-    for _ in 0..times {
-        r.invoke(F, &body, 1).await.unwrap();
-    }
-}
 
 /// Protected branch `B<id>` of project `project`, with merge access levels
 /// `(id, user)` and push access levels `(id, user)`.

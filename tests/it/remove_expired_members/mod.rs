@@ -21,6 +21,7 @@ use integration_tests::fixtures::{M, U};
 use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
+use shared::config::Settings;
 use shared::queue::OutMessage;
 use shared::Function;
 
@@ -48,6 +49,23 @@ async fn fixture() -> TestDb {
         .await;
     fx.members(&[M::gm(1, 100, 11, 50)]).await;
     db
+}
+
+/// Settings with `AUDIT_EVENTS` on or off (the side-effects and EE-rows tests).
+fn audit(on: bool) -> Settings {
+    Settings {
+        audit_events: on,
+        ..Settings::default()
+    }
+}
+
+/// Invoke the cron message at NOW `times` times (a replay after the first).
+async fn cron(db: &TestDb, settings: Settings, times: usize) {
+    let mut r = db.runner_with(t(NOW), settings);
+    let body = r.cron_message(F).to_body();
+    for _ in 0..times {
+        r.invoke(F, &body, 1).await.unwrap();
+    }
 }
 
 /// One invocation of the cron message at NOW; returns the runner and the log.

@@ -5,8 +5,6 @@
 //! `AUDIT_EVENTS=on` the `member_destroyed` audit events (legacy and scoped, same id);
 //! each written once however often the message is delivered.
 
-use shared::config::Settings;
-
 use super::*;
 
 /// P201 (public) beside the fixture's private P200; issues 900 (P200), 901 and 902
@@ -23,22 +21,6 @@ async fn todos_fixture(db: &TestDb) {
                 (3, 10, 201, 902, 'Issue', 11, 1, 'pending'), (4, 12, 201, 902, 'Issue', 11, 1, 'pending');",
     )
     .await;
-}
-
-fn audit(on: bool) -> Settings {
-    Settings {
-        audit_events: on,
-        ..Settings::default()
-    }
-}
-
-/// Invoke the cron message at NOW `times` times (a replay after the first).
-async fn cron(db: &TestDb, settings: Settings, times: usize) {
-    let mut r = db.runner_with(t(NOW), settings);
-    let body = r.cron_message(F).to_body();
-    for _ in 0..times {
-        r.invoke(F, &body, 1).await.unwrap();
-    }
 }
 
 async fn legacy_audit_table(db: &TestDb) -> bool {
