@@ -47,7 +47,6 @@ cleanup() {
   status=$?
   step_times
   if [ -n "$MOTO_PID" ]; then kill "$MOTO_PID" 2>/dev/null || true; fi
-  if [ -n "${LAMBDA_PID:-}" ]; then kill -- -"$LAMBDA_PID" 2>/dev/null || true; fi
   if [ -n "$STARTED_PG" ]; then HK_PG_BASE="$STATE/pg" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
   if [ -n "$STARTED_PG17" ]; then HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" "$ROOT/target/debug/hk" db down >/dev/null 2>&1 || true; fi
   if [ $status -ne 0 ]; then
@@ -119,17 +118,6 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 step "build"
 cargo build --workspace --all-targets
 
-# The release build of every function for Lambda (about 400 s of both cores) runs in
-# the background beside the test passes, which leave about a quarter of the CPU idle
-# waiting on PostgreSQL and the sinks (issue 52); the suite passes on a loaded machine
-# anyway. Its own output target (target/x86_64-unknown-linux-gnu) has its own cargo
-# lock. Its result is collected before `sam build`, which needs it.
-LAMBDA_LOG="$STATE/lambda-build.log"
-LAMBDA_START=$SECONDS
-setsid bash scripts/package-lambdas.sh --x86-64 --check >"$LAMBDA_LOG" 2>&1 &
-LAMBDA_PID=$!
-echo "release build of every function for Lambda started in the background (pid $LAMBDA_PID, log $LAMBDA_LOG)"
-
 if [ -z "${DATABASE_URL:-}" ]; then
   step "throwaway PostgreSQL 16 (hk db up)"
   PG_PORT=$(free_port)
@@ -160,6 +148,11 @@ export MOTO_ENDPOINT="http://127.0.0.1:$MOTO_PORT"
 echo "MOTO_ENDPOINT=$MOTO_ENDPOINT"
 
 step "unit and integration tests"
+# Twice as many test threads as cores (4 on CI's 2): a test waits on PostgreSQL, moto,
+# a sink or a child process much of its time, and with one thread per core about a
+# quarter of the CPU stayed idle (issue 52). The suite passes on a machine this loaded;
+# .config/nextest.toml starts the longest tests first. Every nextest pass below too.
+export NEXTEST_TEST_THREADS="${NEXTEST_TEST_THREADS:-$(($(nproc) * 2))}"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else
@@ -193,8 +186,10 @@ step "GitLab 18.2 model: schema, catalogue and the release-dependent scenarios (
 # migrations, the storage links: catalogue MODEL_MODULES and COLUMN_MODULES), the
 # shares, and what a removal writes and sends besides (side effects, system hooks).
 # The rest (B28, its deliveries, B38 and B43 without a release-dependent path) runs on
-# the same statements on every model, which the schema tests PREPARE here.
-GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit|ee_rows)::/)) and not test(/at_scale|continuation/)'
+# the same statements on every model, which the schema tests PREPARE here; so do the
+# storage removal's crash-at-each-point replays (about 40 s a pass), whose other
+# storage tests run here.
+GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit|ee_rows)::/)) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
   HK_TEST_GITLAB=18.2 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL182_FILTER"
   HK_TEST_GITLAB=18.2 cargo nextest run -p hk --test check --test parity --no-fail-fast
@@ -209,7 +204,7 @@ step "GitLab 18.11 model: schema and the acceptance scenarios (HK_TEST_GITLAB=18
 # column-probed paths run both ways. The schema and catalogue tests, the shares, the
 # deletion state (group_deletion), the ghost user (delete_user) and the storage
 # scenarios, and `hk check` (budget: about 3 minutes).
-GL1811_FILTER='test(/^(schema|shares|group_deletion|delete_user|storage)::/) and not test(/at_scale|continuation/)'
+GL1811_FILTER='test(/^(schema|shares|group_deletion|delete_user|storage)::/) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
   HK_TEST_GITLAB=18.11 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL1811_FILTER"
   HK_TEST_GITLAB=18.11 cargo nextest run -p hk --test check --no-fail-fast
@@ -218,13 +213,12 @@ else
   HK_TEST_GITLAB=18.11 cargo test -p hk --test check --no-fail-fast
 fi
 
-step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI): the rest of the background build"
-lambda_status=0
-wait "$LAMBDA_PID" || lambda_status=$?
-LAMBDA_PID=""
-cat "$LAMBDA_LOG"
-echo "the background release build took $((SECONDS - LAMBDA_START)) s from its start (exit $lambda_status)"
-if [ "$lambda_status" -ne 0 ]; then exit "$lambda_status"; fi
+step "release build of every function for Lambda (provided.al2023, x86_64, vendored OpenSSL; LTO off in CI)"
+# After the test passes, not beside them: measured on CI's 2 cores, a background build
+# only shared the same CPU (the build took 1,394 s instead of 397, the main suite 1,056
+# instead of 639; issue 52), and the passes now fill the idle CPU themselves (more test
+# threads than cores, below).
+bash scripts/package-lambdas.sh --x86-64 --check
 
 step "sam build (offline, from the root as the README says): infra/Makefile runs the package script per function"
 # Same flags as the build above, so each function's build is a cargo no-op: this proves
