@@ -27,7 +27,7 @@ use shared::messages::{
 };
 
 /// The bench database's `application_settings.uuid`.
-const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
+pub const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
 
 /// Cold start including the database: for every function a cron starts, process start
 /// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
@@ -53,8 +53,10 @@ pub(super) async fn with_db(dir: &Path, starts: usize, opts: &Options) -> Result
 
 /// The first message `f` is handed: a cron's own message; for an SQS-fed child, one
 /// about ids no row has (the worker re-checks the database and answers as for a stale
-/// message, the cheapest real record).
-fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+/// message, the cheapest real record); `None` for a function no SQS queue feeds.
+/// Public for the test that pins a cold start's round trips
+/// (`tests/it/reliability/round_trips.rs`).
+pub fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
     const NONE: i64 = 987_654_321;
     let today = now.date_naive();
     let env = |kind: &str, key: String, payload: serde_json::Value| {
