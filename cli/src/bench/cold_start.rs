@@ -11,11 +11,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::footprint::{binary, first_record, io, sqs_event};
 use super::tls_db::TlsOn;
-use super::wire::Wire;
+use super::wire::{Timeline, Wire};
 use super::{median, Options, Row, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -231,6 +231,13 @@ async fn cold_start_on(
                 "ms",
                 Some(Target::le(50.0)),
             ));
+            // Where the time goes: one start through a relay that holds nothing and
+            // notes when each round trip starts and is answered.
+            let wire = Wire::start("127.0.0.1", cluster.port).await?;
+            let via = wire.url(&url, cluster.port);
+            let t0 = Instant::now();
+            let total = first_record(&bin, *f, event.clone(), &via, &env).await?;
+            rows.push(timeline_row(*f, t0, total, &wire.timeline()));
         }
         Ok::<(), Error>(())
     }
@@ -251,6 +258,45 @@ async fn cold_start_on(
     .map_err(|e| Error::Invariant(format!("footprint: the schema check count: {e}")))?;
     rows.extend(counted?);
     Ok(rows)
+}
+
+/// One start's timeline as a row: process start (the bench's spawn) → the function's
+/// TCP connection, then per round trip the server's time (its flight's start → the
+/// first reply bytes) and the function's (those bytes → its next flight), and the
+/// last reply → the answer to the Runtime API.
+fn timeline_row(f: Function, t0: Instant, total: Duration, t: &Timeline) -> Row {
+    let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
+    let connect = t.accepted.map_or(0.0, |a| ms(t0, a));
+    let (mut server, mut client, mut steps) = (0.0, 0.0, Vec::new());
+    for (k, start) in t.trips.iter().enumerate() {
+        let before = if k == 0 {
+            t.accepted.unwrap_or(*start)
+        } else {
+            t.replies.get(k - 1).copied().unwrap_or(*start)
+        };
+        let c = ms(before, *start);
+        let s = t.replies.get(k).map_or(0.0, |r| ms(*start, *r));
+        client += c;
+        server += s;
+        steps.push(format!("{c:.1}/{s:.1}"));
+    }
+    let end = t0 + total;
+    let after = t.last_reply.map_or(0.0, |r| ms(r, end));
+    Row::new(
+        "footprint",
+        format!("{f}: where a cold start's time goes, TLS, no delay"),
+        format!(
+            "one start through a relay that holds nothing: process start → TCP connect \
+             {connect:.1} ms; {} round trips, the function's time before each {client:.1} ms \
+             and the server's {server:.1} ms in all; last reply → answer {after:.1} ms; per \
+             round trip function/server ms: {}",
+            t.trips.len(),
+            steps.join(", ")
+        ),
+        total.as_secs_f64() * 1000.0,
+        "ms",
+        None,
+    )
 }
 
 /// The latency of a round trip in a VPC the cold start is timed at (issue 52).
