@@ -261,24 +261,29 @@ async fn cold_start_on(
 }
 
 /// One start's timeline as a row: process start (the bench's spawn) → the function's
-/// TCP connection, then per round trip the server's time (its flight's start → the
-/// first reply bytes) and the function's (those bytes → its next flight), and the
-/// last reply → the answer to the Runtime API.
+/// TCP connection, then per round trip the function's time (the server's last bytes
+/// → its next flight) and the server's (that flight → the server's last bytes before
+/// the function's next flight, its first bytes in brackets), and the last reply → the
+/// answer to the Runtime API.
 fn timeline_row(f: Function, t0: Instant, total: Duration, t: &Timeline) -> Row {
     let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
     let connect = t.accepted.map_or(0.0, |a| ms(t0, a));
     let (mut server, mut client, mut steps) = (0.0, 0.0, Vec::new());
     for (k, start) in t.trips.iter().enumerate() {
-        let before = if k == 0 {
-            t.accepted.unwrap_or(*start)
-        } else {
-            t.replies.get(k - 1).copied().unwrap_or(*start)
+        let before = match t.ends.get(k).copied().flatten() {
+            Some(e) => e,
+            None => t.accepted.unwrap_or(*start),
+        };
+        let end = match t.ends.get(k + 1).copied().flatten() {
+            Some(e) => e,
+            None => t.last_reply.unwrap_or(*start),
         };
         let c = ms(before, *start);
-        let s = t.replies.get(k).map_or(0.0, |r| ms(*start, *r));
+        let s = ms(*start, end);
+        let first = t.replies.get(k).map_or(0.0, |r| ms(*start, *r));
         client += c;
         server += s;
-        steps.push(format!("{c:.1}/{s:.1}"));
+        steps.push(format!("{c:.1}/{s:.1} ({first:.1})"));
     }
     let end = t0 + total;
     let after = t.last_reply.map_or(0.0, |r| ms(r, end));
@@ -289,7 +294,7 @@ fn timeline_row(f: Function, t0: Instant, total: Duration, t: &Timeline) -> Row 
             "one start through a relay that holds nothing: process start → TCP connect \
              {connect:.1} ms; {} round trips, the function's time before each {client:.1} ms \
              and the server's {server:.1} ms in all; last reply → answer {after:.1} ms; per \
-             round trip function/server ms: {}",
+             round trip function/server ms (server's first bytes): {}",
             t.trips.len(),
             steps.join(", ")
         ),
@@ -336,7 +341,9 @@ async fn schema_check_round_trips(
         shared::db::Connector::from_url(&wire.url(db_url, port))?,
         "hk-bench",
     );
-    drop(alone.client().await?);
+    // Connecting alone, without the settings: a cold start sends them with the check.
+    let (client, settle) = alone.client_unsettled().await?;
+    drop((client, settle));
     let connect = wire.round_trips();
     let mut rows = Vec::new();
     for f in Function::ALL {
@@ -356,7 +363,7 @@ async fn schema_check_round_trips(
             format!("{f}: round trips of the cold-start schema check after the session is up"),
             format!(
                 "counted on the wire by a relay ({connect} more to connect, without TLS); \
-                 release, model and column probes in one, the statements it can run in one"
+                 the session settings, release, model and column probes in one, the statements it can run in one"
             ),
             wire.round_trips().saturating_sub(connect) as f64,
             "round trips",

@@ -48,6 +48,8 @@ pub struct Timeline {
     pub trips: Vec<std::time::Instant>,
     /// The server's first bytes after each round trip's start, in order.
     pub replies: Vec<std::time::Instant>,
+    /// The server's last bytes before each round trip's start (none before the first).
+    pub ends: Vec<Option<std::time::Instant>>,
     /// The last bytes relayed from the server.
     pub last_reply: Option<std::time::Instant>,
 }
@@ -204,12 +206,15 @@ async fn relay(
             };
             if spoke.swap(false, Ordering::SeqCst) {
                 up_counters.round_trips.fetch_add(1, Ordering::SeqCst);
-                up_counters
-                    .timeline
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .trips
-                    .push(std::time::Instant::now());
+                {
+                    let mut t = up_counters
+                        .timeline
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    t.trips.push(std::time::Instant::now());
+                    let end = t.last_reply;
+                    t.ends.push(end);
+                }
                 if !delay.is_zero() {
                     let held = hold(delay).await;
                     up_counters
