@@ -356,6 +356,8 @@ impl Runner {
             }
             Some(session) => {
                 let outcome = {
+                    // Each record is an invocation here: its kept session is pinged.
+                    session.invocation_started();
                     let mut client = session.client().await?;
                     process_record(&inv, &mut *client, body, &meta).await
                 };

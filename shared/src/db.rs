@@ -7,6 +7,7 @@
 //! Its own statements are in [`sql`].
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -345,17 +346,23 @@ impl Connector {
     /// Open a session for `application_name`, with the settings of behaviour §7.1.
     /// A refused login with a secret source re-reads it (see [`Connector::with_secret`]).
     pub async fn connect(&self, application_name: &str) -> Result<Client> {
-        let pg = self.session_config(application_name);
-        let client = match (self.open(&pg).await, &self.rotation) {
-            (Ok(c), _) => c,
-            (Err(e), Some(r)) if is_auth_failure(&e) => {
-                // Boxed: keeps `connect`'s future small and its type shallow for callers.
-                Box::pin(self.reconnect_rotated(r, &pg, e)).await?
-            }
-            (Err(e), _) => return Err(e.into()),
-        };
+        let client = self.connect_unconfigured(application_name).await?;
         self.configure(&client).await?;
         Ok(client)
+    }
+
+    /// [`Connector::connect`] without the session settings: the caller must run
+    /// [`Connector::configure`] before any statement that depends on them.
+    async fn connect_unconfigured(&self, application_name: &str) -> Result<Client> {
+        let pg = self.session_config(application_name);
+        match (self.open(&pg).await, &self.rotation) {
+            (Ok(c), _) => Ok(c),
+            (Err(e), Some(r)) if is_auth_failure(&e) => {
+                // Boxed: keeps `connect`'s future small and its type shallow for callers.
+                Box::pin(self.reconnect_rotated(r, &pg, e)).await
+            }
+            (Err(e), _) => Err(e.into()),
+        }
     }
 
     /// Open a session for `application_name` over a plain TCP socket that `wrap`
@@ -425,11 +432,24 @@ impl Connector {
 
 /// One database session kept across the records and warm invocations of a Lambda
 /// execution environment.
+///
+/// Round trips (issue 52): the kept client is pinged at most once per invocation (a
+/// frozen environment thaws between invocations, never inside one: see
+/// [`Session::invocation_started`]), never when it was connected in this invocation;
+/// and a new client's settings can go out in the flight of its first statements
+/// ([`Session::client_unsettled`]).
 pub struct Session {
     connector: Connector,
     application_name: String,
     client: Mutex<Option<Client>>,
+    /// The kept client answered a ping or was connected since the invocation started.
+    checked: AtomicBool,
+    /// The kept client's settings (`CONFIGURE`) were applied.
+    settled: AtomicBool,
 }
+
+/// A checked-out client ([`Session::client`]).
+pub type Checkout<'a> = tokio::sync::MappedMutexGuard<'a, Client>;
 
 impl Session {
     /// A holder that connects lazily.
@@ -438,6 +458,8 @@ impl Session {
             connector,
             application_name: application_name.to_string(),
             client: Mutex::new(None),
+            checked: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
         }
     }
 
@@ -446,25 +468,52 @@ impl Session {
         &self.connector
     }
 
-    /// Borrow a live client: the kept one if it answers a ping, otherwise a new one.
-    /// A frozen environment can thaw with a dead socket, hence the check.
-    pub async fn client(&self) -> Result<tokio::sync::MappedMutexGuard<'_, Client>> {
+    /// A new invocation starts (a thawed environment may hold a dead socket): the next
+    /// checkout pings the kept client, once.
+    pub fn invocation_started(&self) {
+        self.checked.store(false, Ordering::Release);
+    }
+
+    /// Borrow a live client with the session settings applied: the kept one (pinged
+    /// once per invocation, [`Session::invocation_started`]: a frozen environment can
+    /// thaw with a dead socket, hence the check), otherwise a new one.
+    pub async fn client(&self) -> Result<Checkout<'_>> {
+        let (client, unsettled) = self.client_unsettled().await?;
+        if let Some(settle) = unsettled {
+            settle.run(&client).await?;
+        }
+        Ok(client)
+    }
+
+    /// [`Session::client`], but a new client comes without its session settings: then
+    /// the [`Settle`] returned must run before any statement that depends on them, and
+    /// may be sent in one flight with statements that do not (polled first in a
+    /// `futures::join!`, it is processed first). Until it has succeeded, the next
+    /// checkout settles the client first.
+    pub async fn client_unsettled(&self) -> Result<(Checkout<'_>, Option<Settle<'_>>)> {
         let mut guard = self.client.lock().await;
         let alive = match guard.as_ref() {
             Some(c) if !c.is_closed() => {
-                tokio::time::timeout(Duration::from_secs(5), c.simple_query(sql::PING))
-                    .await
-                    .is_ok_and(|r| r.is_ok())
+                self.checked.load(Ordering::Acquire)
+                    || tokio::time::timeout(Duration::from_secs(5), c.simple_query(sql::PING))
+                        .await
+                        .is_ok_and(|r| r.is_ok())
             }
             _ => false,
         };
         if !alive {
             *guard = None;
-            *guard = Some(self.connector.connect(&self.application_name).await?);
+            self.settled.store(false, Ordering::Release);
+            *guard = Some(
+                self.connector
+                    .connect_unconfigured(&self.application_name)
+                    .await?,
+            );
         }
-        Ok(tokio::sync::MutexGuard::map(guard, |c| {
-            c.as_mut().expect("connected above")
-        }))
+        self.checked.store(true, Ordering::Release);
+        let settle = (!self.settled.load(Ordering::Acquire)).then_some(Settle { session: self });
+        let client = tokio::sync::MutexGuard::map(guard, |c| c.as_mut().expect("connected above"));
+        Ok((client, settle))
     }
 
     /// After a record that failed or panicked: roll back, release every session lock,
@@ -487,6 +536,22 @@ impl Session {
                 *guard = None;
             }
         }
+    }
+}
+
+/// A new client's session settings, to be applied ([`Session::client_unsettled`]).
+#[must_use = "the session settings must be applied before the record's statements"]
+pub struct Settle<'a> {
+    session: &'a Session,
+}
+
+impl Settle<'_> {
+    /// Apply the settings to `client` (the checkout this came with). A failure is
+    /// returned, and the next checkout applies them again before handing the client out.
+    pub async fn run(self, client: &Client) -> Result<()> {
+        self.session.connector.configure(client).await?;
+        self.session.settled.store(true, Ordering::Release);
+        Ok(())
     }
 }
 

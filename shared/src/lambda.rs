@@ -156,15 +156,30 @@ impl SchemaGate {
             return Ok(Gate::Open);
         }
         let failed = {
-            let client = match deps.session.client().await {
+            let (client, unsettled) = match deps.session.client_unsettled().await {
                 Ok(c) => c,
                 Err(_) => return Ok(Gate::Open),
             };
             let accepted = deps.config.schema_accepted.as_deref();
-            // The release and the schema probes in one round trip, then the function's
-            // statements in one more (issue 52).
-            let (read, probed) =
-                futures::join!(release::read(&*client), preflight::probe_all(&*client));
+            // A new session's settings, the release and the schema probes in one round
+            // trip (the settings first: the probes only read the catalogue), then the
+            // function's statements in one more, under the settings' lock_timeout
+            // (issue 52).
+            let settle = async {
+                match unsettled {
+                    Some(s) => s.run(&client).await,
+                    None => Ok(()),
+                }
+            };
+            let (settled, read, probed) = futures::join!(
+                settle,
+                release::read(&*client),
+                preflight::probe_all(&*client)
+            );
+            if settled.is_err() {
+                // The record's checkout applies them again and reports the failure.
+                return Ok(Gate::Open);
+            }
             let refusal = match read {
                 Err(_) => return Ok(Gate::Open),
                 Ok(release::Read::Version(v)) => release::classify(&v, accepted).refusal(&v),
@@ -262,8 +277,9 @@ pub async fn handle_event_checked<H: Handler>(
     gate: &SchemaGate,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
+    deps.session.invocation_started();
     match gate.check(deps).await? {
-        Gate::Open => handle_event_with(handler, deps, event).await,
+        Gate::Open => handle_records(handler, deps, event).await,
         Gate::Busy(_) => {
             let sqs = event.payload;
             if sqs.records.iter().any(|r| r.message_id.is_none()) {
@@ -302,9 +318,20 @@ fn remaining(deadline_ms: u64, function: Function) -> Duration {
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
 }
 
-/// Handle one SQS event: every record in order through `handler`, failures reported
-/// per record.
+/// Handle one SQS event (one invocation): every record in order through `handler`,
+/// failures reported per record.
 pub async fn handle_event_with<H: Handler>(
+    handler: &H,
+    deps: &Deps,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, InvokeError> {
+    deps.session.invocation_started();
+    handle_records(handler, deps, event).await
+}
+
+/// [`handle_event_with`] once the invocation has started: the session is pinged at
+/// most once in it (by its first checkout, the schema check's at cold start).
+async fn handle_records<H: Handler>(
     handler: &H,
     deps: &Deps,
     event: LambdaEvent<SqsEvent>,

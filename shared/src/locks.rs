@@ -5,6 +5,7 @@
 //! ascending order given (callers decide the order). Its statements are in [`sql`].
 
 use sha2::{Digest, Sha256};
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -23,15 +24,17 @@ pub fn lock_key(s: &str) -> i64 {
 
 /// Try the session-level lock for `key_str`; true when taken.
 pub async fn try_session_lock<C: GenericClient>(c: &C, key_str: &str) -> Result<bool> {
+    // Parsed, bound and run in one flight (one round trip, issue 52): every cron's
+    // first and last statement.
     let row = c
-        .query_one(sql::TRY_SESSION_LOCK, &[&lock_key(key_str)])
+        .query_typed_one(sql::TRY_SESSION_LOCK, &[(&lock_key(key_str), Type::INT8)])
         .await?;
     Ok(row.get(0))
 }
 
 /// Release the session-level lock for `key_str`.
 pub async fn session_unlock<C: GenericClient>(c: &C, key_str: &str) -> Result<()> {
-    c.execute(sql::SESSION_UNLOCK, &[&lock_key(key_str)])
+    c.query_typed(sql::SESSION_UNLOCK, &[(&lock_key(key_str), Type::INT8)])
         .await?;
     Ok(())
 }
@@ -42,7 +45,8 @@ pub async fn xact_locks<C: GenericClient>(c: &C, key_strs: &[String]) -> Result<
         return Ok(());
     }
     let keys: Vec<i64> = key_strs.iter().map(|s| lock_key(s)).collect();
-    c.execute(sql::XACT_LOCKS, &[&keys]).await?;
+    c.query_typed(sql::XACT_LOCKS, &[(&keys, Type::INT8_ARRAY)])
+        .await?;
     Ok(())
 }
 

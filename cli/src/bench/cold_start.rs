@@ -11,11 +11,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::footprint::{binary, first_record, io, sqs_event};
 use super::tls_db::TlsOn;
-use super::wire::Wire;
+use super::wire::{Timeline, Wire};
 use super::{median, Options, Row, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
@@ -27,7 +27,7 @@ use shared::messages::{
 };
 
 /// The bench database's `application_settings.uuid`.
-const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
+pub const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
 
 /// Cold start including the database: for every function a cron starts, process start
 /// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
@@ -53,8 +53,10 @@ pub(super) async fn with_db(dir: &Path, starts: usize, opts: &Options) -> Result
 
 /// The first message `f` is handed: a cron's own message; for an SQS-fed child, one
 /// about ids no row has (the worker re-checks the database and answers as for a stale
-/// message, the cheapest real record).
-fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+/// message, the cheapest real record); `None` for a function no SQS queue feeds.
+/// Public for the test that pins a cold start's round trips
+/// (`tests/it/reliability/round_trips.rs`).
+pub fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
     const NONE: i64 = 987_654_321;
     let today = now.date_naive();
     let env = |kind: &str, key: String, payload: serde_json::Value| {
@@ -229,6 +231,13 @@ async fn cold_start_on(
                 "ms",
                 Some(Target::le(50.0)),
             ));
+            // Where the time goes: one start through a relay that holds nothing and
+            // notes when each round trip starts and is answered.
+            let wire = Wire::start("127.0.0.1", cluster.port).await?;
+            let via = wire.url(&url, cluster.port);
+            let t0 = Instant::now();
+            let total = first_record(&bin, *f, event.clone(), &via, &env).await?;
+            rows.push(timeline_row(*f, t0, total, &wire.timeline()));
         }
         Ok::<(), Error>(())
     }
@@ -249,6 +258,50 @@ async fn cold_start_on(
     .map_err(|e| Error::Invariant(format!("footprint: the schema check count: {e}")))?;
     rows.extend(counted?);
     Ok(rows)
+}
+
+/// One start's timeline as a row: process start (the bench's spawn) → the function's
+/// TCP connection, then per round trip the function's time (the server's last bytes
+/// → its next flight) and the server's (that flight → the server's last bytes before
+/// the function's next flight, its first bytes in brackets), and the last reply → the
+/// answer to the Runtime API.
+fn timeline_row(f: Function, t0: Instant, total: Duration, t: &Timeline) -> Row {
+    let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1000.0;
+    let connect = t.accepted.map_or(0.0, |a| ms(t0, a));
+    let (mut server, mut client, mut steps) = (0.0, 0.0, Vec::new());
+    for (k, start) in t.trips.iter().enumerate() {
+        let before = match t.ends.get(k).copied().flatten() {
+            Some(e) => e,
+            None => t.accepted.unwrap_or(*start),
+        };
+        let end = match t.ends.get(k + 1).copied().flatten() {
+            Some(e) => e,
+            None => t.last_reply.unwrap_or(*start),
+        };
+        let c = ms(before, *start);
+        let s = ms(*start, end);
+        let first = t.replies.get(k).map_or(0.0, |r| ms(*start, *r));
+        client += c;
+        server += s;
+        steps.push(format!("{c:.1}/{s:.1} ({first:.1})"));
+    }
+    let end = t0 + total;
+    let after = t.last_reply.map_or(0.0, |r| ms(r, end));
+    Row::new(
+        "footprint",
+        format!("{f}: where a cold start's time goes, TLS, no delay"),
+        format!(
+            "one start through a relay that holds nothing: process start → TCP connect \
+             {connect:.1} ms; {} round trips, the function's time before each {client:.1} ms \
+             and the server's {server:.1} ms in all; last reply → answer {after:.1} ms; per \
+             round trip function/server ms (server's first bytes): {}",
+            t.trips.len(),
+            steps.join(", ")
+        ),
+        total.as_secs_f64() * 1000.0,
+        "ms",
+        None,
+    )
 }
 
 /// The latency of a round trip in a VPC the cold start is timed at (issue 52).
@@ -288,7 +341,9 @@ async fn schema_check_round_trips(
         shared::db::Connector::from_url(&wire.url(db_url, port))?,
         "hk-bench",
     );
-    drop(alone.client().await?);
+    // Connecting alone, without the settings: a cold start sends them with the check.
+    let (client, settle) = alone.client_unsettled().await?;
+    drop((client, settle));
     let connect = wire.round_trips();
     let mut rows = Vec::new();
     for f in Function::ALL {
@@ -308,7 +363,7 @@ async fn schema_check_round_trips(
             format!("{f}: round trips of the cold-start schema check after the session is up"),
             format!(
                 "counted on the wire by a relay ({connect} more to connect, without TLS); \
-                 release, model and column probes in one, the statements it can run in one"
+                 the session settings, release, model and column probes in one, the statements it can run in one"
             ),
             wire.round_trips().saturating_sub(connect) as f64,
             "round trips",

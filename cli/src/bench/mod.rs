@@ -16,7 +16,7 @@
 
 pub mod b28;
 pub mod b38;
-mod cold_start;
+pub mod cold_start;
 pub mod data;
 pub mod footprint;
 pub mod keyset;

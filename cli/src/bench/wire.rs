@@ -33,6 +33,25 @@ struct Counters {
     /// Nanoseconds the delayed relay really held round trips, summed.
     held_ns: AtomicU64,
     unreadable: AtomicBool,
+    /// When things happened on the wire, for a cold start's timeline.
+    timeline: std::sync::Mutex<Timeline>,
+}
+
+/// When the relay saw a session's steps (the first session it carried): its
+/// connection accepted, the first bytes of each round trip (before any hold), the
+/// server's last bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Timeline {
+    /// The first connection accepted.
+    pub accepted: Option<std::time::Instant>,
+    /// The start of each round trip, in order.
+    pub trips: Vec<std::time::Instant>,
+    /// The server's first bytes after each round trip's start, in order.
+    pub replies: Vec<std::time::Instant>,
+    /// The server's last bytes before each round trip's start (none before the first).
+    pub ends: Vec<Option<std::time::Instant>>,
+    /// The last bytes relayed from the server.
+    pub last_reply: Option<std::time::Instant>,
 }
 
 /// The counts at one moment.
@@ -73,6 +92,10 @@ impl Wire {
         let c = counters.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                {
+                    let mut t = c.timeline.lock().unwrap_or_else(|p| p.into_inner());
+                    t.accepted.get_or_insert_with(std::time::Instant::now);
+                }
                 let (c, target) = (c.clone(), target.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(&target).await {
@@ -122,6 +145,15 @@ impl Wire {
         let n = self.counters.round_trips.load(Ordering::SeqCst);
         let ns = self.counters.held_ns.load(Ordering::SeqCst);
         std::time::Duration::from_nanos(ns.checked_div(n).unwrap_or(0))
+    }
+
+    /// When the relay saw each step so far ([`Timeline`]).
+    pub fn timeline(&self) -> Timeline {
+        self.counters
+            .timeline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// What was counted so far; an error if a session could not be read.
@@ -174,6 +206,15 @@ async fn relay(
             };
             if spoke.swap(false, Ordering::SeqCst) {
                 up_counters.round_trips.fetch_add(1, Ordering::SeqCst);
+                {
+                    let mut t = up_counters
+                        .timeline
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    t.trips.push(std::time::Instant::now());
+                    let end = t.last_reply;
+                    t.ends.push(end);
+                }
                 if !delay.is_zero() {
                     let held = hold(delay).await;
                     up_counters
@@ -200,7 +241,15 @@ async fn relay(
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            server_spoke.store(true, Ordering::SeqCst);
+            let now = std::time::Instant::now();
+            let first = !server_spoke.swap(true, Ordering::SeqCst);
+            {
+                let mut t = counters.timeline.lock().unwrap_or_else(|p| p.into_inner());
+                if first {
+                    t.replies.push(now);
+                }
+                t.last_reply = Some(now);
+            }
             if cw.write_all(&buf[..n]).await.is_err() {
                 break;
             }
