@@ -7,6 +7,7 @@
 //! destroy, docs/gitlab-differences.md D3). Replays are no-ops.
 
 use serde::Serialize;
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -141,7 +142,12 @@ enum Pre {
 /// Steps 1–2: wait for any phase-1 transaction on the user, then look for the row.
 async fn precheck<C: GenericClient + Send + Sync>(client: &mut C, u: i64) -> Result<Pre> {
     let tx = client.transaction().await?;
-    let row = tx.query_opt(sql::SHARE_USER, &[&u]).await?;
+    // One round trip (parsed, bound and run in one flight; issue 52).
+    let row = tx
+        .query_typed(sql::SHARE_USER, &[(&u, Type::INT8)])
+        .await?
+        .into_iter()
+        .next();
     let Some(row) = row else {
         tx.commit().await?;
         return Ok(Pre::Missing);

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use chrono::NaiveDate;
 use serde::Serialize;
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -56,21 +57,39 @@ pub async fn read_page<C: GenericClient>(
     cursor: Option<MemberCursor>,
 ) -> Result<(Vec<(NaiveDate, i64)>, bool)> {
     let limit = (BATCH_SIZE + 1) as i64;
+    // Parsed, bound and run in one flight each (one round trip, issue 52).
     let rows = match cursor {
-        None => c.query(sql::PAGE, &[&today, &limit]).await?,
+        None => {
+            c.query_typed(sql::PAGE, &[(&today, Type::DATE), (&limit, Type::INT8)])
+                .await?
+        }
         Some(cur) => {
             let window = SAME_DATE_WINDOW as i64;
             let same = c
-                .query(
+                .query_typed(
                     sql::PAGE_SAME_DATE,
-                    &[&cur.expires_at, &cur.id, &window, &limit, &today],
+                    &[
+                        (&cur.expires_at, Type::DATE),
+                        (&cur.id, Type::INT8),
+                        (&window, Type::INT8),
+                        (&limit, Type::INT8),
+                        (&today, Type::DATE),
+                    ],
                 )
                 .await?;
             if same.len() as i64 == limit {
                 same
             } else {
-                c.query(sql::PAGE_AFTER, &[&today, &cur.expires_at, &cur.id, &limit])
-                    .await?
+                c.query_typed(
+                    sql::PAGE_AFTER,
+                    &[
+                        (&today, Type::DATE),
+                        (&cur.expires_at, Type::DATE),
+                        (&cur.id, Type::INT8),
+                        (&limit, Type::INT8),
+                    ],
+                )
+                .await?
             }
         }
     };
@@ -290,7 +309,9 @@ where
     C: GenericClient + Send + Sync,
 {
     let limit = BATCH_SIZE as i64;
-    let rows = client.query(sql::INFINITELY_EXPIRED, &[&limit]).await?;
+    let rows = client
+        .query_typed(sql::INFINITELY_EXPIRED, &[(&limit, Type::INT8)])
+        .await?;
     for row in &rows {
         if inv.deadline.reached() {
             break; // the next run goes on with them
