@@ -2,6 +2,22 @@
 //! memberships as parallel arrays (one element per membership), so a grouped B38
 //! transaction runs each statement once.
 
+/// The groups left and their subtrees, for a `DELETE`: from the pairs of user `$1[i]`
+/// and group left `$2[i]` as `r(user_id, group_id)`, the group `g` and each group `n`
+/// of its subtree (itself included), by the prefix range over `traversal_ids`. Starts
+/// with `USING`; the statement's `WHERE` follows.
+macro_rules! left_group_subtrees {
+    () => {
+        "USING unnest($1::bigint[], $2::bigint[]) AS r(user_id, group_id)
+         JOIN namespaces g ON g.id = r.group_id AND cardinality(g.traversal_ids) > 0
+         JOIN namespaces n ON n.type = 'Group'
+           AND n.traversal_ids >= g.traversal_ids
+           AND n.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
+                                 || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)"
+    };
+}
+pub(crate) use left_group_subtrees;
+
 crate::statements::statements! {
     /// Member `$1`'s `expires_at`, read before its removal (the audit event's reason).
     EXPIRES_AT = "SELECT expires_at FROM members WHERE id = $1::bigint";
@@ -124,13 +140,10 @@ crate::statements::statements! {
     /// membership in the group or an ancestor, and no share of the group or an ancestor
     /// with a group the user belongs to (directly or through an ancestor; an expired
     /// link still counts, so its todos stay).
-    DELETE_GROUP_LEAVE_TODOS = "DELETE FROM todos t
-       USING unnest($1::bigint[], $2::bigint[]) AS r(user_id, group_id)
-         JOIN namespaces g ON g.id = r.group_id AND cardinality(g.traversal_ids) > 0
-         JOIN namespaces n ON n.type = 'Group'
-           AND n.traversal_ids >= g.traversal_ids
-           AND n.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                 || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)
+    DELETE_GROUP_LEAVE_TODOS = concat!(
+        "DELETE FROM todos t ",
+        left_group_subtrees!(),
+        "
        WHERE t.user_id = r.user_id AND t.group_id = n.id AND n.visibility_level = 0
          AND NOT EXISTS (
            SELECT 1 FROM members m
@@ -142,7 +155,8 @@ crate::statements::statements! {
              JOIN members m ON m.user_id = r.user_id AND m.source_type = 'Namespace'
                AND m.requested_at IS NULL AND m.source_id = ANY(w.traversal_ids::bigint[])
            WHERE l.shared_group_id = ANY(n.traversal_ids::bigint[]))
-       RETURNING t.id::bigint";
+       RETURNING t.id::bigint"
+    );
     /// The `users` rows of `$1::bigint[]` that the 2FA recompute may write, locked
     /// ascending before the authorization refresh (ARCHITECTURE.md, lock order).
     LOCK_TWO_FACTOR_USERS = "SELECT id::bigint FROM users

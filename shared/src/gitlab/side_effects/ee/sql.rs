@@ -2,6 +2,8 @@
 //! left as parallel arrays `($1[i] user, $2[i] project or group)` and returns the ids
 //! it deleted.
 
+use crate::gitlab::side_effects::sql::left_group_subtrees;
+
 /// The user's access levels of table `$table` on the protected branches of the
 /// projects left, unless the user is still an active member (guest or more, not an
 /// access request) of the project's group or an ancestor (`group&.member?(user)`).
@@ -35,13 +37,9 @@ macro_rules! group_branch_access {
         concat!(
             "DELETE FROM ",
             $table,
-            " a
-       USING unnest($1::bigint[], $2::bigint[]) AS r(user_id, group_id)
-         JOIN namespaces g ON g.id = r.group_id AND cardinality(g.traversal_ids) > 0
-         JOIN namespaces n ON n.type = 'Group'
-           AND n.traversal_ids >= g.traversal_ids
-           AND n.traversal_ids < g.traversal_ids[1:cardinality(g.traversal_ids) - 1]
-                                 || (g.traversal_ids[cardinality(g.traversal_ids)] + 1)
+            " a ",
+            left_group_subtrees!(),
+            "
          JOIN projects p ON p.namespace_id = n.id
          JOIN protected_branches b ON b.project_id = p.id
        WHERE a.protected_branch_id = b.id AND a.user_id = r.user_id
