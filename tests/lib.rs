@@ -5,6 +5,7 @@
 //! and `MOTO_ENDPOINT` (a moto server on 127.0.0.1). Without them the tests fail with
 //! a message saying so: they are never skipped.
 
+pub mod app;
 pub mod aws;
 pub mod db;
 pub mod fixtures;
@@ -14,6 +15,7 @@ pub mod sinks;
 pub mod state;
 pub mod wait;
 
+pub use app::environment;
 pub use db::TestDb;
 pub use fixtures::Fx;
 

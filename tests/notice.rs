@@ -108,7 +108,7 @@ impl Notices {
         ]);
         let cfg = NotifyConfig::from_lookup(&|k: &str| env.get(k).cloned()).unwrap();
         let mut n = Notifier::full(&cfg, None).await.unwrap();
-        let d = n.delivery.as_mut().expect("full notifier");
+        let d = &mut n.delivery;
         d.webhooks = WebhookClient::new(
             Duration::from_secs(5),
             shared::notify::LocalNetwork::Deny,

@@ -33,13 +33,11 @@ use shared::config::Settings;
 use shared::db::{Connector, Session};
 use shared::error::{Error, Result};
 use shared::function::Function;
-use shared::handlers::Dispatch;
+use shared::handlers::{self, Dispatch};
 use shared::messages::Envelope;
 use shared::notify::Notifier;
 use shared::queue::OutMessage;
-use shared::runtime::{
-    process_record_with, Deadline, Invocation, RecordMeta, RecordOutcome, Report,
-};
+use shared::runtime::{process_record_with, Invocation, RecordMeta, RecordOutcome, Report};
 use tokio_postgres::GenericClient;
 
 mod budget;
@@ -61,9 +59,11 @@ pub const VISIBILITY_S: i64 = 30;
 pub const MAX_RECEIVES: u32 = 5;
 
 /// Process one record end to end with every function's handler
-/// ([`Dispatch`], chosen by `inv.function`): the runner, the benches and the tests.
-/// A function binary instead runs its own handler through `shared::lambda`.
+/// ([`Dispatch`], chosen by `inv.function`, with the dependencies it was given): the
+/// runner, the benches and the tests. A function binary instead runs its own handler
+/// through `shared::lambda`.
 pub async fn process_record<C>(
+    dispatch: &Dispatch,
     inv: &Invocation<'_>,
     client: &mut C,
     body: &str,
@@ -72,7 +72,7 @@ pub async fn process_record<C>(
 where
     C: GenericClient + Send + Sync,
 {
-    process_record_with(&Dispatch, inv, client, body, meta).await
+    process_record_with(dispatch, inv, client, body, meta).await
 }
 
 /// One handler run, as `hk` reports it.
@@ -153,8 +153,10 @@ pub struct Runner {
     outbox_seq: u64,
     chaos: Option<Arc<Chaos>>,
     planned: VecDeque<PlannedCrash>,
+    /// What [`Runner::with_notifier`] gave (its dry copy serves the dry runs).
     notifier: Option<Arc<Notifier>>,
-    storage: Option<Arc<shared::storage::Storage>>,
+    /// Every function's job with the dependencies the runner was given.
+    dispatch: Dispatch,
     observer: Option<Observer>,
     /// With [`Runner::with_kept_sessions`]: each function's session, kept across runs.
     kept: Option<Vec<(Function, Session)>>,
@@ -186,7 +188,7 @@ impl Runner {
             chaos: None,
             planned: VecDeque::new(),
             notifier: None,
-            storage: None,
+            dispatch: Dispatch::new(),
             observer: None,
             kept: None,
             handoff: None,
@@ -257,14 +259,31 @@ impl Runner {
 
     /// Give the B28 functions their instance and delivery means.
     pub fn with_notifier(mut self, notifier: Arc<Notifier>) -> Runner {
+        self.dispatch = self
+            .dispatch
+            .with::<handlers::PatExpiring>(notifier.instance.clone())
+            .with::<handlers::DeliverNotification>(notifier.clone());
         self.notifier = Some(notifier);
         self
     }
 
     /// Give `storage-cleanup` its clients (Gitaly, registry, object storage).
     pub fn with_storage(mut self, storage: Arc<shared::storage::Storage>) -> Runner {
-        self.storage = Some(storage);
+        self.dispatch = self.dispatch.with::<handlers::StorageCleanup>(storage);
         self
+    }
+
+    /// The dispatch of a dry run or plan: no email and no web-hook request (behaviour
+    /// §11), no storage removed (storage-cleanup re-checks and reports).
+    fn dry_dispatch(&self) -> Dispatch {
+        let dry = self
+            .dispatch
+            .clone()
+            .with::<handlers::StorageCleanup>(shared::storage::Storage::dry_run());
+        match &self.notifier {
+            Some(n) => dry.with::<handlers::DeliverNotification>(n.dry_run()),
+            None => dry,
+        }
     }
 
     /// Also write every sent message to `dir` (`--outbox`).
@@ -333,16 +352,7 @@ impl Runner {
                     .map(|(_, s)| s)
             }
         };
-        let inv = Invocation {
-            function,
-            now,
-            queue: &self.queue,
-            settings: &self.settings,
-            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
-            notifier: self.notifier.as_deref(),
-            storage: self.storage.as_deref(),
-            decisions: None,
-        };
+        let inv = Invocation::new(function, now, &self.queue, &self.settings);
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
             receive_count,
@@ -352,14 +362,14 @@ impl Runner {
         let outcome = match kept {
             None => {
                 let mut client = self.connector.connect(function.name()).await?;
-                process_record(&inv, &mut client, body, &meta).await
+                process_record(&self.dispatch, &inv, &mut client, body, &meta).await
             }
             Some(session) => {
                 let outcome = {
                     // Each record is an invocation here: its kept session is pinged.
                     session.invocation_started();
                     let mut client = session.client().await?;
-                    process_record(&inv, &mut *client, body, &meta).await
+                    process_record(&self.dispatch, &inv, &mut *client, body, &meta).await
                 };
                 if let RecordOutcome::Retryable {
                     discard_session, ..
@@ -471,26 +481,14 @@ impl Runner {
         let mut client = self.connector.connect(function.name()).await?;
         let sequences_before = budget::sequences(&client).await?;
         let mut tx = client.transaction().await?;
-        // No email and no web-hook request either (behaviour §11).
-        let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
-        // Nor any storage removed: storage-cleanup re-checks and reports.
-        let dry_storage = shared::storage::Storage::dry_run();
-        let inv = Invocation {
-            function,
-            now,
-            queue: &recorder,
-            settings: &self.settings,
-            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
-            notifier: dry_notifier.as_ref(),
-            storage: Some(&dry_storage),
-            decisions: None,
-        };
+        let dispatch = self.dry_dispatch();
+        let inv = Invocation::new(function, now, &recorder, &self.settings);
         let meta = RecordMeta {
             sqs_message_id: Some("dry-run".into()),
             receive_count: 1,
             aws_request_id: None,
         };
-        let outcome = process_record(&inv, &mut tx, body, &meta).await;
+        let outcome = process_record(&dispatch, &inv, &mut tx, body, &meta).await;
         tx.rollback().await?;
         // Session locks taken inside the transaction outlive the rollback.
         client

@@ -261,6 +261,16 @@ impl Config {
         })
     }
 
+    /// `hk`'s and the tests' configuration: `TRANSPORT=local` on `database_url`, every
+    /// other variable at its default.
+    pub fn local(database_url: &str) -> Result<Config> {
+        Config::from_lookup(|k| match k {
+            "DATABASE_URL" => Some(database_url.to_string()),
+            "TRANSPORT" => Some("local".into()),
+            _ => None,
+        })
+    }
+
     /// Check that the queues this function sends to are configured (SQS mode only).
     pub fn require_queues(&self, targets: &[Function]) -> Result<()> {
         if self.transport == TransportKind::Local {

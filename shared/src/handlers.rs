@@ -3,18 +3,22 @@
 //! Owns: every function's [`crate::job::Job`], re-exported under its [`Function`]
 //! variant's name (what a binary hands to [`crate::lambda::run`]); [`Message`], the sum
 //! of every job's payload type, with `Envelope::parse` and `Envelope::decode`; and
-//! [`Dispatch`] for `hk`, the local runner, the benches and the tests. Because the choice
-//! is a type, a binary links its own job only (not a Cargo feature: one `cargo lambda
-//! build` unifies the features of `shared`).
+//! [`Dispatch`] for `hk`, the local runner, the benches and the tests, with every job's
+//! dependencies it was given. Because the choice is a type, a binary links its own job
+//! and its job's dependencies only (not a Cargo feature: one `cargo lambda build`
+//! unifies the features of `shared`).
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio_postgres::GenericClient;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::job::{drive, Job};
+use crate::job::{drive, Job, Needs};
 use crate::messages::{unknown_type, Envelope, FromMessage, Malformed, PayloadError};
 use crate::runtime::{Ended, Handler, Invocation};
 
@@ -64,10 +68,26 @@ macro_rules! handlers {
         const JOBS: &[Function] = &[$(<$function as Job>::FUNCTION),*];
 
         /// Every function's handler, chosen by the message's receiver, which the
-        /// envelope checked is `inv.function` (`hk`, the local runner, benches, tests).
-        /// Function binaries never name it.
-        #[derive(Debug, Clone, Copy, Default)]
-        pub struct Dispatch;
+        /// envelope checked is `inv.function` (`hk`, the local runner, benches, tests),
+        /// with the dependencies of every job it was given. Function binaries never
+        /// name it.
+        #[derive(Clone)]
+        pub struct Dispatch {
+            /// Each function's [`Job::Deps`], by function.
+            deps: HashMap<Function, Arc<dyn Any + Send + Sync>>,
+        }
+
+        impl Dispatch {
+            /// Every job that needs nothing ([`Needs::unconfigured`]); the others
+            /// are given with [`Dispatch::with`].
+            pub fn new() -> Dispatch {
+                let mut deps: HashMap<Function, Arc<dyn Any + Send + Sync>> = HashMap::new();
+                $(if let Some(d) = <<$function as Job>::Deps as Needs>::unconfigured() {
+                    deps.insert(Function::$function, Arc::new(d));
+                })*
+                Dispatch { deps }
+            }
+        }
 
         impl Handler for Dispatch {
             type Message = Message;
@@ -84,7 +104,10 @@ macro_rules! handlers {
             {
                 async move {
                     match message {
-                        $(Message::$function(p) => drive::<$function, C>(inv, client, env, p).await,)*
+                        $(Message::$function(p) => {
+                            let deps = self.deps_of::<$function>()?;
+                            drive::<$function, C>(inv, deps, client, env, p).await
+                        })*
                     }
                 }
             }
@@ -93,6 +116,44 @@ macro_rules! handlers {
 }
 
 crate::function::with_functions!(handlers);
+
+impl Default for Dispatch {
+    fn default() -> Dispatch {
+        Dispatch::new()
+    }
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut ready: Vec<_> = self.deps.keys().map(|f| f.name()).collect();
+        ready.sort_unstable();
+        f.debug_struct("Dispatch").field("ready", &ready).finish()
+    }
+}
+
+impl Dispatch {
+    /// The same dispatch with job `J`'s dependencies (`hk` builds them from its own
+    /// configuration: B28's notifier, `storage-cleanup`'s clients).
+    pub fn with<J: Job>(mut self, deps: impl Into<Arc<J::Deps>>) -> Dispatch {
+        let deps: Arc<J::Deps> = deps.into();
+        self.deps.insert(J::FUNCTION, deps);
+        self
+    }
+
+    /// Job `J`'s dependencies; a function `hk` was given none for is a configuration
+    /// error of that record (retried, so it waits for a configured run).
+    fn deps_of<J: Job>(&self) -> Result<&J::Deps> {
+        self.deps
+            .get(&J::FUNCTION)
+            .and_then(|d| d.downcast_ref::<J::Deps>())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{} has no configuration here: `hk` was given none for it",
+                    J::FUNCTION
+                ))
+            })
+    }
+}
 
 impl Envelope {
     /// Parse and validate a body for `receiver`: every rule of behaviour §9.1 and §9.4,

@@ -1,8 +1,10 @@
 //! The job protocol: what a function's handler is, and the one driver that runs it
 //! (behaviour §9.8, §9.10).
 //!
-//! Owns: [`Job`] (a function's payload and outcome types, its overlap key and its one
-//! `run`), [`Step`] (how a run ends), [`Overlap`], and [`drive`], the only code that
+//! Owns: [`Job`] (a function's payload, outcome and dependency types, its overlap key
+//! and its one `run`), [`Needs`] (how a job's dependencies are built once at cold
+//! start), [`Ready`] (a job with its dependencies: what a binary serves), [`Step`] (how
+//! a run ends), [`Overlap`], and [`drive`], the only code that
 //! takes and releases an overlap lock, builds a continuation or re-send, checks the
 //! hop limit before sending one, and turns a step into the typed [`Report`]. Two rules
 //! hold by construction here: the overlap lock is released before any continuation
@@ -12,11 +14,11 @@ use std::future::Future;
 
 use tokio_postgres::GenericClient;
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::locks;
 use crate::messages::{Envelope, FromMessage};
-use crate::notify::{Notifier, NotifyConfig};
 use crate::queue::OutMessage;
 use crate::runtime::{Done, Ended, Handler, Invocation, Report, Skipped};
 
@@ -88,26 +90,10 @@ pub trait Job: Default + Send + Sync + 'static {
     type Payload: FromMessage;
     /// Its `done` result.
     type Outcome: Done;
-
-    /// B28's means, built once at cold start into `Deps::notifier` (secrets behind ARNs
-    /// read through `aws`); nothing for the functions that send no notification.
-    fn notifier(
-        cfg: &NotifyConfig,
-        aws: &aws_config::SdkConfig,
-    ) -> impl Future<Output = Result<Option<Notifier>>> + Send {
-        let _ = (cfg, aws);
-        async { Ok(None) }
-    }
-
-    /// `storage-cleanup`'s clients, built once at cold start into `Deps::storage`
-    /// (secrets behind ARNs read through `aws`); nothing for the other functions.
-    fn storage(
-        cfg: &crate::config::Config,
-        aws: &aws_config::SdkConfig,
-    ) -> impl Future<Output = Result<Option<crate::storage::Storage>>> + Send {
-        let _ = (cfg, aws);
-        async { Ok(None) }
-    }
+    /// What it needs besides the database and the queue (B28's instance or delivery
+    /// means, `storage-cleanup`'s clients; `()` for most), built once at cold start
+    /// ([`Needs::build`]) and passed to every [`Job::run`].
+    type Deps: Needs;
 
     /// The lock that keeps two runs apart: by default the function's own for a cron
     /// function (one overlap guard per cron, behaviour §9.10), none for a child.
@@ -133,6 +119,7 @@ pub trait Job: Default + Send + Sync + 'static {
     /// The work of one message, under the overlap lock.
     fn run<C>(
         inv: &Invocation<'_>,
+        deps: &Self::Deps,
         client: &mut C,
         env: &Envelope,
         payload: Self::Payload,
@@ -145,6 +132,7 @@ pub trait Job: Default + Send + Sync + 'static {
 /// send the continuation or re-send (unless the hop limit forbids it), and report.
 pub async fn drive<J, C>(
     inv: &Invocation<'_>,
+    deps: &J::Deps,
     client: &mut C,
     env: &Envelope,
     payload: J::Payload,
@@ -171,7 +159,7 @@ where
             return Ok(J::busy(&payload).into());
         }
     }
-    let result = J::run(inv, client, env, payload).await;
+    let result = J::run(inv, deps, client, env, payload).await;
     // Released before any continuation is sent, on error paths too (behaviour §9.10).
     let unlocked = match &lock {
         Some(lock) => locks::session_unlock(&*client, lock).await,
@@ -204,8 +192,47 @@ where
     })
 }
 
-/// Every job is a [`Handler`] that drives itself.
-impl<J: Job + Default> Handler for J {
+/// What a job needs, built once per execution environment from the configuration
+/// (secrets behind ARNs read through `aws`). A function binary builds its own job's
+/// only, so it links no other job's clients.
+pub trait Needs: Sized + Send + Sync + 'static {
+    /// Build it at cold start; a misconfiguration is an error naming the variable.
+    fn build(
+        cfg: &Config,
+        aws: &aws_config::SdkConfig,
+    ) -> impl Future<Output = Result<Self>> + Send;
+
+    /// What `hk` has without any configuration of its own: nothing needed is ready,
+    /// anything else is given by `hk` ([`crate::handlers::Dispatch::with`]).
+    fn unconfigured() -> Option<Self> {
+        None
+    }
+}
+
+/// Most jobs need nothing besides the database and the queue.
+impl Needs for () {
+    async fn build(_: &Config, _: &aws_config::SdkConfig) -> Result<()> {
+        Ok(())
+    }
+
+    fn unconfigured() -> Option<()> {
+        Some(())
+    }
+}
+
+/// A job with its dependencies: the handler a function binary serves.
+pub struct Ready<J: Job> {
+    deps: J::Deps,
+}
+
+impl<J: Job> Ready<J> {
+    /// Job `J` with `deps`.
+    pub fn new(deps: J::Deps) -> Ready<J> {
+        Ready { deps }
+    }
+}
+
+impl<J: Job> Handler for Ready<J> {
     type Message = J::Payload;
 
     fn handle<C>(
@@ -218,7 +245,7 @@ impl<J: Job + Default> Handler for J {
     where
         C: GenericClient + Send + Sync,
     {
-        drive::<J, C>(inv, client, env, message)
+        drive::<J, C>(inv, &self.deps, client, env, message)
     }
 }
 

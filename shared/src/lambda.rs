@@ -1,7 +1,7 @@
 //! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
 //! types (behaviour §9.6).
 //!
-//! Owns: cold-start wiring ([`Deps`]), the schema check before the first event
+//! Owns: cold-start wiring ([`Environment`], the job's [`crate::job::Needs`]), the schema check before the first event
 //! ([`SchemaGate`]), an `SqsEvent` turned into one [`process_record_with`] call per
 //! record, in order, and an `SqsBatchResponse` with partial batch failures: a record
 //! never fails the batch (a missing `messageId` does, as Lambda would anyway), a failed
@@ -22,18 +22,18 @@ use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
 use crate::gitlab::release;
-use crate::job::Job;
+use crate::job::{Job, Needs, Ready};
 use crate::metrics;
 use crate::preflight;
 use crate::queue::sqs::SqsQueue;
 use crate::queue::Queue;
-use crate::runtime::{
-    process_record_with, Deadline, Handler, Invocation, RecordMeta, RecordOutcome,
-};
+use crate::runtime::{process_record_with, Handler, Invocation, RecordMeta, RecordOutcome};
 use crate::telemetry;
 
-/// What a function builds once per execution environment.
-pub struct Deps {
+/// What every function builds once per execution environment (its job's own
+/// dependencies are its [`crate::job::Job::Deps`], served with it by
+/// [`crate::job::Ready`]).
+pub struct Environment {
     /// The function.
     pub function: Function,
     /// Its configuration.
@@ -44,11 +44,6 @@ pub struct Deps {
     pub session: Session,
     /// The clock (the system clock in Lambda).
     pub clock: Arc<dyn Clock>,
-    /// B28's instance and delivery means (mailer, web-hook client, keys), built once;
-    /// `None` for functions that send no notification.
-    pub notifier: Option<crate::notify::Notifier>,
-    /// `storage-cleanup`'s clients, built once; `None` for the other functions.
-    pub storage: Option<crate::storage::Storage>,
 }
 
 /// An error that fails the whole invocation (never a single record's failure).
@@ -79,9 +74,44 @@ impl From<InvokeError> for Diagnostic {
     }
 }
 
-impl Deps {
-    /// Build the dependencies of `H`'s function from configuration (cold start).
-    pub async fn new<H: Job>(config: Config) -> Result<Deps, Error> {
+impl Environment {
+    /// An environment of `function` for `hk`, the benches and the tests: a session
+    /// through `connector`, `config`'s settings, the system clock and `queue`.
+    pub fn new(
+        function: Function,
+        config: Config,
+        connector: Connector,
+        queue: Arc<dyn Queue>,
+    ) -> Environment {
+        Environment {
+            function,
+            session: Session::new(connector, function.name()),
+            config,
+            queue,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// [`Environment::new`] on `database_url` with [`Config::local`].
+    pub fn local(
+        function: Function,
+        database_url: &str,
+        queue: Arc<dyn Queue>,
+    ) -> Result<Environment, Error> {
+        let config = Config::local(database_url)?;
+        let connector = Connector::from_url(database_url)?;
+        Ok(Environment::new(function, config, connector, queue))
+    }
+
+    /// The same environment reading `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Environment {
+        self.clock = clock;
+        self
+    }
+
+    /// Build the environment of `H`'s function and `H`'s own dependencies from
+    /// configuration (cold start).
+    pub async fn build<H: Job>(config: Config) -> Result<(Environment, H::Deps), Error> {
         let function = H::FUNCTION;
         if config.transport != TransportKind::Sqs {
             return Err(Error::Config(
@@ -112,17 +142,11 @@ impl Deps {
             config.scheduler.clone(),
             Arc::new(SystemClock),
         );
-        let notifier = H::notifier(&config.notify, &aws).await?;
-        let storage = H::storage(&config, &aws).await?;
-        Ok(Deps {
-            function,
-            notifier,
-            storage,
-            session: Session::new(connector, function.name()),
-            config,
-            queue: Arc::new(queue),
-            clock: Arc::new(SystemClock),
-        })
+        let job_deps = <H::Deps as Needs>::build(&config, &aws).await?;
+        Ok((
+            Environment::new(function, config, connector, Arc::new(queue)),
+            job_deps,
+        ))
     }
 }
 
@@ -151,16 +175,16 @@ impl SchemaGate {
     /// Check the schema unless a previous check passed. An unreachable database says
     /// nothing about the schema (the records report the outage); a lock held elsewhere
     /// ([`preflight::Problem::Busy`]) is [`Gate::Busy`].
-    pub async fn check(&self, deps: &Deps) -> Result<Gate, InvokeError> {
+    pub async fn check(&self, environment: &Environment) -> Result<Gate, InvokeError> {
         if self.compatible.load(Ordering::Acquire) {
             return Ok(Gate::Open);
         }
         let failed = {
-            let (client, unsettled) = match deps.session.client_unsettled().await {
+            let (client, unsettled) = match environment.session.client_unsettled().await {
                 Ok(c) => c,
                 Err(_) => return Ok(Gate::Open),
             };
-            let accepted = deps.config.schema_accepted.as_deref();
+            let accepted = environment.config.schema_accepted.as_deref();
             // A new session's settings, the release and the schema probes in one round
             // trip (the settings first: the probes only read the catalogue), then the
             // function's statements in one more, under the settings' lock_timeout
@@ -199,18 +223,18 @@ impl SchemaGate {
             };
             if let Some(reason) = refusal {
                 tracing::error!(
-                    function = deps.function.name(),
+                    function = environment.function.name(),
                     error = reason.as_str(),
                     error_class = "release_refused",
                     "release refused: {reason}; processing nothing, the messages stay on the queue"
                 );
-                metrics::emit(deps.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
+                metrics::emit(environment.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
                 return Err(InvokeError::ReleaseRefused(reason));
             }
             let Ok((model, has)) = probed else {
                 return Ok(Gate::Open);
             };
-            let statements = crate::catalogue::for_function(deps.function, model, &has);
+            let statements = crate::catalogue::for_function(environment.function, model, &has);
             match preflight::prepare_all(&client, &statements).await {
                 Ok(failed) => failed,
                 Err(_) => return Ok(Gate::Open),
@@ -231,7 +255,7 @@ impl SchemaGate {
         {
             let statement = format!("{}::{}", busy.module, busy.name);
             tracing::warn!(
-                function = deps.function.name(),
+                function = environment.function.name(),
                 statement = statement.as_str(),
                 error = busy.message.as_str(),
                 error_class = "db_busy",
@@ -247,14 +271,14 @@ impl SchemaGate {
                 .filter(|f| f.problem == preflight::Problem::Permission),
         );
         tracing::error!(
-            function = deps.function.name(),
+            function = environment.function.name(),
             failed = failed.len(),
             statements = statements.as_str(),
             permission_denied = grants.as_str(),
             "schema incompatible: catalogue statements do not prepare on this database; \
              processing nothing, the messages stay on the queue (run `hk check`)"
         );
-        metrics::emit(deps.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
+        metrics::emit(environment.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
         Err(InvokeError::SchemaIncompatible(statements))
     }
 }
@@ -273,13 +297,13 @@ pub enum Gate {
 /// record is a retryable item failure, untouched.
 pub async fn handle_event_checked<H: Handler>(
     handler: &H,
-    deps: &Deps,
+    environment: &Environment,
     gate: &SchemaGate,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
-    deps.session.invocation_started();
-    match gate.check(deps).await? {
-        Gate::Open => handle_records(handler, deps, event).await,
+    environment.session.invocation_started();
+    match gate.check(environment).await? {
+        Gate::Open => handle_records(handler, environment, event).await,
         Gate::Busy(_) => {
             let sqs = event.payload;
             if sqs.records.iter().any(|r| r.message_id.is_none()) {
@@ -287,7 +311,7 @@ pub async fn handle_event_checked<H: Handler>(
             }
             let mut response = SqsBatchResponse::default();
             for rec in &sqs.records {
-                failed_record(deps.function, metrics::OutcomeKind::Retryable, 0.0);
+                failed_record(environment.function, metrics::OutcomeKind::Retryable, 0.0);
                 response.add_failure(rec.message_id.clone().expect("checked above"));
             }
             Ok(response)
@@ -322,18 +346,18 @@ fn remaining(deadline_ms: u64, function: Function) -> Duration {
 /// failures reported per record.
 pub async fn handle_event_with<H: Handler>(
     handler: &H,
-    deps: &Deps,
+    environment: &Environment,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
-    deps.session.invocation_started();
-    handle_records(handler, deps, event).await
+    environment.session.invocation_started();
+    handle_records(handler, environment, event).await
 }
 
 /// [`handle_event_with`] once the invocation has started: the session is pinged at
 /// most once in it (by its first checkout, the schema check's at cold start).
 async fn handle_records<H: Handler>(
     handler: &H,
-    deps: &Deps,
+    environment: &Environment,
     event: LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, InvokeError> {
     let (sqs, ctx) = (event.payload, event.context);
@@ -353,50 +377,48 @@ async fn handle_records<H: Handler>(
                 .unwrap_or(1),
             aws_request_id: Some(ctx.request_id.clone()),
         };
-        let inv = Invocation {
-            function: deps.function,
-            now: deps.clock.now(),
-            queue: deps.queue.as_ref(),
-            settings: &deps.config.settings,
-            deadline: Deadline::in_(
-                remaining(ctx.deadline, deps.function),
-                deps.config.settings.deadline_margin,
-            ),
-            notifier: deps.notifier.as_ref(),
-            storage: deps.storage.as_ref(),
-            decisions: None,
-        };
+        let inv = Invocation::new(
+            environment.function,
+            environment.clock.now(),
+            environment.queue.as_ref(),
+            &environment.config.settings,
+        )
+        .with_deadline(remaining(ctx.deadline, environment.function));
         let body = rec.body.as_deref().unwrap_or("");
         if inv.deadline.reached() {
             // Back to the queue rather than cut off by Lambda's timeout (the whole batch).
             tracing::warn!(
-                function = deps.function.name(),
-                class = deps.function.gitlab_class(),
+                function = environment.function.name(),
+                class = environment.function.gitlab_class(),
                 sqs_message_id = id.as_str(),
                 job_status = "fail",
                 error_class = "deadline",
                 "record not started: deadline reached"
             );
-            failed_record(deps.function, metrics::OutcomeKind::Deadline, 0.0);
+            failed_record(environment.function, metrics::OutcomeKind::Deadline, 0.0);
             response.add_failure(id);
             continue;
         }
         let started = std::time::Instant::now();
-        let outcome = match deps.session.client().await {
+        let outcome = match environment.session.client().await {
             Ok(mut client) => process_record_with(handler, &inv, &mut *client, body, &meta).await,
             Err(e) => {
                 tracing::error!(
-                    function = deps.function.name(),
+                    function = environment.function.name(),
                     sqs_message_id = id.as_str(),
                     receive_count = meta.receive_count,
                     error = %e,
                     error_class = e.class(),
-                    class = deps.function.gitlab_class(),
+                    class = environment.function.gitlab_class(),
                     job_status = "fail",
                     "database unavailable"
                 );
                 let elapsed = started.elapsed().as_secs_f64();
-                failed_record(deps.function, metrics::OutcomeKind::Retryable, elapsed);
+                failed_record(
+                    environment.function,
+                    metrics::OutcomeKind::Retryable,
+                    elapsed,
+                );
                 RecordOutcome::Retryable {
                     error_class: e.class().into(),
                     error: e.to_string(),
@@ -412,7 +434,7 @@ async fn handle_records<H: Handler>(
                 discard_session, ..
             } => {
                 response.add_failure(id);
-                deps.session.reset(discard_session).await;
+                environment.session.reset(discard_session).await;
             }
         }
     }
@@ -426,33 +448,33 @@ pub type FunctionError = lambda_runtime::Error;
 /// The whole `main` of a function binary: [`serve`] with `handler` (e.g.
 /// `shared::handlers::DeleteUser`) on a current-thread runtime: records are handled one
 /// after another, and it starts faster and smaller (issue 8, footprint).
-pub fn run<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
+pub fn run<H: Job>(job: H) -> Result<(), lambda_runtime::Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(serve(handler))
+        .block_on(serve(job))
 }
 
-/// Logs, config, dependencies, then the runtime loop with `handler` serving the
-/// records.
-pub async fn serve<H: Job>(handler: H) -> Result<(), lambda_runtime::Error> {
+/// Logs, config, the environment and the job's dependencies, then the runtime loop
+/// with the job serving the records.
+pub async fn serve<H: Job>(_job: H) -> Result<(), lambda_runtime::Error> {
     let function = H::FUNCTION;
     telemetry::init(telemetry::Sink::Stdout);
-    let deps = match Config::from_env() {
-        Ok(config) => Deps::new::<H>(config).await,
+    let built = match Config::from_env() {
+        Ok(config) => Environment::build::<H>(config).await,
         Err(e) => Err(e),
     };
-    let deps = match deps {
-        Ok(d) => d,
+    let (environment, handler) = match built {
+        Ok((environment, job_deps)) => (environment, Ready::<H>::new(job_deps)),
         Err(e) => {
             tracing::error!(function = function.name(), error = %e, error_class = e.class(), "cold start failed");
             return Err(e.into());
         }
     };
     let gate = SchemaGate::new();
-    let (deps, handler, gate) = (&deps, &handler, &gate);
+    let (environment, handler, gate) = (&environment, &handler, &gate);
     lambda_runtime::run(service_fn(move |event| {
-        handle_event_checked(handler, deps, gate, event)
+        handle_event_checked(handler, environment, gate, event)
     }))
     .await
 }

@@ -80,12 +80,41 @@ pub struct Invocation<'a> {
     pub settings: &'a Settings,
     /// The deadline guard.
     pub deadline: Deadline,
-    /// B28's instance facts and delivery means; `None` for the other functions.
-    pub notifier: Option<&'a crate::notify::Notifier>,
-    /// `storage-cleanup`'s clients; `None` for the other functions.
-    pub storage: Option<&'a crate::storage::Storage>,
     /// Where `hk`'s plan records each decision; `None` in Lambda.
     pub decisions: Option<&'a dyn Decisions>,
+}
+
+impl<'a> Invocation<'a> {
+    /// An invocation of `function` at `now`, sending through `queue`, with the whole
+    /// `timeout` of the function before its deadline unless [`Invocation::with_deadline`]
+    /// says otherwise; no decisions recorded.
+    pub fn new(
+        function: Function,
+        now: DateTime<Utc>,
+        queue: &'a dyn Queue,
+        settings: &'a Settings,
+    ) -> Invocation<'a> {
+        Invocation {
+            function,
+            now,
+            queue,
+            settings,
+            deadline: Deadline::in_(function.timeout(), settings.deadline_margin),
+            decisions: None,
+        }
+    }
+
+    /// The same invocation with Lambda's (or `hk`'s) deadline `remaining` from now.
+    pub fn with_deadline(mut self, remaining: Duration) -> Invocation<'a> {
+        self.deadline = Deadline::in_(remaining, self.settings.deadline_margin);
+        self
+    }
+
+    /// The same invocation recording each decision in `decisions` (`hk`'s plan).
+    pub fn with_decisions(mut self, decisions: &'a dyn Decisions) -> Invocation<'a> {
+        self.decisions = Some(decisions);
+        self
+    }
 }
 
 /// One candidate row a handler examined and what it decided, with the rule that
@@ -349,8 +378,8 @@ impl From<Report> for Ended {
     }
 }
 
-/// What serves a function's decoded messages: one function's job, or all of them
-/// ([`crate::handlers::Dispatch`]).
+/// What serves a function's decoded messages: one function's job with its dependencies
+/// ([`crate::job::Ready`]), or all of them ([`crate::handlers::Dispatch`]).
 pub trait Handler: Sync {
     /// The payload it serves, decoded once on receipt.
     type Message: FromMessage;

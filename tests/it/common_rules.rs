@@ -18,19 +18,7 @@ pub(crate) fn phase_one_invocation(
         LazyLock::new(|| hk::local_queue::LocalQueue::new(t(NOW)));
     static SETTINGS: LazyLock<shared::config::Settings> =
         LazyLock::new(shared::config::Settings::default);
-    shared::runtime::Invocation {
-        notifier: None,
-        storage: None,
-        decisions: None,
-        function: shared::Function::DeleteUser,
-        now,
-        queue: &*QUEUE,
-        settings: &SETTINGS,
-        deadline: shared::runtime::Deadline::in_(
-            shared::Function::DeleteUser.timeout(),
-            SETTINGS.deadline_margin,
-        ),
-    }
+    shared::runtime::Invocation::new(shared::Function::DeleteUser, now, &*QUEUE, &SETTINGS)
 }
 use shared::gitlab::{authz, hierarchy, permissions};
 

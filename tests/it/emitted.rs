@@ -127,7 +127,7 @@ pub async fn emitted_metrics() -> Emitted {
 /// function checks only the statements it can run, issue 52), as in
 /// tests/it/reliability/cold_start.rs, which tests the refusal itself.
 async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
-    use shared::lambda::{Deps, SchemaGate};
+    use shared::lambda::{Environment, SchemaGate};
     let queue = std::sync::Arc::new(hk::local_queue::LocalQueue::new(t(NOW)));
     let (model, has) = shared::preflight::probe_all(&db.client).await.unwrap();
     for f in Function::ALL.iter().copied() {
@@ -139,15 +139,13 @@ async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
             ("TRANSPORT", "local".into()),
         ];
         let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-        let deps = Deps {
-            function: f,
-            session: shared::db::Session::new(db.connector(), f.name()),
-            config: shared::config::Config::from_lookup(lookup).unwrap(),
-            queue: queue.clone(),
-            clock: std::sync::Arc::new(shared::clock::FixedClock(t(NOW))),
-            notifier: None,
-            storage: None,
-        };
+        let deps = Environment::new(
+            f,
+            shared::config::Config::from_lookup(lookup).unwrap(),
+            db.connector(),
+            queue.clone(),
+        )
+        .with_clock(std::sync::Arc::new(shared::clock::FixedClock(t(NOW))));
         let refused = SchemaGate::new().check(&deps).await;
         assert!(
             matches!(

@@ -25,10 +25,20 @@ mod storage;
 mod system_hooks;
 
 /// The Lambda glue with every function's handler: what a function binary does with
-/// its own handler, for tests that drive several functions through one `Deps`.
+/// its own handler, for tests that drive several functions, none of which needs
+/// dependencies of its own (B28's are given with [`handle_event_with`]).
 pub async fn handle_event(
-    deps: &shared::lambda::Deps,
+    deps: &shared::lambda::Environment,
     event: lambda_runtime::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
 ) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, shared::lambda::InvokeError> {
-    shared::lambda::handle_event_with(&shared::handlers::Dispatch, deps, event).await
+    handle_event_with(&shared::handlers::Dispatch::new(), deps, event).await
+}
+
+/// [`handle_event`] with the jobs' dependencies in `dispatch`.
+pub async fn handle_event_with(
+    dispatch: &shared::handlers::Dispatch,
+    deps: &shared::lambda::Environment,
+    event: lambda_runtime::LambdaEvent<aws_lambda_events::event::sqs::SqsEvent>,
+) -> Result<aws_lambda_events::event::sqs::SqsBatchResponse, shared::lambda::InvokeError> {
+    shared::lambda::handle_event_with(dispatch, deps, event).await
 }

@@ -36,11 +36,12 @@ use shared::config::Settings;
 use shared::db::{Connector, Session};
 use shared::error::{Error, Result};
 use shared::function::Function;
+use shared::handlers::Dispatch;
 use shared::messages::{user_email_key, EmailNotification, Envelope};
-use shared::notify::{Instance, Notifier};
+use shared::notify::Instance;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
-use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
 
 const F: Function = Function::PatExpiring;
 
@@ -135,11 +136,14 @@ pub struct Side {
     pub checksum: String,
 }
 
-fn notifier() -> Result<Notifier> {
-    Ok(Notifier {
-        instance: Instance::new("https://gitlab.example.com", None, "18.0.0")?,
-        delivery: None,
-    })
+/// The instance the notices link to.
+fn instance() -> Result<Instance> {
+    Instance::new("https://gitlab.example.com", None, "18.0.0")
+}
+
+/// `pat-expiring` with its dependencies: the instance.
+fn dispatch() -> Result<Dispatch> {
+    Ok(Dispatch::new().with::<shared::handlers::PatExpiring>(instance()?))
 }
 
 /// Ours: `pat-expiring` until idle: the cron message, then each continuation at once
@@ -152,7 +156,7 @@ pub async fn ours(
     opts: &Options,
 ) -> Result<Side> {
     let settings = Settings::default();
-    let notifier = notifier()?;
+    let dispatch = dispatch()?;
     let mut now = opts.now;
     let mut next = Some(Envelope::cron(F, "bench", now));
     let mut runs = 0u64;
@@ -160,22 +164,13 @@ pub async fn ours(
     let session = Session::new(connector, F.name());
     while let Some(env) = next.take() {
         let mut client = session.client().await?;
-        let inv = Invocation {
-            function: F,
-            now,
-            queue: sink,
-            settings: &settings,
-            deadline: Deadline::in_(F.timeout(), settings.deadline_margin),
-            notifier: Some(&notifier),
-            storage: None,
-            decisions: None,
-        };
+        let inv = Invocation::new(F, now, sink, &settings);
         let meta = RecordMeta {
             sqs_message_id: Some(format!("bench-{runs}")),
             receive_count: 1,
             aws_request_id: None,
         };
-        match process_record(&inv, &mut *client, &env.to_body(), &meta).await {
+        match process_record(&dispatch, &inv, &mut *client, &env.to_body(), &meta).await {
             RecordOutcome::Success(_) => {}
             RecordOutcome::Retryable { error, .. } | RecordOutcome::Permanent { error } => {
                 return Err(Error::Invariant(format!("b28: a run failed: {error}")))
@@ -248,7 +243,7 @@ fn interval_of(expires_at: NaiveDate, today: NaiveDate) -> Interval {
 /// COMMIT.
 pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> {
     let (now, today) = (opts.now, opts.today());
-    let instance = notifier()?.instance;
+    let instance = instance()?;
     let d = |iv: Interval| iv.bounds(today).1;
     // The sends may take longer than the sessions' idle-in-transaction limit (moto).
     c.batch_execute("SET idle_in_transaction_session_timeout = 0")

@@ -315,26 +315,11 @@ async fn schema_check_round_trips(
     port: u16,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<Vec<Row>> {
-    use shared::lambda::{Deps, Gate, SchemaGate};
-    let deps = |url: &str, function: Function| -> Result<Deps> {
-        let env = [
-            ("DATABASE_URL", url.to_string()),
-            ("TRANSPORT", "local".into()),
-        ];
-        Ok(Deps {
-            function,
-            session: shared::db::Session::new(
-                shared::db::Connector::from_url(url)?,
-                function.name(),
-            ),
-            config: shared::config::Config::from_lookup(|k| {
-                env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
-            })?,
-            queue: Arc::new(crate::local_queue::LocalQueue::new(now)),
-            clock: Arc::new(shared::clock::FixedClock(now)),
-            notifier: None,
-            storage: None,
-        })
+    use shared::lambda::{Environment, Gate, SchemaGate};
+    let deps = |url: &str, function: Function| -> Result<Environment> {
+        let queue = Arc::new(crate::local_queue::LocalQueue::new(now));
+        Ok(Environment::local(function, url, queue)?
+            .with_clock(Arc::new(shared::clock::FixedClock(now))))
     };
     let wire = Wire::start("127.0.0.1", port).await?;
     let alone = shared::db::Session::new(

@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
 use chrono::Utc;
@@ -22,10 +21,11 @@ use shared::config::Settings;
 use shared::config::{QueueTarget, SchedulerTarget};
 use shared::error::{Error, Result};
 use shared::function::Function;
+use shared::handlers::Dispatch;
 use shared::messages::Envelope;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue};
-use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
 
 /// The moto resources of one run (also the `b28` bench's queues).
 pub(crate) struct Moto {
@@ -120,16 +120,7 @@ async fn produce(
     opts: &Options,
 ) -> Result<u64> {
     let settings = Settings::default();
-    let inv = Invocation {
-        function,
-        now: opts.now,
-        queue,
-        settings: &settings,
-        deadline: Deadline::in_(function.timeout(), Duration::from_secs(60)),
-        notifier: None,
-        storage: None,
-        decisions: None,
-    };
+    let inv = Invocation::new(function, opts.now, queue, &settings);
     let body = Envelope::cron(function, "bench", opts.now).to_body();
     let meta = RecordMeta {
         sqs_message_id: Some("bench".into()),
@@ -137,7 +128,7 @@ async fn produce(
         aws_request_id: None,
     };
     let before = queue.api_calls();
-    match process_record(&inv, client, &body, &meta).await {
+    match process_record(&Dispatch::new(), &inv, client, &body, &meta).await {
         RecordOutcome::Success(_) => Ok(queue.api_calls() - before),
         RecordOutcome::Retryable { error, .. } | RecordOutcome::Permanent { error } => Err(
             Error::Invariant(format!("queue-calls: {function} failed: {error}")),

@@ -133,7 +133,7 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
                 "exit_code": code,
                 "functions": summarize(&all),
                 "tables": tables,
-                "emails": notifier.delivery.as_ref().map(|d| d.mailer.describe()),
+                "emails": notifier.delivery.mailer.describe(),
             })
         );
         return Ok(exit::run_code(&all, code));
@@ -177,11 +177,9 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
         t.add_row(vec![Cell::new(name), num(b), num(a)]);
     }
     println!("\n{}", render(&t));
-    if let Some(d) = &notifier.delivery {
-        println!(
-            "\nemails: {}; web hooks to local or private addresses are refused",
-            d.mailer.describe()
-        );
-    }
+    println!(
+        "\nemails: {}; web hooks to local or private addresses are refused",
+        notifier.delivery.mailer.describe()
+    );
     Ok(exit::run_code(&all, code))
 }

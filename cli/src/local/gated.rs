@@ -12,7 +12,7 @@ use super::{process_record, Run, Runner};
 use crate::chaos::{CrashGate, GatedQueue, TappedStream};
 use shared::error::{Error, Result};
 use shared::function::Function;
-use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
 
 impl Runner {
     /// One delivery behind a crash gate (chaos or a planned crash).
@@ -45,16 +45,7 @@ impl Runner {
             .get(0);
         gate.arm();
         let queue = GatedQueue::new(self.queue.clone(), gate.clone(), self.chaos.clone());
-        let inv = Invocation {
-            function,
-            now,
-            queue: &queue,
-            notifier: self.notifier.as_deref(),
-            storage: self.storage.as_deref(),
-            decisions: None,
-            settings: &self.settings,
-            deadline: Deadline::in_(function.timeout(), self.settings.deadline_margin),
-        };
+        let inv = Invocation::new(function, now, &queue, &self.settings);
         let meta = RecordMeta {
             sqs_message_id: Some(format!("local-{}", self.runs.len() + 1)),
             receive_count,
@@ -62,7 +53,7 @@ impl Runner {
         };
         let before = self.queue.sent().len();
         let outcome = {
-            let record = process_record(&inv, &mut client, body, &meta);
+            let record = process_record(&self.dispatch, &inv, &mut client, body, &meta);
             tokio::select! {
                 biased;
                 _ = gate.wait() => None,

@@ -44,10 +44,10 @@ use super::{exit_code_of, process_record, run_of, Runner, MAX_RECEIVES, VISIBILI
 use crate::local_queue::{LocalQueue, Pending};
 use shared::error::Result;
 use shared::function::Function;
+use shared::handlers::Dispatch;
 use shared::messages::{Envelope, FromMessage};
-use shared::notify::Notifier;
 use shared::queue::OutMessage;
-use shared::runtime::{Deadline, Invocation, RecordMeta};
+use shared::runtime::{Invocation, RecordMeta};
 
 /// What one table would see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,7 +313,7 @@ impl Runner {
         let outside = self.connector.connect("hk-plan-outside").await?;
         let mut implied = Vec::new();
         let mut side_rows = Vec::new();
-        let dry_notifier = self.notifier.as_deref().map(Notifier::dry_run);
+        let dispatch = self.dry_dispatch();
         recorder.push(OutMessage::new(function, 0, env));
         let first = self.runs.len();
         let mut totals = Totals::default();
@@ -333,7 +333,7 @@ impl Runner {
                 if p.message.receiver == Function::StorageCleanup {
                     storage.add(&p.message.envelope);
                 }
-                self.plan_delivery(&mut tx, &recorder, p, dry_notifier.as_ref(), &decider)
+                self.plan_delivery(&mut tx, &recorder, p, &dispatch, &decider)
                     .await?;
                 let n = budget::held(&tx).await?;
                 most_locks = most_locks.max(n);
@@ -411,23 +411,13 @@ impl Runner {
         tx: &mut Transaction<'_>,
         recorder: &LocalQueue,
         p: Pending,
-        notifier: Option<&Notifier>,
+        dispatch: &Dispatch,
         decisions: &Recorder,
     ) -> Result<()> {
         let body = p.message.envelope.to_body();
         let f = p.message.receiver;
         let now = recorder.now();
-        let dry_storage = shared::storage::Storage::dry_run();
-        let inv = Invocation {
-            function: f,
-            now,
-            queue: recorder,
-            settings: &self.settings,
-            deadline: Deadline::in_(f.timeout(), self.settings.deadline_margin),
-            notifier,
-            storage: Some(&dry_storage),
-            decisions: Some(decisions),
-        };
+        let inv = Invocation::new(f, now, recorder, &self.settings).with_decisions(decisions);
         let meta = RecordMeta {
             sqs_message_id: Some(format!("dry-run-{}", self.runs.len() + 1)),
             receive_count: p.receive_count,
@@ -435,7 +425,7 @@ impl Runner {
         };
         let sent_before = recorder.sent().len();
         tx.batch_execute("SAVEPOINT hk_plan_delivery").await?;
-        let outcome = process_record(&inv, tx, &body, &meta).await;
+        let outcome = process_record(dispatch, &inv, tx, &body, &meta).await;
         if tx
             .batch_execute("RELEASE SAVEPOINT hk_plan_delivery")
             .await

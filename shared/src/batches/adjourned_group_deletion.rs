@@ -277,9 +277,11 @@ impl Job for AdjournedGroupDeletion {
     const FUNCTION: Function = FUNCTION;
     type Payload = AdjournedGroupDeletionRun;
     type Outcome = AdjournedGroupDeletionDone;
+    type Deps = ();
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         payload: AdjournedGroupDeletionRun,

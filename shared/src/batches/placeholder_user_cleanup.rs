@@ -350,9 +350,11 @@ impl Job for PlaceholderUserCleanup {
     const FUNCTION: Function = FUNCTION;
     type Payload = PlaceholderUserCleanupRun;
     type Outcome = PlaceholderUserCleanupDone;
+    type Deps = ();
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         payload: PlaceholderUserCleanupRun,

@@ -112,6 +112,7 @@ impl Job for SchedulePruneDeletions {
     const FUNCTION: Function = FUNCTION;
     type Payload = SchedulePruneDeletionsRun;
     type Outcome = ScheduleDone;
+    type Deps = ();
 
     fn busy(_: &SchedulePruneDeletionsRun) -> Report {
         Report::new(ScheduleDone {
@@ -122,6 +123,7 @@ impl Job for SchedulePruneDeletions {
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         _: SchedulePruneDeletionsRun,

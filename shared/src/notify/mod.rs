@@ -1,9 +1,9 @@
 //! Notification delivery for B28 (behaviour §B28.10, §9.11, §10).
 //!
-//! Owns: [`Instance`] (the GitLab instance's URL facts and version) and [`Notifier`],
-//! built once at cold start or by `hk`: the instance for `pat-expiring`, plus the
-//! [`Delivery`] means for `deliver-notification`, whose secrets behind ARNs are read
-//! here. Nothing here reads the database.
+//! Owns: [`Instance`] (the GitLab instance's URL facts and version: `pat-expiring`'s
+//! dependencies) and [`Notifier`] (the instance and the [`Delivery`] means:
+//! `deliver-notification`'s), built once at cold start or by `hk`; the secrets behind
+//! ARNs are read here. Nothing here reads the database.
 
 pub mod crypto;
 pub mod mail;
@@ -62,13 +62,14 @@ pub struct Delivery {
     pub dry_run: bool,
 }
 
-/// Everything the B28 handlers need besides the database and the queue.
+/// What `deliver-notification` needs besides the database and the queue (and what
+/// `hk` gives both B28 functions).
 #[derive(Debug, Clone)]
 pub struct Notifier {
     /// The GitLab instance.
     pub instance: Instance,
-    /// The delivery means; `None` where only `pat-expiring` runs.
-    pub delivery: Option<Delivery>,
+    /// The delivery means.
+    pub delivery: Delivery,
 }
 
 /// The SMTP credentials from a secret: a plain password, or JSON with `password`
@@ -86,35 +87,20 @@ fn smtp_secret(text: &str) -> (Option<String>, Secret) {
     (None, Secret::new(text.trim_end_matches(['\r', '\n'])))
 }
 
-impl Notifier {
-    /// Build what `function` needs from `cfg`; `None` for functions that send no
-    /// notification. Secrets behind ARNs are read through `aws`.
-    pub async fn for_function(
-        function: Function,
-        cfg: &NotifyConfig,
-        aws: Option<&aws_config::SdkConfig>,
-    ) -> Result<Option<Notifier>> {
-        match function {
-            Function::PatExpiring => Ok(Some(Notifier::instance_only(cfg)?)),
-            Function::DeliverNotification => Ok(Some(Notifier::full(cfg, aws).await?)),
-            _ => Ok(None),
-        }
-    }
-
-    /// The instance only (enough for `pat-expiring`).
-    pub fn instance_only(cfg: &NotifyConfig) -> Result<Notifier> {
+impl Instance {
+    /// The instance `cfg` names (enough for `pat-expiring`).
+    pub fn from_config(cfg: &NotifyConfig) -> Result<Instance> {
         cfg.require_for(Function::PatExpiring)?;
         let base = cfg.base_url.as_deref().unwrap_or_default();
-        Ok(Notifier {
-            instance: Instance::new(base, cfg.ssh_url_prefix.as_deref(), &cfg.version)?,
-            delivery: None,
-        })
+        Instance::new(base, cfg.ssh_url_prefix.as_deref(), &cfg.version)
     }
+}
 
+impl Notifier {
     /// The instance and the delivery means (what `deliver-notification` and `hk` use).
     pub async fn full(cfg: &NotifyConfig, aws: Option<&aws_config::SdkConfig>) -> Result<Notifier> {
         cfg.require_for(Function::DeliverNotification)?;
-        let mut n = Notifier::instance_only(cfg)?;
+        let instance = Instance::from_config(cfg)?;
         let key_list = match (&cfg.db_key_base, &cfg.db_key_base_secret_arn) {
             (Some(k), _) => k.expose().to_string(),
             (None, Some(arn)) => {
@@ -161,7 +147,7 @@ impl Notifier {
         if let Some(s) = source {
             mailer = mailer.with_secret(s, cfg, cfg.smtp.username.clone());
         }
-        n.delivery = Some(Delivery {
+        let delivery = Delivery {
             mailer,
             mail_from: cfg.mail_from.clone().unwrap_or_default(),
             webhooks: webhook::WebhookClient::new(
@@ -172,16 +158,14 @@ impl Notifier {
             log_host: cfg.webhook_log_host,
             keys,
             dry_run: false,
-        });
-        Ok(n)
+        };
+        Ok(Notifier { instance, delivery })
     }
 
     /// A copy that sends no email and makes no request (`hk run --dry-run`).
     pub fn dry_run(&self) -> Notifier {
         let mut n = self.clone();
-        if let Some(d) = &mut n.delivery {
-            d.dry_run = true;
-        }
+        n.delivery.dry_run = true;
         n
     }
 }

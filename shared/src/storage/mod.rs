@@ -34,7 +34,7 @@ use crate::config::storage::{SecretRef, StorageConfig, StorageModes};
 use crate::error::Result;
 
 /// The clients of the kinds switched `on`, built once at cold start of
-/// `storage-cleanup` (`Deps::storage`); a kind not `on` has none.
+/// `storage-cleanup` (its [`crate::job::Job::Deps`]); a kind not `on` has none.
 pub struct Storage {
     /// Gitaly, when `STORAGE_GITALY=on`.
     pub gitaly: Option<gitaly::Gitaly>,

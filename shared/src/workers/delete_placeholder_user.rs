@@ -124,9 +124,11 @@ impl Job for DeletePlaceholderUser {
     const FUNCTION: Function = Function::DeletePlaceholderUser;
     type Payload = DeletePlaceholderUserRun;
     type Outcome = DeletePlaceholderUserDone;
+    type Deps = ();
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         p: DeletePlaceholderUserRun,

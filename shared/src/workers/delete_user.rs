@@ -248,6 +248,7 @@ impl Job for DeleteUser {
     const FUNCTION: Function = Function::DeleteUser;
     type Payload = DeleteUserRun;
     type Outcome = DeleteUserDone;
+    type Deps = ();
 
     fn continuing(done: &DeleteUserDone, hop: u64) {
         tracing::info!(user_id = done.user_id, hop, "delete-user continuing");
@@ -255,6 +256,7 @@ impl Job for DeleteUser {
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         p: DeleteUserRun,

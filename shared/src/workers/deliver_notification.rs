@@ -28,23 +28,13 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::system_hooks::{self, group::Scope};
-use crate::job::{Job, Step};
+use crate::job::{Job, Needs, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
-use crate::notify::{Delivery, Instance, Notifier, NotifyConfig};
+use crate::notify::{Instance, Notifier};
 use crate::retry_transient;
 use crate::runtime::Invocation;
-
-fn delivery<'a>(inv: &Invocation<'a>) -> Result<(&'a Instance, &'a Delivery)> {
-    let n: &'a Notifier = inv.notifier.ok_or_else(|| {
-        Error::Config("deliver-notification has no delivery configuration".into())
-    })?;
-    let d = n.delivery.as_ref().ok_or_else(|| {
-        Error::Config("deliver-notification has no delivery configuration".into())
-    })?;
-    Ok((&n.instance, d))
-}
 
 /// The recipient as read at delivery time.
 struct Recipient {
@@ -66,12 +56,12 @@ async fn load_recipient<C: GenericClient>(c: &C, user_id: i64) -> Result<Option<
 type DeliveryStep = Step<Delivered, Notification>;
 
 async fn email<C: GenericClient>(
-    inv: &Invocation<'_>,
+    notifier: &Notifier,
     client: &C,
     env: &Envelope,
     n: EmailNotification,
 ) -> Result<DeliveryStep> {
-    let (instance, d) = delivery(inv)?;
+    let (instance, d) = (&notifier.instance, &notifier.delivery);
     let user_id = n.recipient_user_id();
     let template = n.template();
     let delivered = |outcome: Outcome| Delivered::Email {
@@ -260,6 +250,7 @@ fn hook_headers(
 
 async fn webhook<C>(
     inv: &Invocation<'_>,
+    notifier: &Notifier,
     client: &mut C,
     env: &Envelope,
     p: WebhookNotification,
@@ -267,7 +258,7 @@ async fn webhook<C>(
 where
     C: GenericClient + Send + Sync,
 {
-    let (instance, d) = delivery(inv)?;
+    let (instance, d) = (&notifier.instance, &notifier.delivery);
     let hook_id = p.hook_id;
     let report = |outcome: Outcome| {
         Step::Done(Delivered::Webhook {
@@ -458,12 +449,12 @@ impl Job for DeliverNotification {
     type Payload = Notification;
     type Outcome = Delivered;
 
-    async fn notifier(cfg: &NotifyConfig, aws: &aws_config::SdkConfig) -> Result<Option<Notifier>> {
-        Notifier::full(cfg, Some(aws)).await.map(Some)
-    }
+    /// The instance and the delivery means.
+    type Deps = Notifier;
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        notifier: &Notifier,
         client: &mut C,
         env: &Envelope,
         payload: Notification,
@@ -472,8 +463,8 @@ impl Job for DeliverNotification {
         C: GenericClient + Send + Sync,
     {
         let step = match payload {
-            Notification::Email(n) => email(inv, &*client, env, n).await,
-            Notification::Webhook(p) => webhook(inv, client, env, p).await,
+            Notification::Email(n) => email(notifier, &*client, env, n).await,
+            Notification::Webhook(p) => webhook(inv, notifier, client, env, p).await,
         }?;
         if let Step::Done(d) | Step::Retry { outcome: d, .. } = &step {
             let (table, id) = match d {
@@ -484,6 +475,14 @@ impl Job for DeliverNotification {
             inv.decide(table, id, o.decision(), o.name());
         }
         Ok(step)
+    }
+}
+
+/// `deliver-notification` needs the instance and the delivery means (secrets behind
+/// ARNs read through `aws`).
+impl Needs for Notifier {
+    async fn build(cfg: &crate::config::Config, aws: &aws_config::SdkConfig) -> Result<Notifier> {
+        Notifier::full(&cfg.notify, Some(aws)).await
     }
 }
 

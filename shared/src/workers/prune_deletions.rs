@@ -379,6 +379,7 @@ impl Job for PruneDeletions {
     const FUNCTION: Function = FUNCTION;
     type Payload = PruneDeletionsRun;
     type Outcome = PruneDone;
+    type Deps = ();
 
     fn overlap(_: &PruneDeletionsRun) -> Overlap {
         Overlap::Function
@@ -390,6 +391,7 @@ impl Job for PruneDeletions {
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         _: PruneDeletionsRun,

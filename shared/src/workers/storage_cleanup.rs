@@ -31,7 +31,7 @@ use crate::function::Function;
 use crate::gitlab::deletion_model;
 use crate::gitlab::group_deletion;
 use crate::gitlab::storage;
-use crate::job::{Job, Next, Step};
+use crate::job::{Job, Needs, Next, Step};
 use crate::messages::{Bucket, Envelope, StorageCleanupRun, StorageItem, StorageKind};
 use crate::metrics::{self, Metric};
 use crate::retry_transient;
@@ -391,17 +391,12 @@ impl Job for StorageCleanup {
     type Payload = StorageCleanupRun;
     type Outcome = StorageCleanupDone;
 
-    async fn storage(
-        cfg: &crate::config::Config,
-        aws: &aws_config::SdkConfig,
-    ) -> Result<Option<Storage>> {
-        Ok(Some(
-            Storage::build(&cfg.settings.storage, &cfg.storage, aws).await?,
-        ))
-    }
+    /// The clients of the storage kinds that are on.
+    type Deps = Storage;
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        s: &Storage,
         client: &mut C,
         env: &Envelope,
         p: StorageCleanupRun,
@@ -409,9 +404,6 @@ impl Job for StorageCleanup {
     where
         C: GenericClient + Send + Sync,
     {
-        let s = inv
-            .storage
-            .ok_or_else(|| Error::Config("storage-cleanup has no storage configuration".into()))?;
         let item = p.item.describe();
         let report = |outcome: Outcome, manifests_deleted: u64| StorageCleanupDone {
             group_id: p.group_id,
@@ -509,6 +501,14 @@ impl Job for StorageCleanup {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// `storage-cleanup` needs the clients of the storage kinds that are on (secrets
+/// behind ARNs read through `aws`).
+impl Needs for Storage {
+    async fn build(cfg: &crate::config::Config, aws: &aws_config::SdkConfig) -> Result<Storage> {
+        Storage::build(&cfg.settings.storage, &cfg.storage, aws).await
     }
 }
 

@@ -95,7 +95,7 @@ async fn notifier(db: &TestDb, w: &Wiring) -> Arc<Notifier> {
     extra.extend(w.extra.iter().cloned());
     let cfg = notify_config(&extra);
     let mut n = Notifier::full(&cfg, None).await.unwrap();
-    let d = n.delivery.as_mut().unwrap();
+    let d = &mut n.delivery;
     d.webhooks = WebhookClient::new(
         Duration::from_secs(w.timeout_s),
         cfg.webhook_local_network,

@@ -156,33 +156,24 @@ fn event(path: &str) -> aws_lambda_events::event::sqs::SqsEvent {
 /// cold start builds for each.
 #[tokio::test]
 async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
-    use crate::handle_event;
+    use crate::handle_event_with;
     use lambda_runtime::{Context, LambdaEvent};
-    use shared::lambda::Deps;
+    use shared::handlers::{self, Dispatch};
     let db = fixture().await;
     let rx = HttpReceiver::start().await;
     scenario7(&db, &rx.url("/hook"), None).await;
     tok(&db, 1, 10, "2025-03-17", "ci").await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
     let queue = hk::local_queue::LocalQueue::new(t(NOW));
-    let config = shared::config::Config::from_lookup(|k| match k {
-        "DATABASE_URL" => Some(db.url.clone()),
-        "TRANSPORT" => Some("local".into()),
-        _ => None,
-    })
-    .unwrap();
-    let deps = |function, notifier| Deps {
-        function,
-        session: shared::db::Session::new(db.connector(), shared::Function::name(function)),
-        config: config.clone(),
-        queue: Arc::new(queue.clone()),
-        clock: Arc::new(shared::clock::FixedClock(t(NOW))),
-        notifier,
-        storage: None,
+    let deps = |function| {
+        integration_tests::environment(function, &db.url, t(NOW))
+            .queue(Arc::new(queue.clone()))
+            .build()
     };
+    // What pat-expiring's cold start builds: the instance alone.
     let cfg = notify_config(&[]);
-    let batch = Notifier::for_function(F, &cfg, None).await.unwrap();
-    assert!(batch.as_ref().unwrap().delivery.is_none());
+    let batch = Dispatch::new()
+        .with::<handlers::PatExpiring>(shared::notify::Instance::from_config(&cfg).unwrap());
     // Lambda's remaining time: five minutes (a zero deadline would stop after one unit).
     let mut ctx = Context::default();
     ctx.deadline = (std::time::SystemTime::now()
@@ -191,8 +182,9 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
         .as_millis()
         + 300_000) as u64;
     let (log, _g) = capture();
-    let resp = handle_event(
-        &deps(F, batch),
+    let resp = handle_event_with(
+        &batch,
+        &deps(F),
         LambdaEvent::new(event("events/pat-expiring.json"), ctx),
     )
     .await
@@ -215,8 +207,9 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
         },
     )
     .await;
-    let resp = handle_event(
-        &deps(D, Some((*n).clone())),
+    let resp = handle_event_with(
+        &Dispatch::new().with::<handlers::DeliverNotification>(n),
+        &deps(D),
         LambdaEvent::new(
             event("events/deliver-notification.json"),
             Context::default(),
@@ -229,8 +222,9 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
     assert_eq!(rx.requests().len(), 1);
     assert_eq!(rx.requests()[0].json(), t20_body());
     // Without a notifier the B28 functions fail their records, retryably.
-    let resp = handle_event(
-        &deps(D, None),
+    let resp = handle_event_with(
+        &Dispatch::new(),
+        &deps(D),
         LambdaEvent::new(
             event("events/deliver-notification.json"),
             Context::default(),

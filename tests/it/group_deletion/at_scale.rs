@@ -3,6 +3,7 @@
 //! tree with 50 projects and 1,000 members destroyed until idle with no orphan row
 //! left in any table of the schema.
 
+use shared::handlers::Dispatch;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use shared::clock::FixedClock;
 use shared::config::{QueueTarget, SchedulerTarget, Settings};
 use shared::messages::Envelope;
 use shared::queue::{schedule_name, sqs::at_expression, sqs::SqsQueue};
-use shared::runtime::{Deadline, Invocation, RecordMeta};
+use shared::runtime::{Invocation, RecordMeta};
 use shared::Function;
 
 const NOW: &str = "2025-03-10T02:00:00Z";
@@ -87,20 +88,18 @@ async fn sixty_due_groups_go_to_sqs_up_to_index_45_and_to_one_time_schedules_aft
     );
     // The handler, exactly as Lambda runs it, with the AWS transport.
     let settings = Settings::default();
-    let inv = Invocation {
-        notifier: None,
-        storage: None,
-        decisions: None,
-        function: CRON,
-        now: t(NOW),
-        queue: &queue,
-        settings: &settings,
-        deadline: Deadline::in_(CRON.timeout(), settings.deadline_margin),
-    };
+    let inv = Invocation::new(CRON, t(NOW), &queue, &settings);
     let (log, _g) = capture();
     let mut client = db.connector().connect(CRON.name()).await.unwrap();
     let body = Envelope::cron(CRON, "run-moto", t(NOW)).to_body();
-    let outcome = process_record(&inv, &mut client, &body, &RecordMeta::default()).await;
+    let outcome = process_record(
+        &Dispatch::new(),
+        &inv,
+        &mut client,
+        &body,
+        &RecordMeta::default(),
+    )
+    .await;
     assert!(outcome.is_success(), "{outcome:?}");
     assert_eq!(log.done()["destroy_enqueued"], N);
     let key = |i: i64| format!("group-destroy:{}:2025-03-03:11", 1000 + i);
@@ -197,7 +196,14 @@ async fn sixty_due_groups_go_to_sqs_up_to_index_45_and_to_one_time_schedules_aft
     // which count as success; nothing new is scheduled.
     let mut client = db.connector().connect(CRON.name()).await.unwrap();
     let again = Envelope::cron(CRON, "run-moto-2", t(NOW)).to_body();
-    let outcome = process_record(&inv, &mut client, &again, &RecordMeta::default()).await;
+    let outcome = process_record(
+        &Dispatch::new(),
+        &inv,
+        &mut client,
+        &again,
+        &RecordMeta::default(),
+    )
+    .await;
     assert!(outcome.is_success(), "{outcome:?}");
     let listed_again = scheduler
         .list_schedules()

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::assert::{assert_fields, assert_message};
+use shared::handlers::Dispatch;
 
 /// A transport that records the size of every `send` call.
 struct Recording {
@@ -28,20 +29,18 @@ async fn fifteen_hundred_placeholders_get_fifteen_hundred_children_sent_ten_per_
         sizes: Mutex::new(Vec::new()),
     };
     let settings = Settings::default();
-    let inv = Invocation {
-        notifier: None,
-        storage: None,
-        decisions: None,
-        function: F,
-        now: t(NOW),
-        queue: &q,
-        settings: &settings,
-        deadline: Deadline::in_(F.timeout(), settings.deadline_margin),
-    };
+    let inv = Invocation::new(F, t(NOW), &q, &settings);
     let body = Envelope::cron(F, "run-1500", t(NOW)).to_body();
     let mut client = db.connector().connect(F.name()).await.unwrap();
     let (log, _g) = capture();
-    let outcome = process_record(&inv, &mut client, &body, &RecordMeta::default()).await;
+    let outcome = process_record(
+        &Dispatch::new(),
+        &inv,
+        &mut client,
+        &body,
+        &RecordMeta::default(),
+    )
+    .await;
     assert!(outcome.is_success());
     let sent = q.inner.sent();
     assert_eq!(sent.len(), 1500);

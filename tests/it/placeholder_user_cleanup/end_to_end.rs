@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::assert::assert_fields;
+use integration_tests::environment;
 
 #[tokio::test]
 async fn until_idle_the_deletable_placeholder_goes_and_the_referenced_one_stays() {
@@ -67,20 +68,8 @@ fn event(path: &str) -> aws_lambda_events::event::sqs::SqsEvent {
         .unwrap()
 }
 
-fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    Deps {
-        notifier: None,
-        storage: None,
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue,
-        clock: Arc::new(FixedClock(t(NOW))),
-    }
+fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Environment {
+    environment(function, &db.url, t(NOW)).queue(queue).build()
 }
 
 #[tokio::test]

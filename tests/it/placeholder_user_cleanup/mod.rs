@@ -15,7 +15,6 @@
 //! Here: detail rows, one cron or child invocation, and the checks of a silent run and
 //! of the cron's done line.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,13 +29,11 @@ use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
-use shared::clock::FixedClock;
-use shared::config::{Config, Settings};
-use shared::db::Session;
-use shared::lambda::Deps;
+use shared::config::Settings;
+use shared::lambda::Environment;
 use shared::messages::{DeletePlaceholderUserRun, Envelope};
 use shared::queue::{schedule_name, OutMessage, Queue, QueueError};
-use shared::runtime::{Deadline, Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
 use shared::Function;
 
 mod continuation;

@@ -101,10 +101,8 @@ async fn the_lambda_events_of_both_functions_are_processed() {
     use aws_lambda_events::event::sqs::SqsEvent;
     use hk::local_queue::LocalQueue;
     use lambda_runtime::{Context, LambdaEvent};
-    use shared::clock::FixedClock;
-    use shared::config::Config;
-    use shared::db::Session;
-    use shared::lambda::Deps;
+
+    use shared::lambda::Environment;
     use std::sync::Arc;
 
     let db = fixture().await;
@@ -115,19 +113,10 @@ async fn the_lambda_events_of_both_functions_are_processed() {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
     };
     let queue = LocalQueue::new(t(NOW));
-    let deps = |function: Function| Deps {
-        notifier: None,
-        storage: None,
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config: Config::from_lookup(|k| match k {
-            "DATABASE_URL" => Some(db.url.clone()),
-            "TRANSPORT" => Some("local".into()),
-            _ => None,
-        })
-        .unwrap(),
-        queue: Arc::new(queue.clone()),
-        clock: Arc::new(FixedClock(t(NOW))),
+    let deps = |function: Function| -> Environment {
+        integration_tests::environment(function, &db.url, t(NOW))
+            .queue(Arc::new(queue.clone()))
+            .build()
     };
     let resp = handle_event(
         &deps(SCHED),

@@ -6,7 +6,7 @@
 //! statements the function can run are checked (issue 52). How a failed PREPARE is
 //! classed and the object its error names.
 
-use std::collections::HashMap;
+use integration_tests::environment;
 use std::sync::Arc;
 
 use shared::preflight::{object_of, Problem};
@@ -17,11 +17,9 @@ use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
-use shared::clock::FixedClock;
-use shared::config::Config;
 use shared::db::Session;
 use shared::handlers::Dispatch;
-use shared::lambda::{handle_event_checked, Deps, InvokeError, SchemaGate};
+use shared::lambda::{handle_event_checked, Environment, InvokeError, SchemaGate};
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -34,21 +32,10 @@ fn event() -> SqsEvent {
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
-fn deps(db: &TestDb, queue: Arc<LocalQueue>) -> Deps {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    let function = Function::RemoveExpiredMembers;
-    Deps {
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue,
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    }
+fn deps(db: &TestDb, queue: Arc<LocalQueue>) -> Environment {
+    environment(Function::RemoveExpiredMembers, &db.url, t(NOW))
+        .queue(queue)
+        .build()
 }
 
 #[tokio::test]
@@ -68,7 +55,7 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     let gate = SchemaGate::new();
     let (log, _g) = capture();
     let r = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &gate,
         LambdaEvent::new(event(), Context::default()),
@@ -110,7 +97,7 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
         .await;
     let resp = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &gate,
         LambdaEvent::new(event(), Context::default()),
@@ -139,7 +126,7 @@ async fn a_column_only_another_function_uses_does_not_stop_this_one() {
         .await;
     let q = Arc::new(LocalQueue::new(t(NOW)));
     let resp = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps(&db, q),
         &SchemaGate::new(),
         LambdaEvent::new(event(), Context::default()),
@@ -195,7 +182,7 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
         .collect();
     assert!(!ids.is_empty());
     let resp = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &gate,
         LambdaEvent::new(ev, Context::default()),
@@ -226,7 +213,7 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
     );
 
     let resp = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &gate,
         LambdaEvent::new(event(), Context::default()),

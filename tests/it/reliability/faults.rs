@@ -4,6 +4,7 @@
 //! replayed or forged messages. In every case nothing is lost and nothing is done
 //! twice: the end state is the one a clean run reaches.
 
+use shared::handlers::Dispatch;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +24,7 @@ use shared::config::{QueueTarget, SchedulerTarget};
 use shared::messages::Envelope;
 use shared::queue::schedule_name;
 use shared::queue::sqs::SqsQueue;
-use shared::runtime::{Deadline, Invocation, RecordMeta};
+use shared::runtime::{Invocation, RecordMeta};
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -278,20 +279,12 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
     );
     let f = Function::AdjournedGroupDeletion;
     let settings = Settings::default();
-    let inv = Invocation {
-        function: f,
-        now: t(NOW),
-        queue: &queue,
-        notifier: None,
-        storage: None,
-        decisions: None,
-        settings: &settings,
-        deadline: Deadline::in_(f.timeout(), settings.deadline_margin),
-    };
+    let inv = Invocation::new(f, t(NOW), &queue, &settings);
     proxy.fail_calls("POST /schedules/", 2);
     let (log, _g) = capture();
     let mut client = db.connector().connect(f.name()).await.unwrap();
     let outcome = process_record(
+        &Dispatch::new(),
         &inv,
         &mut client,
         &cron(f, NOW, "s1"),
@@ -312,6 +305,7 @@ async fn a_scheduler_call_failing_for_a_long_delay_loses_no_group_destroy_messag
     // The Scheduler recovers; the next tick sends what is missing. Everything already
     // sent is a duplicate with the same key (the Scheduler answers ConflictException).
     let outcome = process_record(
+        &Dispatch::new(),
         &inv,
         &mut client,
         &cron(f, NOW, "s2"),

@@ -8,22 +8,19 @@
 //! Bounded for CI: `HK_FUZZ_CASES` (default 5000 cases of each parser property, a
 //! fifth of that in events of up to five records through the glue).
 
+use integration_tests::environment;
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use crate::handle_event;
+use crate::handle_event_with;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use hk::local_queue::LocalQueue;
 use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestRunner};
 use serde_json::{json, Value};
-use shared::clock::FixedClock;
-use shared::config::Config;
-use shared::db::Session;
-use shared::lambda::Deps;
+use shared::handlers::{self, Dispatch};
+use shared::lambda::Environment;
 use shared::messages::Envelope;
 use shared::notify::{Notifier, NotifyConfig};
 use shared::Function;
@@ -300,29 +297,21 @@ fn record(i: usize, body: String, receive_count: &str) -> SqsMessage {
     m
 }
 
-async fn deps(db: &TestDb, function: Function) -> Deps {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
-    // B28's functions get what `hk` gives them (the log email transport here).
+fn deps(db: &TestDb, function: Function) -> Environment {
+    environment(function, &db.url, t(NOW)).build()
+}
+
+/// Every job, B28's with what `hk` gives them (the log email transport here).
+async fn dispatch() -> Dispatch {
     let notify = NotifyConfig::from_lookup(&|k: &str| match k {
         "EMAIL_TRANSPORT" => Some("log".into()),
         other => hk::demo::hk_default(other),
     })
     .unwrap();
-    Deps {
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config,
-        queue: Arc::new(LocalQueue::new(t(NOW))),
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: Notifier::for_function(function, &notify, None)
-            .await
-            .unwrap(),
-        storage: None,
-    }
+    let notifier = Notifier::full(&notify, None).await.unwrap();
+    Dispatch::new()
+        .with::<handlers::PatExpiring>(notifier.instance.clone())
+        .with::<handlers::DeliverNotification>(notifier)
 }
 
 #[test]
@@ -333,10 +322,11 @@ fn the_lambda_glue_fails_exactly_the_malformed_records_and_logs_each_one() {
         .unwrap();
     // An empty schema: whatever a well-formed record asks for is a harmless no-op.
     let db = rt.block_on(TestDb::new());
-    let all: HashMap<Function, Deps> = rt.block_on(async {
+    let dispatch = rt.block_on(dispatch());
+    let all: HashMap<Function, Environment> = rt.block_on(async {
         let mut m = HashMap::new();
         for f in Function::ALL {
-            m.insert(*f, deps(&db, *f).await);
+            m.insert(*f, deps(&db, *f));
         }
         m
     });
@@ -371,7 +361,8 @@ fn the_lambda_glue_fails_exactly_the_malformed_records_and_logs_each_one() {
                 .map(|(i, (body, rc))| record(i, body.clone(), rc))
                 .collect();
             let resp = rt
-                .block_on(handle_event(
+                .block_on(handle_event_with(
+                    &dispatch,
                     &all[&receiver],
                     LambdaEvent::new(event, Context::default()),
                 ))

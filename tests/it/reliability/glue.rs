@@ -1,7 +1,7 @@
 //! The Lambda glue (`shared::lambda::handle_event`) on real SQS event JSON: partial
 //! batch failures, malformed records, per-record panics, receive counts.
 
-use std::collections::HashMap;
+use integration_tests::environment;
 use std::sync::Arc;
 
 use crate::assert::{assert_fields, assert_user_state};
@@ -14,10 +14,7 @@ use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::json;
-use shared::clock::FixedClock;
-use shared::config::Config;
-use shared::db::Session;
-use shared::lambda::Deps;
+use shared::lambda::Environment;
 use shared::queue::{OutMessage, Queue, QueueError};
 use shared::Function;
 
@@ -29,21 +26,8 @@ fn event(path: &str) -> SqsEvent {
         .unwrap()
 }
 
-fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Deps {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
-    Deps {
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config,
-        queue,
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    }
+fn deps(db: &TestDb, function: Function, queue: Arc<dyn Queue>) -> Environment {
+    environment(function, &db.url, t(NOW)).queue(queue).build()
 }
 
 async fn fixture() -> TestDb {

@@ -6,20 +6,16 @@
 //! lines, yet every metric line is there, each stamped with a `level` Lambda's JSON
 //! log-level filter keeps (it treats a missing or unknown level as INFO).
 
-use std::collections::HashMap;
+use integration_tests::environment;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
-use shared::clock::FixedClock;
-use shared::config::Config;
-use shared::db::Session;
 use shared::handlers::Dispatch;
-use shared::lambda::{handle_event_checked, Deps, SchemaGate};
+use shared::lambda::{handle_event_checked, SchemaGate};
 use shared::telemetry::{subscriber, Sink};
 use shared::Function;
 
@@ -57,20 +53,7 @@ async fn run_at(level: &str) -> Vec<Value> {
     fx.users(&[U::human(10)]).await;
     fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
         .await;
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    let function = Function::RemoveExpiredMembers;
-    let deps = Deps {
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue: Arc::new(LocalQueue::new(t(NOW))),
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    };
+    let deps = environment(Function::RemoveExpiredMembers, &db.url, t(NOW)).build();
     let lines = Arc::new(Mutex::new(Vec::new()));
     let _g = tracing::subscriber::set_default(subscriber(
         Sink::Buffer(lines.clone()),
@@ -78,7 +61,7 @@ async fn run_at(level: &str) -> Vec<Value> {
         None,
     ));
     let r = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &SchemaGate::new(),
         LambdaEvent::new(event(), Context::default()),

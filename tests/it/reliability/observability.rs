@@ -3,8 +3,7 @@
 //! with its unit and emitter; `start`/`done`/failure lines carry GitLab's `class`,
 //! `job_status` and `extra.<worker>.<key>` fields.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use integration_tests::environment;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::local_queue::LocalQueue;
@@ -12,13 +11,10 @@ use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
-use shared::clock::FixedClock;
-use shared::config::{Config, Settings};
-use shared::db::{Connector, Session};
-use shared::lambda::Deps;
+use shared::config::Settings;
 use shared::messages::Envelope;
 use shared::metrics::{self, CATALOGUE};
-use shared::runtime::{Deadline, Handler, Invocation, RecordMeta};
+use shared::runtime::{Handler, Invocation, RecordMeta};
 use shared::telemetry::gitlab_extra_prefix;
 use shared::Function;
 
@@ -66,28 +62,11 @@ async fn a_malformed_record_of_every_function_emits_one_failed_metric_line() {
 /// through the Lambda glue, and the metric carries the configured `Service`.
 #[tokio::test]
 async fn an_unreachable_database_fails_a_record_of_every_function_with_the_stack_dimension() {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", "postgres://hk@127.0.0.1:1/none".to_string()),
-        ("TRANSPORT", "local".into()),
-        ("SERVICE_NAME", "housekeeping-staging".into()),
-    ]);
-    let config = Config::from_lookup(|k| env.get(k).cloned()).unwrap();
-    metrics::set_service(&config.service);
     for f in Function::ALL {
-        let connector = Connector::new(
-            "postgres://hk@127.0.0.1:1/none".parse().unwrap(),
-            &config.database,
-        )
-        .unwrap();
-        let deps = Deps {
-            function: *f,
-            session: Session::new(connector, f.name()),
-            config: config.clone(),
-            queue: Arc::new(LocalQueue::new(t(NOW))),
-            clock: Arc::new(FixedClock(t(NOW))),
-            notifier: None,
-            storage: None,
-        };
+        let deps = environment(*f, "postgres://hk@127.0.0.1:1/none", t(NOW))
+            .var("SERVICE_NAME", "housekeeping-staging")
+            .build();
+        metrics::set_service(&deps.config.service);
         let event: SqsEvent = serde_json::from_value(json!({"Records": [{
             "messageId": "m-1",
             "body": Envelope::cron(*f, "r-1", t(NOW)).to_body(),
@@ -137,16 +116,7 @@ async fn a_panicking_handler_emits_its_metric_line() {
     let queue = LocalQueue::new(t(NOW));
     let settings = Settings::default();
     let f = Function::RemoveExpiredMembers;
-    let inv = Invocation {
-        function: f,
-        now: t(NOW),
-        queue: &queue,
-        settings: &settings,
-        deadline: Deadline::in_(f.timeout(), settings.deadline_margin),
-        notifier: None,
-        storage: None,
-        decisions: None,
-    };
+    let inv = Invocation::new(f, t(NOW), &queue, &settings);
     let mut client = db.session().await;
     let (log, _g) = capture();
     let body = Envelope::cron(f, "r-1", t(NOW)).to_body();

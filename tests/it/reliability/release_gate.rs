@@ -5,21 +5,18 @@
 //! at that migration the same batch runs, and the next GitLab upgrade (a newer
 //! migration) is refused again.
 
+use integration_tests::environment;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
-use shared::clock::FixedClock;
 use shared::config::Config;
-use shared::db::Session;
 use shared::gitlab::release;
 use shared::handlers::Dispatch;
-use shared::lambda::{handle_event_checked, Deps, InvokeError, SchemaGate};
+use shared::lambda::{handle_event_checked, Environment, InvokeError, SchemaGate};
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -32,28 +29,17 @@ fn event() -> SqsEvent {
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }
 
-fn deps(db: &TestDb, function: Function, accepted: Option<&str>) -> Deps {
-    let mut env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", db.url.clone()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    if let Some(v) = accepted {
-        env.insert("GITLAB_SCHEMA_ACCEPTED", v.to_string());
+fn deps(db: &TestDb, function: Function, accepted: Option<&str>) -> Environment {
+    match accepted {
+        Some(v) => environment(function, &db.url, t(NOW)).var("GITLAB_SCHEMA_ACCEPTED", v),
+        None => environment(function, &db.url, t(NOW)),
     }
-    Deps {
-        function,
-        session: Session::new(db.connector(), function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue: Arc::new(LocalQueue::new(t(NOW))),
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    }
+    .build()
 }
 
-async fn invoke(deps: &Deps) -> Result<usize, InvokeError> {
+async fn invoke(deps: &Environment) -> Result<usize, InvokeError> {
     let r = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         deps,
         &SchemaGate::new(),
         LambdaEvent::new(event(), Context::default()),

@@ -6,12 +6,12 @@
 //! for the members of one group role (`hk_password_required`, a `pg_hba.conf` line
 //! added once): each test's own role joins it, every other session stays trusted.
 
+use integration_tests::environment;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use hk::local_queue::LocalQueue;
 use integration_tests::aws::moto_config;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
@@ -20,10 +20,9 @@ use integration_tests::sinks::smtp::{SinkTls, SmtpSink};
 use integration_tests::{t, wait, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use shared::aws::SecretSource;
-use shared::clock::FixedClock;
-use shared::config::{Config, DatabaseConfig, DatabaseSource};
-use shared::db::{Connector, Session};
-use shared::lambda::Deps;
+use shared::config::{DatabaseConfig, DatabaseSource};
+use shared::db::Connector;
+use shared::lambda::Environment;
 use shared::messages::Envelope;
 use shared::notify::mail::{Mailer, Rendered, SendOutcome};
 use shared::notify::{Notifier, NotifyConfig};
@@ -162,21 +161,11 @@ async fn secret_connector(arn: &str, bound: Duration) -> Connector {
         .with_secret(Arc::new(source))
 }
 
-fn deps(connector: Connector) -> Deps {
-    let function = Function::RemoveExpiredMembers;
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", "postgres://unused@127.0.0.1/unused".into()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    Deps {
-        function,
-        session: Session::new(connector, function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue: Arc::new(LocalQueue::new(t(NOW))),
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    }
+fn deps(connector: Connector) -> Environment {
+    let url = "postgres://unused@127.0.0.1/unused";
+    environment(Function::RemoveExpiredMembers, url, t(NOW))
+        .connector(connector)
+        .build()
 }
 
 /// An SQS event of `n` cron ticks of remove-expired-members.
@@ -199,7 +188,7 @@ fn ticks(n: usize) -> LambdaEvent<SqsEvent> {
     LambdaEvent::new(ev, Context::default())
 }
 
-async fn failed(deps: &Deps, n: usize) -> usize {
+async fn failed(deps: &Environment, n: usize) -> usize {
     handle_event(deps, ticks(n))
         .await
         .unwrap()
@@ -376,7 +365,7 @@ async fn smtp_mailer(sink: &SmtpSink, arn: &str) -> Mailer {
     let n = Notifier::full(&cfg, Some(&moto_config().await))
         .await
         .unwrap();
-    n.delivery.unwrap().mailer
+    n.delivery.mailer
 }
 
 async fn send(m: &Mailer, i: usize) -> shared::error::Result<SendOutcome> {

@@ -4,19 +4,15 @@
 //! round trips on the wire, counted by a relay between the function and PostgreSQL
 //! (`hk::bench::wire`), so it cannot creep back to one PREPARE per statement.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use integration_tests::environment;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use hk::bench::wire::Wire;
-use hk::local_queue::LocalQueue;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
-use shared::clock::FixedClock;
-use shared::config::Config;
 use shared::db::{Connector, Session};
 use shared::handlers::Dispatch;
-use shared::lambda::{handle_event_checked, Deps, Gate, SchemaGate};
+use shared::lambda::{handle_event_checked, Environment, Gate, SchemaGate};
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -27,20 +23,8 @@ fn port_of(url: &str) -> u16 {
     authority.rsplit(':').next().unwrap().parse().unwrap()
 }
 
-fn deps(url: &str, function: Function) -> Deps {
-    let env: HashMap<&str, String> = HashMap::from([
-        ("DATABASE_URL", url.to_string()),
-        ("TRANSPORT", "local".into()),
-    ]);
-    Deps {
-        function,
-        session: Session::new(Connector::from_url(url).unwrap(), function.name()),
-        config: Config::from_lookup(|k| env.get(k).cloned()).unwrap(),
-        queue: Arc::new(LocalQueue::new(t(NOW))),
-        clock: Arc::new(FixedClock(t(NOW))),
-        notifier: None,
-        storage: None,
-    }
+fn deps(url: &str, function: Function) -> Environment {
+    environment(function, url, t(NOW)).build()
 }
 
 /// Round trips of a cold start's check, for one function: a fresh session through
@@ -138,7 +122,7 @@ async fn cold_start_round_trips(wire: &Wire, url: &str, function: Function, conn
     .unwrap();
     let before = wire.counts().unwrap().round_trips;
     let resp = handle_event_checked(
-        &Dispatch,
+        &Dispatch::new(),
         &deps,
         &SchemaGate::new(),
         LambdaEvent::new(event, Context::default()),

@@ -201,7 +201,7 @@ async fn extreme_stored_values_never_panic_any_function() {
         .unwrap();
         let mut notifier = shared::notify::Notifier::full(&cfg, None).await.unwrap();
         // Web hooks resolve nothing: no request leaves the test.
-        notifier.delivery.as_mut().unwrap().webhooks = shared::notify::webhook::WebhookClient::new(
+        notifier.delivery.webhooks = shared::notify::webhook::WebhookClient::new(
             Duration::from_secs(2),
             shared::notify::LocalNetwork::Deny,
             &[],

@@ -24,12 +24,13 @@ pub use hook_body::{hook_body, ClaimedToken, Resource};
 pub use interval::Interval;
 pub use lookup::{bot_contexts, recipients, BotContext};
 
-use crate::error::{Error, Result};
+use crate::config::Config;
+use crate::error::Result;
 use crate::function::Function;
-use crate::job::{Job, Step};
+use crate::job::{Job, Needs, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
-use crate::notify::{Instance, Notifier, NotifyConfig};
+use crate::notify::Instance;
 use crate::queue::OutMessage;
 use crate::runtime::{Budget, Done, Invocation, Status};
 
@@ -294,16 +295,12 @@ impl Job for PatExpiring {
     const FUNCTION: Function = FUNCTION;
     type Payload = PatExpiringRun;
     type Outcome = PatExpiringDone;
-
-    async fn notifier(
-        cfg: &NotifyConfig,
-        _aws: &aws_config::SdkConfig,
-    ) -> Result<Option<Notifier>> {
-        Notifier::instance_only(cfg).map(Some)
-    }
+    /// The instance its notices link to.
+    type Deps = Instance;
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        instance: &Instance,
         client: &mut C,
         env: &Envelope,
         _: PatExpiringRun,
@@ -311,12 +308,6 @@ impl Job for PatExpiring {
     where
         C: GenericClient + Send + Sync,
     {
-        let instance = &inv
-            .notifier
-            .ok_or_else(|| {
-                Error::Config("pat-expiring needs GITLAB_BASE_URL (no notifier)".into())
-            })?
-            .instance;
         let mut run = Run {
             inv,
             env,
@@ -328,6 +319,13 @@ impl Job for PatExpiring {
         let flow = run_intervals(&mut run, client).await?;
         let next = (flow == Flow::Stop).then_some(PatExpiringRun {});
         Ok(Step::then(run.totals, next, REQUEUE_DELAY_S))
+    }
+}
+
+/// `pat-expiring` needs the instance its notices link to (`GITLAB_BASE_URL`).
+impl Needs for Instance {
+    async fn build(cfg: &Config, _: &aws_config::SdkConfig) -> Result<Instance> {
+        Instance::from_config(&cfg.notify)
     }
 }
 

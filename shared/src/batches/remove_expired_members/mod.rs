@@ -337,9 +337,11 @@ impl Job for RemoveExpiredMembers {
     const FUNCTION: Function = FUNCTION;
     type Payload = RemoveExpiredMembersRun;
     type Outcome = ExpiredMembersDone;
+    type Deps = ();
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         payload: RemoveExpiredMembersRun,

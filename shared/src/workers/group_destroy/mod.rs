@@ -434,6 +434,7 @@ impl Job for GroupDestroy {
     const BUSY: &'static str = "Group destroy skipped: already in progress";
     type Payload = GroupDestroyRun;
     type Outcome = GroupDestroyDone;
+    type Deps = ();
 
     fn overlap(p: &GroupDestroyRun) -> Overlap {
         Overlap::Key(lock_key_string(p.group_id))
@@ -455,6 +456,7 @@ impl Job for GroupDestroy {
 
     async fn run<C>(
         inv: &Invocation<'_>,
+        _: &(),
         client: &mut C,
         env: &Envelope,
         p: GroupDestroyRun,

@@ -103,7 +103,7 @@ fn handlers_fed_arbitrary_payloads_on_the_demo_data_never_panic_and_never_log_a_
         .unwrap();
         let mut n = Notifier::full(&cfg, None).await.unwrap();
         // Web hooks resolve nothing: no request leaves the test.
-        n.delivery.as_mut().unwrap().webhooks = WebhookClient::new(
+        n.delivery.webhooks = WebhookClient::new(
             Duration::from_secs(2),
             shared::notify::LocalNetwork::Deny,
             &[],
