@@ -10,7 +10,9 @@ use std::time::Duration;
 
 /// The table of every function, one row each: its job (`layer::module::Type`, the
 /// module declared from this row in `batches` or `workers`), GitLab class, the message
-/// types it accepts, cron, timeout, hop limit and the functions it sends to.
+/// types it accepts, cron, timeout, hop limit, the delay of a message sent to it, the
+/// back-off schedule of its re-sends (`job::Step::Backoff`: one re-send per entry, so
+/// its length is the hop limit) and the functions it sends to.
 /// `with_functions!(m)` hands the whole table to macro `m`: [`Function`] is built
 /// here; the modules of `batches` and `workers`, and `handlers` (re-exports, the sum
 /// `Message` of every job's payload type, `Dispatch`) from the same rows (the job
@@ -27,6 +29,8 @@ macro_rules! with_functions {
                 cron: Some("cron(10 0 * * ? *)"),
                 timeout_s: 600,
                 max_hops: 10_000,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [RemoveExpiredMembers, DeleteUser, DeliverNotification],
             }
             /// Phase 2 of user removal (behaviour §5.2).
@@ -37,6 +41,8 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
+                delay_s: 30,
+                backoff_s: [],
                 sends_to: [DeleteUser, DeliverNotification],
             }
             /// B43 cron: enqueues `prune-deletions` when schedules exist (its message is
@@ -48,6 +54,8 @@ macro_rules! with_functions {
                 cron: Some("cron(0/5 * * * ? *)"),
                 timeout_s: 300,
                 max_hops: 0,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [PruneDeletions],
             }
             /// B43 single-flight worker: carries out `members_deletion_schedules`.
@@ -58,6 +66,8 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 120,
                 max_hops: 10_000,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [PruneDeletions, DeliverNotification],
             }
             /// B51 cron batch: destroy or restore groups whose adjourned period is over.
@@ -68,6 +78,8 @@ macro_rules! with_functions {
                 cron: Some("cron(0 2 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 1000,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [AdjournedGroupDeletion, GroupDestroy],
             }
             /// B51 child: destroy one group, depth first, in chunks.
@@ -78,12 +90,14 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 900,
                 max_hops: 1000,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [GroupDestroy, DeleteUser, StorageCleanup, DeliverNotification],
             }
             /// B51 child: removes one storage item of a destroyed project (a Git
             /// repository through Gitaly, a container repository through the registry,
             /// an object from S3), idempotently; a failure is re-sent once per
-            /// `BACKOFF_S` delay (so `max_hops` is its length).
+            /// `backoff_s` delay (so `max_hops` is its length).
             StorageCleanup = "storage-cleanup" {
                 job: workers::storage_cleanup::StorageCleanup,
                 class: "Projects::DestroyService",
@@ -91,6 +105,8 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 6,
+                delay_s: 0,
+                backoff_s: [30, 60, 120, 300, 600, 900],
                 sends_to: [StorageCleanup],
             }
             /// B70 cron batch.
@@ -101,6 +117,8 @@ macro_rules! with_functions {
                 cron: Some("cron(0 0 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 1000,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [PlaceholderUserCleanup, DeletePlaceholderUser],
             }
             /// B70 child: deletes one placeholder user (never continues itself).
@@ -111,6 +129,8 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [DeleteUser, DeliverNotification],
             }
             /// B28 cron batch: expiring personal and resource access tokens.
@@ -121,6 +141,8 @@ macro_rules! with_functions {
                 cron: Some("cron(0 1 * * ? *)"),
                 timeout_s: 300,
                 max_hops: 100,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [PatExpiring, DeliverNotification],
             }
             /// B28 child: delivers one email or one web hook (every message is one
@@ -135,6 +157,8 @@ macro_rules! with_functions {
                 cron: None,
                 timeout_s: 300,
                 max_hops: 0,
+                delay_s: 0,
+                backoff_s: [],
                 sends_to: [],
             }
         }
@@ -153,9 +177,18 @@ macro_rules! functions {
             cron: $cron:expr,
             timeout_s: $timeout:literal,
             max_hops: $hops:literal,
+            delay_s: $delay:literal,
+            backoff_s: [$($backoff:literal),*],
             sends_to: [$($to:ident),*],
         }
     )*) => {
+        // A back-off schedule is one re-send per entry: the hop limit is its length.
+        $(const _: () = assert!(
+            <[u32]>::len(&[$($backoff),*]) == 0
+                || <[u32]>::len(&[$($backoff),*]) as u32 == $hops,
+            concat!($name, ": max_hops must be the length of backoff_s")
+        );)*
+
         /// A function of the bundle. Only implemented functions are listed.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Function {
@@ -199,6 +232,19 @@ macro_rules! functions {
             /// `MAX_HOPS` (behaviour §9.8): 0 for a function that never continues.
             pub fn max_hops(self) -> u32 {
                 match self { $(Function::$variant => $hops,)* }
+            }
+
+            /// The delay of a message sent to this function, in seconds (behaviour
+            /// §9.5: `delete-user` waits `DELETE_USER_DELAY_S`); a sender may stagger
+            /// its messages later ([`crate::queue::OutMessage::after`]).
+            pub const fn delay_s(self) -> u32 {
+                match self { $(Function::$variant => $delay,)* }
+            }
+
+            /// The delays of this function's re-sends after a failure, one per hop
+            /// (`job::Step::Backoff`); empty for a function that does not re-send.
+            pub const fn backoff_s(self) -> &'static [u32] {
+                match self { $(Function::$variant => &[$($backoff),*],)* }
             }
 
             /// The functions whose queues this function sends to (its least-privilege
@@ -254,7 +300,8 @@ impl Function {
     /// The GitLab class of one message type: a web hook is GitLab's `WebHookWorker`,
     /// anything else the function's [`Function::gitlab_class`].
     pub fn gitlab_class_for(self, message_type: &str) -> &'static str {
-        if message_type == "deliver-notification.webhook" {
+        // `deliver-notification`'s second message type is the web hook's.
+        if self == Function::DeliverNotification && message_type == self.accepts()[1] {
             "WebHookWorker"
         } else {
             self.gitlab_class()

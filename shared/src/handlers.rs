@@ -18,7 +18,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
 use crate::function::Function;
-use crate::job::{drive, Job, Needs};
+use crate::job::{drive, FromConfig, Job};
 use crate::messages::{unknown_type, Envelope, FromMessage, Malformed, PayloadError};
 use crate::runtime::{Ended, Handler, Invocation};
 
@@ -78,11 +78,11 @@ macro_rules! handlers {
         }
 
         impl Dispatch {
-            /// Every job that needs nothing ([`Needs::unconfigured`]); the others
+            /// Every job that needs nothing ([`FromConfig::unconfigured`]); the others
             /// are given with [`Dispatch::with`].
             pub fn new() -> Dispatch {
                 let mut deps: HashMap<Function, Arc<dyn Any + Send + Sync>> = HashMap::new();
-                $(if let Some(d) = <<$function as Job>::Deps as Needs>::unconfigured() {
+                $(if let Some(d) = <<$function as Job>::Deps as FromConfig>::unconfigured() {
                     deps.insert(Function::$function, Arc::new(d));
                 })*
                 Dispatch { deps }

@@ -2,7 +2,7 @@
 //! (behaviour §9.8, §9.10).
 //!
 //! Owns: [`Job`] (a function's payload, outcome and dependency types, its overlap key
-//! and its one `run`), [`Needs`] (how a job's dependencies are built once at cold
+//! and its one `run`), [`FromConfig`] (how a job's dependencies are built once at cold
 //! start), [`Ready`] (a job with its dependencies: what a binary serves), [`Step`] (how
 //! a run ends), [`Overlap`], and [`drive`], the only code that
 //! takes and releases an overlap lock, builds a continuation or re-send, checks the
@@ -57,6 +57,16 @@ pub enum Step<O, P> {
         /// Its delay.
         delay_s: u32,
     },
+    /// The work failed in a way a later attempt may not: [`drive`] re-sends the
+    /// message after the next delay of the function's back-off schedule (its row's
+    /// `backoff_s`, one per hop); past the schedule the record is retried as
+    /// [`Step::Retry`] and reaches the DLQ.
+    Backoff {
+        /// What this invocation did.
+        outcome: O,
+        /// Why it failed.
+        error: Error,
+    },
     /// The record must be retried although the run produced a result.
     Retry {
         /// What this invocation did.
@@ -92,8 +102,8 @@ pub trait Job: Default + Send + Sync + 'static {
     type Outcome: Done;
     /// What it needs besides the database and the queue (B28's instance or delivery
     /// means, `storage-cleanup`'s clients; `()` for most), built once at cold start
-    /// ([`Needs::build`]) and passed to every [`Job::run`].
-    type Deps: Needs;
+    /// ([`FromConfig::build`]) and passed to every [`Job::run`].
+    type Deps: FromConfig;
 
     /// The lock that keeps two runs apart: by default the function's own for a cron
     /// function (one overlap guard per cron, behaviour §9.10), none for a child.
@@ -165,11 +175,24 @@ where
         Some(lock) => locks::session_unlock(&*client, lock).await,
         None => Ok(()),
     };
-    let step = result?;
+    let step = match result? {
+        Step::Backoff { outcome, error } => {
+            let hop = usize::try_from(env.hop).unwrap_or(usize::MAX);
+            match J::FUNCTION.backoff_s().get(hop) {
+                Some(&delay_s) => Step::Continue {
+                    outcome,
+                    next: Next::Resend,
+                    delay_s,
+                },
+                None => Step::Retry { outcome, error },
+            }
+        }
+        step => step,
+    };
     unlocked?;
     Ok(match step {
         Step::Done(outcome) => Report::new(outcome).into(),
-        Step::Retry { outcome, error } => Ended {
+        Step::Retry { outcome, error } | Step::Backoff { outcome, error } => Ended {
             report: Report::new(outcome),
             retry: Some(error),
         },
@@ -195,7 +218,7 @@ where
 /// What a job needs, built once per execution environment from the configuration
 /// (secrets behind ARNs read through `aws`). A function binary builds its own job's
 /// only, so it links no other job's clients.
-pub trait Needs: Sized + Send + Sync + 'static {
+pub trait FromConfig: Sized + Send + Sync + 'static {
     /// Build it at cold start; a misconfiguration is an error naming the variable.
     fn build(
         cfg: &Config,
@@ -210,7 +233,7 @@ pub trait Needs: Sized + Send + Sync + 'static {
 }
 
 /// Most jobs need nothing besides the database and the queue.
-impl Needs for () {
+impl FromConfig for () {
     async fn build(_: &Config, _: &aws_config::SdkConfig) -> Result<()> {
         Ok(())
     }

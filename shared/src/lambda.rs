@@ -1,7 +1,7 @@
 //! The Lambda glue: the only module that names `lambda_runtime` or `aws_lambda_events`
 //! types (behaviour §9.6).
 //!
-//! Owns: cold-start wiring ([`Environment`], the job's [`crate::job::Needs`]), the schema check before the first event
+//! Owns: cold-start wiring ([`Environment`], the job's [`crate::job::FromConfig`]), the schema check before the first event
 //! ([`SchemaGate`]), an `SqsEvent` turned into one [`process_record_with`] call per
 //! record, in order, and an `SqsBatchResponse` with partial batch failures: a record
 //! never fails the batch (a missing `messageId` does, as Lambda would anyway), a failed
@@ -22,7 +22,7 @@ use crate::db::{Connector, Session};
 use crate::error::Error;
 use crate::function::Function;
 use crate::gitlab::release;
-use crate::job::{Job, Needs, Ready};
+use crate::job::{FromConfig, Job, Ready};
 use crate::metrics;
 use crate::preflight;
 use crate::queue::sqs::SqsQueue;
@@ -142,7 +142,7 @@ impl Environment {
             config.scheduler.clone(),
             Arc::new(SystemClock),
         );
-        let job_deps = <H::Deps as Needs>::build(&config, &aws).await?;
+        let job_deps = <H::Deps as FromConfig>::build(&config, &aws).await?;
         Ok((
             Environment::new(function, config, connector, Arc::new(queue)),
             job_deps,

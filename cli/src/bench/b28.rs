@@ -290,13 +290,7 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
     // The claimed bots' resources, hooks and recipients: the same set-based read as
     // ours (one statement).
     let bots = bot_contexts(&tx, &bot_ids).await?;
-    let email = |key: String, n: &EmailNotification| {
-        OutMessage::new(
-            Function::DeliverNotification,
-            0,
-            Envelope::new("deliver-notification.email", key, "bench", now, n),
-        )
-    };
+    let email = |key: String, n: &EmailNotification| OutMessage::to(key, "bench", now, n);
     let mut out: Vec<OutMessage> = Vec::new();
     for ((user_id, idx), (can_receive, is_bot, mut tokens)) in subjects {
         let iv = Interval::ALL[idx];

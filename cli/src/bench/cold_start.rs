@@ -21,10 +21,11 @@ use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::messages::{
     delete_placeholder_user_key, delete_user_key, group_destroy_key, prune_deletions_key,
-    storage_cleanup_key, webhook_event_key, webhook_key, DeletePlaceholderUserRun, DeleteUserRun,
-    Envelope, GroupDestroyRun, PruneDeletionsRun, StorageCleanupRun, StorageItem,
+    storage_cleanup_key, webhook_event_key, webhook_key, Addressed, DeletePlaceholderUserRun,
+    DeleteUserRun, Envelope, GroupDestroyRun, PruneDeletionsRun, StorageCleanupRun, StorageItem,
     WebhookNotification,
 };
+use shared::queue::OutMessage;
 
 /// The bench database's `application_settings.uuid`.
 pub const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
@@ -59,55 +60,51 @@ pub(super) async fn with_db(dir: &Path, starts: usize, opts: &Options) -> Result
 pub fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
     const NONE: i64 = 987_654_321;
     let today = now.date_naive();
-    let env = |kind: &str, key: String, payload: serde_json::Value| {
-        Some(Envelope::new(kind, key, "bench", now, payload).to_body())
-    };
+    fn env<P: Addressed>(key: String, now: chrono::DateTime<chrono::Utc>, p: P) -> Option<String> {
+        Some(OutMessage::to(key, "bench", now, &p).envelope.to_body())
+    }
     if f.cron().is_some() {
         return Some(Envelope::cron(f, "bench", now).to_body());
     }
     match f {
         Function::DeleteUser => env(
-            "delete-user.run",
             delete_user_key(NONE),
-            to_json(DeleteUserRun {
+            now,
+            DeleteUserRun {
                 user_id: NONE,
                 initiator_user_id: None,
                 reason: None,
-            }),
+            },
         ),
-        Function::PruneDeletions => env(
-            "prune-deletions.run",
-            prune_deletions_key("bench"),
-            to_json(PruneDeletionsRun {}),
-        ),
+        Function::PruneDeletions => env(prune_deletions_key("bench"), now, PruneDeletionsRun {}),
         Function::GroupDestroy => env(
-            "group-destroy.run",
             group_destroy_key(NONE, today, NONE),
-            to_json(GroupDestroyRun {
+            now,
+            GroupDestroyRun {
                 group_id: NONE,
                 user_id: NONE,
                 marked_for_deletion_on: today,
-            }),
+            },
         ),
         Function::DeletePlaceholderUser => env(
-            "delete-placeholder-user.run",
             delete_placeholder_user_key(NONE, 1),
-            to_json(DeletePlaceholderUserRun {
+            now,
+            DeletePlaceholderUserRun {
                 placeholder_user_id: NONE,
                 attempt: 1,
-            }),
+            },
         ),
         Function::DeliverNotification => {
             let event_key = webhook_event_key(NONE, NONE);
             env(
-                "deliver-notification.webhook",
                 webhook_key(&event_key, NONE),
-                to_json(WebhookNotification {
+                now,
+                WebhookNotification {
                     hook_id: NONE,
                     event_key,
                     body: serde_json::json!({}),
                     system_hook: None,
-                }),
+                },
             )
         }
         Function::StorageCleanup => {
@@ -118,21 +115,17 @@ pub fn first_message(f: Function, now: chrono::DateTime<chrono::Utc>) -> Option<
                 path: "bench/gone".into(),
             };
             env(
-                "storage-cleanup.remove",
                 storage_cleanup_key(NONE, &item),
-                to_json(StorageCleanupRun {
+                now,
+                StorageCleanupRun {
                     group_id: NONE,
                     project_id: NONE,
                     item,
-                }),
+                },
             )
         }
         _ => None,
     }
-}
-
-fn to_json(payload: impl serde::Serialize) -> serde_json::Value {
-    serde_json::to_value(payload).expect("payloads always serialize")
 }
 
 fn pg_error(e: anyhow::Error) -> Error {

@@ -22,7 +22,7 @@ use shared::config::{QueueTarget, SchedulerTarget};
 use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::handlers::Dispatch;
-use shared::messages::Envelope;
+use shared::messages::{DeleteUserRun, Envelope};
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue};
 use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
@@ -165,16 +165,15 @@ async fn producers(moto: &Moto, n: u64, opts: &Options, dbs: &mut BenchDbs) -> R
     let queue = moto.queue();
     let msgs: Vec<OutMessage> = (0..n)
         .map(|i| {
-            OutMessage::new(
-                Function::DeleteUser,
-                30,
-                Envelope::new(
-                    "delete-user.run",
-                    format!("delete-user:{i}"),
-                    "bench",
-                    opts.now,
-                    serde_json::json!({"user_id": i, "initiator_user_id": null, "reason": "bench"}),
-                ),
+            OutMessage::to(
+                format!("delete-user:{i}"),
+                "bench",
+                opts.now,
+                &DeleteUserRun {
+                    user_id: i as i64,
+                    initiator_user_id: None,
+                    reason: Some("bench".into()),
+                },
             )
         })
         .collect();

@@ -45,21 +45,17 @@ pub fn destroy_message(
     run_id: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> OutMessage {
-    OutMessage::new(
-        Function::GroupDestroy,
-        delay_for(index),
-        Envelope::new(
-            "group-destroy.run",
-            group_destroy_key(s.group_id, s.marked_for_deletion_on, s.user_id),
-            run_id,
-            now,
-            GroupDestroyRun {
-                group_id: s.group_id,
-                user_id: s.user_id,
-                marked_for_deletion_on: s.marked_for_deletion_on,
-            },
-        ),
+    OutMessage::to(
+        group_destroy_key(s.group_id, s.marked_for_deletion_on, s.user_id),
+        run_id,
+        now,
+        &GroupDestroyRun {
+            group_id: s.group_id,
+            user_id: s.user_id,
+            marked_for_deletion_on: s.marked_for_deletion_on,
+        },
     )
+    .after(delay_for(index))
 }
 
 /// Every group due on `today`, by id, read with the run's own statements (its

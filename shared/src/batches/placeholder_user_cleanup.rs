@@ -160,21 +160,16 @@ async fn claim(
 
 /// Step 4's message: `delete-placeholder-user.run` with delay `index × 1 s`, hop 0.
 fn child(env: &Envelope, now: DateTime<Utc>, c: Claimed, index: u32) -> OutMessage {
-    let receiver = Function::DeletePlaceholderUser;
-    OutMessage::new(
-        receiver,
-        index.saturating_mul(DELAY_STEP_S),
-        Envelope::new(
-            receiver.run_type(),
-            delete_placeholder_user_key(c.placeholder_user_id, c.attempts),
-            &env.run_id,
-            now,
-            DeletePlaceholderUserRun {
-                placeholder_user_id: c.placeholder_user_id,
-                attempt: c.attempts,
-            },
-        ),
+    OutMessage::to(
+        delete_placeholder_user_key(c.placeholder_user_id, c.attempts),
+        &env.run_id,
+        now,
+        &DeletePlaceholderUserRun {
+            placeholder_user_id: c.placeholder_user_id,
+            attempt: c.attempts,
+        },
     )
+    .after(index.saturating_mul(DELAY_STEP_S))
 }
 
 /// The run's progress within one invocation.

@@ -91,16 +91,13 @@ async fn enqueue_if_needed<C: GenericClient>(
     if b.remaining == 0 {
         return Ok((false, b));
     }
-    let message = Envelope::new(
-        Function::PruneDeletions.run_type(),
+    let message = OutMessage::to(
         prune_deletions_key(&env.run_id),
         &env.run_id,
         inv.now,
-        PruneDeletionsRun {},
+        &PruneDeletionsRun {},
     );
-    inv.queue
-        .send(&[OutMessage::new(Function::PruneDeletions, 0, message)])
-        .await?;
+    inv.queue.send(&[message]).await?;
     Ok((true, b))
 }
 

@@ -19,8 +19,7 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
-use crate::function::Function;
-use crate::messages::{webhook_key, Envelope, SystemHookSubject, WebhookNotification};
+use crate::messages::{webhook_key, SystemHookSubject, WebhookNotification};
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
 
@@ -530,25 +529,20 @@ fn message(
     id: i64,
     group_hook: Option<&str>,
 ) -> OutMessage {
-    OutMessage::new(
-        Function::DeliverNotification,
-        0,
-        Envelope::new(
-            "deliver-notification.webhook",
-            webhook_key(key, hook_id),
-            run_id,
-            inv.now,
-            WebhookNotification {
-                hook_id,
-                event_key: key.into(),
-                body: serde_json::Value::String(json.into()),
-                system_hook: Some(SystemHookSubject {
-                    table: table.into(),
-                    id,
-                    group_hook: group_hook.map(Into::into),
-                }),
-            },
-        ),
+    OutMessage::to(
+        webhook_key(key, hook_id),
+        run_id,
+        inv.now,
+        &WebhookNotification {
+            hook_id,
+            event_key: key.into(),
+            body: serde_json::Value::String(json.into()),
+            system_hook: Some(SystemHookSubject {
+                table: table.into(),
+                id,
+                group_hook: group_hook.map(Into::into),
+            }),
+        },
     )
 }
 

@@ -15,14 +15,14 @@ use crate::gitlab::side_effects::{self, audit::users};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, deletion_model, permissions};
 use crate::locks;
-use crate::messages::{delete_user_key, DeleteUserRun, Envelope};
+use crate::messages::{delete_user_key, DeleteUserRun};
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
 
 pub mod sql;
 
-/// `DELETE_USER_DELAY_S` (behaviour §9.5).
-pub const DELETE_USER_DELAY_S: u32 = 30;
+/// `DELETE_USER_DELAY_S` (behaviour §9.5): `delete-user`'s row in the function table.
+pub const DELETE_USER_DELAY_S: u32 = Function::DeleteUser.delay_s();
 
 /// What phase 1 is asked to do.
 #[derive(Debug, Clone)]
@@ -180,20 +180,15 @@ pub async fn schedule_removal<C: GenericClient>(
     };
     c.execute(insert, &[&u, &req.initiator, &now]).await?;
     // Step 8.
-    outbox.push(OutMessage::new(
-        Function::DeleteUser,
-        DELETE_USER_DELAY_S,
-        Envelope::new(
-            "delete-user.run",
-            delete_user_key(u),
-            run_id,
-            now,
-            DeleteUserRun {
-                user_id: u,
-                initiator_user_id: req.initiator,
-                reason: Some(req.reason.to_string()),
-            },
-        ),
+    outbox.push(OutMessage::to(
+        delete_user_key(u),
+        run_id,
+        now,
+        &DeleteUserRun {
+            user_id: u,
+            initiator_user_id: req.initiator,
+            reason: Some(req.reason.to_string()),
+        },
     ));
     let memberships_deleted = removed.len() as u64;
     tracing::info!(

@@ -1,14 +1,79 @@
 //! How a handler's payload is decoded once, on receipt (behaviour §9.2).
 //!
 //! Owns: [`FromMessage`] (message type and payload JSON to a handler's payload type,
-//! the JSON a continuation carries back, the cursor the `start` line shows) and
-//! [`Notification`], `deliver-notification`'s sum. Every function's sum is
-//! `handlers::Message`, so a payload type may live in its function's module.
+//! the JSON a continuation carries back, the cursor the `start` line shows),
+//! [`Addressed`] (a child's payload names its receiver and message type through the
+//! function table: no sender writes either) and [`Notification`],
+//! `deliver-notification`'s sum. Every function's sum is `handlers::Message`, so a
+//! payload type may live in its function's module.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::payloads::{EmailNotification, Payload, PayloadError, WebhookNotification};
+use super::payloads::{
+    DeletePlaceholderUserRun, DeleteUserRun, EmailNotification, GroupDestroyRun, Payload,
+    PayloadError, PruneDeletionsRun, StorageCleanupRun, WebhookNotification,
+};
+use crate::function::Function;
+
+/// The payload of a message one function sends another: its receiver, and its message
+/// type taken from the receiver's row in the function table ([`Function::accepts`]).
+/// `queue::OutMessage::to` builds the message from it, with the row's delay.
+pub trait Addressed: Serialize {
+    /// The function that receives it.
+    const RECEIVER: Function;
+
+    /// Its message type: the receiver's one type (`<name>.run` or its only one).
+    fn kind(&self) -> &'static str {
+        Self::RECEIVER.run_type()
+    }
+}
+
+/// `deliver-notification`'s mail message type: its row's first.
+fn email_kind() -> &'static str {
+    Function::DeliverNotification.accepts()[0]
+}
+
+/// `deliver-notification`'s web-hook message type: its row's second.
+fn webhook_kind() -> &'static str {
+    Function::DeliverNotification.accepts()[1]
+}
+
+impl Addressed for DeleteUserRun {
+    const RECEIVER: Function = Function::DeleteUser;
+}
+
+impl Addressed for PruneDeletionsRun {
+    const RECEIVER: Function = Function::PruneDeletions;
+}
+
+impl Addressed for GroupDestroyRun {
+    const RECEIVER: Function = Function::GroupDestroy;
+}
+
+impl Addressed for StorageCleanupRun {
+    const RECEIVER: Function = Function::StorageCleanup;
+}
+
+impl Addressed for DeletePlaceholderUserRun {
+    const RECEIVER: Function = Function::DeletePlaceholderUser;
+}
+
+impl Addressed for EmailNotification {
+    const RECEIVER: Function = Function::DeliverNotification;
+
+    fn kind(&self) -> &'static str {
+        email_kind()
+    }
+}
+
+impl Addressed for WebhookNotification {
+    const RECEIVER: Function = Function::DeliverNotification;
+
+    fn kind(&self) -> &'static str {
+        webhook_kind()
+    }
+}
 
 /// A handler's payload type, decoded once from the message type and payload JSON the
 /// envelope carries (the envelope has checked that its function accepts the type).
@@ -52,20 +117,20 @@ pub fn unknown_type() -> PayloadError {
 /// `deliver-notification`'s payload: one mail or one web hook.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Notification {
-    /// `deliver-notification.email`.
+    /// One mail (the row's first message type).
     Email(EmailNotification),
-    /// `deliver-notification.webhook`.
+    /// One web hook (the row's second).
     Webhook(WebhookNotification),
 }
 
 impl FromMessage for Notification {
     fn decode(kind: &str, payload: &Value) -> Result<Self, PayloadError> {
-        match kind {
-            "deliver-notification.email" => EmailNotification::from_value(payload).map(Self::Email),
-            "deliver-notification.webhook" => {
-                WebhookNotification::from_value(payload).map(Self::Webhook)
-            }
-            _ => Err(unknown_type()),
+        if kind == email_kind() {
+            EmailNotification::from_value(payload).map(Self::Email)
+        } else if kind == webhook_kind() {
+            WebhookNotification::from_value(payload).map(Self::Webhook)
+        } else {
+            Err(unknown_type())
         }
     }
 

@@ -18,7 +18,7 @@ pub use keys::{
     bot_email_key, delete_placeholder_user_key, delete_user_key, group_destroy_key,
     prune_deletions_key, storage_cleanup_key, user_email_key, webhook_event_key, webhook_key,
 };
-pub use message::{unknown_type, FromMessage, Notification};
+pub use message::{unknown_type, Addressed, FromMessage, Notification};
 pub use payloads::{
     bound_rule, id_hash, project_disk_path, snippet_disk_path, AdjournedGroupDeletionRun, Bucket,
     DeletePlaceholderUserRun, DeleteUserRun, DetailCursor, EmailNotification, Fields, GroupCursor,

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use crate::function::Function;
-use crate::messages::Envelope;
+use chrono::{DateTime, Utc};
+
+use crate::messages::{Addressed, Envelope};
 
 /// SQS's largest `DelaySeconds`; longer delays go through one-time schedules.
 pub const MAX_SQS_DELAY_S: u32 = 900;
@@ -37,6 +39,27 @@ impl OutMessage {
             delay_s,
             envelope,
         }
+    }
+
+    /// The message of `payload` to its receiver: receiver, message type and delay
+    /// from the receiver's row in the function table ([`Addressed`]); `key` and
+    /// `run_id` are the sender's.
+    pub fn to<P: Addressed>(
+        key: String,
+        run_id: &str,
+        now: DateTime<Utc>,
+        payload: &P,
+    ) -> OutMessage {
+        let receiver = P::RECEIVER;
+        let envelope = Envelope::new(payload.kind(), key, run_id, now, payload);
+        OutMessage::new(receiver, receiver.delay_s(), envelope)
+    }
+
+    /// The same message made visible `delay_s` seconds after sending instead (a
+    /// sender staggering its messages).
+    pub fn after(mut self, delay_s: u32) -> OutMessage {
+        self.delay_s = delay_s;
+        self
     }
 
     /// Whether this message needs a one-time schedule rather than an SQS delay.

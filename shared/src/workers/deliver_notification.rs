@@ -28,7 +28,7 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::system_hooks::{self, group::Scope};
-use crate::job::{Job, Needs, Step};
+use crate::job::{Job, FromConfig, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
@@ -480,7 +480,7 @@ impl Job for DeliverNotification {
 
 /// `deliver-notification` needs the instance and the delivery means (secrets behind
 /// ARNs read through `aws`).
-impl Needs for Notifier {
+impl FromConfig for Notifier {
     async fn build(cfg: &crate::config::Config, aws: &aws_config::SdkConfig) -> Result<Notifier> {
         Notifier::full(&cfg.notify, Some(aws)).await
     }

@@ -31,16 +31,17 @@ use crate::function::Function;
 use crate::gitlab::deletion_model;
 use crate::gitlab::group_deletion;
 use crate::gitlab::storage;
-use crate::job::{Job, Needs, Next, Step};
+use crate::job::{Job, FromConfig, Step};
 use crate::messages::{Bucket, Envelope, StorageCleanupRun, StorageItem, StorageKind};
 use crate::metrics::{self, Metric};
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation, Status};
 use crate::storage::{Removal, Storage};
 
-/// The delays of the re-sends after a failed removal, by hop: past the last, the record
-/// fails and SQS's redrive takes it to the DLQ.
-pub const BACKOFF_S: [u32; 6] = [30, 60, 120, 300, 600, 900];
+/// The delays of the re-sends after a failed removal, by hop (`storage-cleanup`'s row
+/// in the function table; `job::drive` sends them): past the last, the record fails
+/// and SQS's redrive takes it to the DLQ.
+pub const BACKOFF_S: &[u32] = Function::StorageCleanup.backoff_s();
 
 /// How one message ended: the `outcome` field of `done`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -412,19 +413,9 @@ impl Job for StorageCleanup {
             outcome,
             manifests_deleted,
         };
-        let backoff = |outcome: Outcome, error: Error| {
-            let hop = usize::try_from(env.hop).unwrap_or(usize::MAX);
-            match BACKOFF_S.get(hop) {
-                Some(&delay_s) => Step::Continue {
-                    outcome: report(outcome, 0),
-                    next: Next::Resend,
-                    delay_s,
-                },
-                None => Step::Retry {
-                    outcome: report(outcome, 0),
-                    error,
-                },
-            }
+        let backoff = |outcome: Outcome, error: Error| Step::Backoff {
+            outcome: report(outcome, 0),
+            error,
         };
         match retry_transient!(remove(client, s, &p).await) {
             Ok((Outcome::ProjectPresent, _)) => {
@@ -506,7 +497,7 @@ impl Job for StorageCleanup {
 
 /// `storage-cleanup` needs the clients of the storage kinds that are on (secrets
 /// behind ARNs read through `aws`).
-impl Needs for Storage {
+impl FromConfig for Storage {
     async fn build(cfg: &crate::config::Config, aws: &aws_config::SdkConfig) -> Result<Storage> {
         Storage::build(&cfg.settings.storage, &cfg.storage, aws).await
     }
@@ -517,8 +508,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_backoff_delay_is_one_hop_within_the_limit() {
-        assert_eq!(BACKOFF_S.len() as u32, Function::StorageCleanup.max_hops());
+    fn every_backoff_delay_grows_within_an_sqs_delay() {
         assert!(BACKOFF_S.windows(2).all(|w| w[0] < w[1]));
         assert!(
             BACKOFF_S.iter().all(|&d| d <= 900),

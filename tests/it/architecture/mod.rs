@@ -9,6 +9,8 @@
 //!   catalogue's `sql` modules, and the catalogue lists every `sql` module.
 //! * `size`: no Rust file over 600 lines, in the product or in the tests.
 //! * `docs`: every `behaviour §…` citation resolves in docs/behaviour.md.
+//! * `jobs`: no job's dependency is an `Option`; no message type written outside the
+//!   function table.
 //!
 //! Each check names the file and the rule it found broken. Here: the tree as files.
 
@@ -19,6 +21,7 @@ use regex::Regex;
 
 mod deps;
 mod docs;
+mod jobs;
 mod modules;
 mod size;
 

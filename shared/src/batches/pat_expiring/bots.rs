@@ -18,9 +18,8 @@ use super::lookup::{
 };
 use super::{Run, TOKENS};
 use crate::error::{Error, Result};
-use crate::function::Function;
 use crate::messages::{
-    bot_email_key, webhook_event_key, webhook_key, EmailNotification, Envelope, WebhookNotification,
+    bot_email_key, webhook_event_key, webhook_key, EmailNotification, WebhookNotification,
 };
 use crate::notify::Instance;
 use crate::queue::OutMessage;
@@ -59,24 +58,22 @@ pub fn bot_notices(
     now: DateTime<Utc>,
 ) -> Vec<OutMessage> {
     let today = now.date_naive();
-    let deliver = |envelope: Envelope| OutMessage::new(Function::DeliverNotification, 0, envelope);
     let mut out: Vec<OutMessage> = Vec::new();
     if iv == Interval::SevenDays {
         let body = hook_body(resource, reported, instance);
         let event_key = webhook_event_key(bot, reported.id);
         for &hook_id in hooks {
-            out.push(deliver(Envelope::new(
-                "deliver-notification.webhook",
+            out.push(OutMessage::to(
                 webhook_key(&event_key, hook_id),
                 run_id,
                 now,
-                WebhookNotification {
+                &WebhookNotification {
                     hook_id,
                     event_key: event_key.clone(),
                     body: body.clone(),
                     system_hook: None,
                 },
-            )));
+            ));
         }
     }
     for &user_id in recipients {
@@ -90,13 +87,12 @@ pub fn bot_notices(
             resource_full_path: resource.full_path().to_string(),
             resource_name: resource.name().to_string(),
         };
-        out.push(deliver(Envelope::new(
-            "deliver-notification.email",
+        out.push(OutMessage::to(
             bot_email_key(iv.name(), bot, user_id, today),
             run_id,
             now,
             &n,
-        )));
+        ));
     }
     out
 }

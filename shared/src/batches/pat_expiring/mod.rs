@@ -27,7 +27,7 @@ pub use lookup::{bot_contexts, recipients, BotContext};
 use crate::config::Config;
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::{Job, Needs, Step};
+use crate::job::{Job, FromConfig, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
 use crate::notify::Instance;
@@ -139,17 +139,7 @@ impl Run<'_, '_> {
     }
 
     fn email(&self, key: String, n: &EmailNotification) -> OutMessage {
-        OutMessage::new(
-            Function::DeliverNotification,
-            0,
-            Envelope::new(
-                "deliver-notification.email",
-                key,
-                &self.env.run_id,
-                self.inv.now,
-                n,
-            ),
-        )
+        OutMessage::to(key, &self.env.run_id, self.inv.now, n)
     }
 }
 
@@ -323,7 +313,7 @@ impl Job for PatExpiring {
 }
 
 /// `pat-expiring` needs the instance its notices link to (`GITLAB_BASE_URL`).
-impl Needs for Instance {
+impl FromConfig for Instance {
     async fn build(cfg: &Config, _: &aws_config::SdkConfig) -> Result<Instance> {
         Instance::from_config(&cfg.notify)
     }

@@ -13,7 +13,6 @@ use tokio_postgres::GenericClient;
 use super::sql;
 use crate::config::storage::Mode;
 use crate::error::Result;
-use crate::function::Function;
 use crate::gitlab::authz;
 use crate::gitlab::blockers::{self, Key, Parent};
 use crate::gitlab::deletion_model::DeletionModel;
@@ -118,20 +117,15 @@ fn cleanup_message(
     project: i64,
     item: StorageItem,
 ) -> OutMessage {
-    OutMessage::new(
-        Function::StorageCleanup,
-        0,
-        Envelope::new(
-            "storage-cleanup.remove",
-            storage_cleanup_key(project, &item),
-            &env.run_id,
-            inv.now,
-            StorageCleanupRun {
-                group_id: msg.group_id,
-                project_id: project,
-                item,
-            },
-        ),
+    OutMessage::to(
+        storage_cleanup_key(project, &item),
+        &env.run_id,
+        inv.now,
+        &StorageCleanupRun {
+            group_id: msg.group_id,
+            project_id: project,
+            item,
+        },
     )
 }
 
