@@ -11,7 +11,7 @@ fn crates() -> Vec<(PathBuf, String)> {
     let mut dirs = vec![
         r.join("shared"),
         r.join("cli"),
-        r.join("cli/checks"),
+        r.join("checks"),
         r.join("tests"),
     ];
     let mut fns: Vec<PathBuf> = std::fs::read_dir(r.join("functions"))
@@ -92,7 +92,7 @@ fn no_function_crate_and_not_shared_depends_on_hk() {
     let mut bad = Vec::new();
     for (dir, manifest) in crates() {
         let production = dir == r.join("shared")
-            || dir == r.join("cli/checks")
+            || dir == r.join("checks")
             || dir.starts_with(r.join("functions"));
         if !production {
             continue;
