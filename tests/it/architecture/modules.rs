@@ -14,6 +14,8 @@ fn every_module_has_a_header_saying_what_it_owns() {
         "shared/src",
         "cli/src",
         "checks/src",
+        "engine/src",
+        "lab/src",
         "functions",
         "tests",
         "cli/tests",

@@ -1,6 +1,6 @@
 //! No oversized file: a Rust file over 600 lines, in the product (`shared/src`,
-//! `cli/src`, `checks/src`) or in the tests (`tests/`, `cli/tests/`), is split by concern,
-//! or listed with its reason.
+//! `checks/src`, `engine/src`, `lab/src`, `cli/src`) or in the tests (`tests/`,
+//! `cli/tests/`), is split by concern, or listed with its reason.
 
 use super::*;
 
@@ -9,7 +9,15 @@ fn no_source_file_is_oversized() {
     // Over 600 lines, each for a stated reason.
     let allowed: &[(&str, &str)] = &[];
     let mut bad = Vec::new();
-    for dir in ["shared/src", "cli/src", "checks/src", "tests", "cli/tests"] {
+    for dir in [
+        "shared/src",
+        "checks/src",
+        "engine/src",
+        "lab/src",
+        "cli/src",
+        "tests",
+        "cli/tests",
+    ] {
         let files = rust_files(&root().join(dir));
         assert!(!files.is_empty(), "no Rust file read under {dir}");
         for f in files {

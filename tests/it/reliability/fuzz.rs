@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::handle_event;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
@@ -309,7 +309,7 @@ async fn deps(db: &TestDb, function: Function) -> Deps {
     // B28's functions get what `hk` gives them (the log email transport here).
     let notify = NotifyConfig::from_lookup(&|k: &str| match k {
         "EMAIL_TRANSPORT" => Some("log".into()),
-        other => hk::demo::hk_default(other),
+        other => lab::demo::hk_default(other),
     })
     .unwrap();
     Deps {

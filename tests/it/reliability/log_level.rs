@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use lambda_runtime::{Context, LambdaEvent};

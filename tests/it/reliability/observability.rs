@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};

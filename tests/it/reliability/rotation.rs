@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::aws::moto_config;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
@@ -357,7 +357,10 @@ async fn smtp_mailer(sink: &SmtpSink, arn: &str) -> Mailer {
     let env: HashMap<&str, String> = HashMap::from([
         ("GITLAB_BASE_URL", "https://gitlab.example.com".to_string()),
         ("GITLAB_VERSION", "18.0.1".to_string()),
-        ("GITLAB_DB_KEY_BASE", hk::demo::DEMO_DB_KEY_BASE.to_string()),
+        (
+            "GITLAB_DB_KEY_BASE",
+            lab::demo::DEMO_DB_KEY_BASE.to_string(),
+        ),
         (
             "MAIL_FROM",
             "GitLab <gitlab@gitlab.example.com>".to_string(),
