@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use shared::clock::FixedClock;
 use shared::config::Config;
 use shared::db::Connector;

@@ -1,7 +1,7 @@
 //! One fresh database per test, cloned from a migrated template database, dropped
 //! when the test passes and kept, with its name printed, when it fails.
 
-use hk::local::Runner;
+use engine::local::Runner;
 use shared::config::Settings;
 use shared::db::Connector;
 use tokio_postgres::Client;
@@ -10,12 +10,12 @@ use crate::wait::{self, HARNESS_SESSION_TIMEOUT};
 
 /// The GitLab release whose model the tests run on: `HK_TEST_GITLAB` (`18.2`, `18.8`,
 /// `18.11` or `19.5`), default the newest.
-pub fn gitlab_version() -> hk::migrate::GitlabVersion {
+pub fn gitlab_version() -> engine::migrate::GitlabVersion {
     match std::env::var("HK_TEST_GITLAB") {
         Ok(v) if !v.trim().is_empty() => {
             v.parse().unwrap_or_else(|e| panic!("HK_TEST_GITLAB: {e}"))
         }
-        _ => hk::migrate::GitlabVersion::default(),
+        _ => engine::migrate::GitlabVersion::default(),
     }
 }
 
@@ -27,7 +27,7 @@ fn template_name() -> String {
     format!(
         "hk_template_{}_{}",
         v.as_str().replace('.', "_"),
-        hk::migrate::fingerprint(v)
+        engine::migrate::fingerprint(v)
     )
 }
 
@@ -148,11 +148,11 @@ async fn ensure_template(admin: &Client, base: &str) -> String {
             .expect("create template");
         {
             let mut c = harness_session(&with_db(base, &format!("{template}_build"))).await;
-            hk::migrate::run_for(&mut c, gitlab_version())
+            engine::migrate::run_for(&mut c, gitlab_version())
                 .await
                 .expect("migrate template");
             // Every test database is cloned from here: all of them are throwaway.
-            hk::migrate::mark_throwaway(&c, "test harness")
+            engine::migrate::mark_throwaway(&c, "test harness")
                 .await
                 .expect("mark template");
         }
@@ -252,7 +252,7 @@ impl TestDb {
     }
 
     /// An empty `t_<uuid>` (no schema, no throwaway marker): for tests that build the
-    /// model themselves (`hk::migrate::run_for` per GitLab release).
+    /// model themselves (`engine::migrate::run_for` per GitLab release).
     pub async fn empty() -> TestDb {
         let base = base_url();
         let admin = harness_session(&base).await;

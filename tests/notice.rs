@@ -44,7 +44,7 @@ pub async fn publish_demo_hooks(db: &TestDb) {
         // A fixed IV per hook: every copy of the data set stores the same ciphertext.
         let (v, iv) = shared::notify::crypto::encrypt_with_iv(
             url,
-            hk::demo::DEMO_DB_KEY_BASE,
+            lab::demo::DEMO_DB_KEY_BASE,
             [id as u8; 12],
         );
         db.client
@@ -90,7 +90,10 @@ impl Notices {
         let env: HashMap<&str, String> = HashMap::from([
             ("GITLAB_BASE_URL", "https://gitlab.example.com".to_string()),
             ("GITLAB_VERSION", "18.0.1".to_string()),
-            ("GITLAB_DB_KEY_BASE", hk::demo::DEMO_DB_KEY_BASE.to_string()),
+            (
+                "GITLAB_DB_KEY_BASE",
+                lab::demo::DEMO_DB_KEY_BASE.to_string(),
+            ),
             (
                 "MAIL_FROM",
                 "GitLab <gitlab@gitlab.example.com>".to_string(),

@@ -274,10 +274,10 @@ const NO_GHOST: &str = "
 pub async fn demo_without_ghost(now: chrono::DateTime<chrono::Utc>) -> TestDb {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (hk::demo::DEMO_SQL, NO_GHOST, now.date_naive().to_string()).hash(&mut h);
+    (lab::demo::DEMO_SQL, NO_GHOST, now.date_naive().to_string()).hash(&mut h);
     let template = format!("hk_demo_{:016x}", h.finish());
     TestDb::from_template(&template, |mut db| async move {
-        hk::demo::seed(&mut db.client, now.date_naive())
+        lab::demo::seed(&mut db.client, now.date_naive())
             .await
             .expect("demo seed");
         db.exec(NO_GHOST).await;

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio_postgres::Client;
 
-use crate::local::decisions::{pick, rows, table_rule, TableRule};
+use engine::local::decisions::{pick, rows, table_rule, TableRule};
 use shared::error::{Error, Result};
 
 /// One decision of a plan file.
@@ -307,7 +307,7 @@ fn stand_in(function: &str, table: &str, id: i64, decision: &str, rule: String) 
 /// each authorization a removal implies gone. An empty plan or one that stopped
 /// early is not in agreement, whatever its decisions.
 pub async fn compare(c: &mut Client, plan: &PlanFile) -> Result<Report> {
-    let tx = crate::shadow::read_only_transaction(c).await?;
+    let tx = engine::shadow::read_only_transaction(c).await?;
     let mut ids: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for d in &plan.decisions {
         if table_rule(&d.table).is_none() {

@@ -1,11 +1,11 @@
-//! The bench data loads (`hk::bench::data`) run without GitLab's row triggers and
+//! The bench data loads (`lab::bench::data`) run without GitLab's row triggers and
 //! foreign-key checks, then add the trigger rows set-based: each data set loaded that
 //! way is row for row the set a load firing every trigger and checking every key
 //! leaves (which also proves the generated rows break no foreign key).
 
 use chrono::NaiveDate;
-use hk::bench::data::{self, B28Sizes, B38Sizes};
 use integration_tests::TestDb;
+use lab::bench::data::{self, B28Sizes, B38Sizes};
 
 fn today() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 3, 1).unwrap()

@@ -150,15 +150,17 @@ async fn the_migrated_schema_passes_every_check() {
     // The release line (the model's markers, or the 18.8 marker `gitlab_db` adds); on
     // 19.5's model, the release by name.
     let release = match integration_tests::db::gitlab_version() {
-        hk::migrate::GitlabVersion::V19_5 => "✓ GitLab schema: GitLab 19.5 found (newest migration 20260916223000; supported 18.2 to 19.5)",
+        engine::migrate::GitlabVersion::V19_5 => "✓ GitLab schema: GitLab 19.5 found (newest migration 20260916223000; supported 18.2 to 19.5)",
         _ => "✓ GitLab schema: GitLab 18.",
     };
     assert!(text.contains(release), "missing `{release}`:\n{text}");
     // The model line names what this release writes (HK_TEST_GITLAB's model).
     let model = match integration_tests::db::gitlab_version() {
-        hk::migrate::GitlabVersion::V18_2 => "schedules",
-        hk::migrate::GitlabVersion::V18_8 => "state-columns",
-        hk::migrate::GitlabVersion::V18_11 | hk::migrate::GitlabVersion::V19_5 => "scheduled-at",
+        engine::migrate::GitlabVersion::V18_2 => "schedules",
+        engine::migrate::GitlabVersion::V18_8 => "state-columns",
+        engine::migrate::GitlabVersion::V18_11 | engine::migrate::GitlabVersion::V19_5 => {
+            "scheduled-at"
+        }
     };
     let line = format!("✓ deletion model: {model}: ");
     assert_eq!(text.matches(&line).count(), 1, "missing `{line}`:\n{text}");

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use hk::shadow::cluster::{is_postgres, postmaster_pid, PREFIX};
+use engine::shadow::cluster::{is_postgres, postmaster_pid, PREFIX};
 use integration_tests::TestDb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -319,13 +319,13 @@ async fn a_copy_past_max_copy_is_refused_before_any_row() {
 
 /// A database of `model` for a copy, with the catalogue columns' selection.
 async fn target_and_selection(
-    model: hk::migrate::GitlabVersion,
-) -> (TestDb, hk::shadow::Selection) {
+    model: engine::migrate::GitlabVersion,
+) -> (TestDb, engine::shadow::Selection) {
     let mut local = TestDb::empty().await;
-    hk::migrate::run_for(&mut local.client, model)
+    engine::migrate::run_for(&mut local.client, model)
         .await
         .unwrap();
-    let selection = hk::shadow::selection::derive(&local.connector())
+    let selection = engine::shadow::selection::derive(&local.connector())
         .await
         .unwrap();
     (local, selection)
@@ -353,7 +353,7 @@ async fn the_copy_holds_only_the_catalogue_statements_columns() {
         );
     }
     assert!(selection["members"].contains("expires_at"));
-    let s = hk::shadow::ReadOnlySnapshot::begin(&mut live)
+    let s = engine::shadow::ReadOnlySnapshot::begin(&mut live)
         .await
         .unwrap();
     let plan = s.prepare(&local.client, Some(&selection)).await.unwrap();
@@ -417,7 +417,7 @@ async fn a_missing_grant_or_table_fails_before_the_first_row() {
             .connect("t")
             .await
             .unwrap();
-        let s = hk::shadow::ReadOnlySnapshot::begin(&mut live)
+        let s = engine::shadow::ReadOnlySnapshot::begin(&mut live)
             .await
             .unwrap();
         let e = s

@@ -98,7 +98,7 @@ fn file_keys(path: &str) -> Vec<String> {
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
-    hk::pg::free_port().unwrap()
+    engine::pg::free_port().unwrap()
 }
 
 /// What `hk` needs to send mail to the sink on `port` (STARTTLS, the test CA).
@@ -405,7 +405,7 @@ async fn a_wrong_key_base_dead_letters_web_hooks_and_the_right_one_delivers_them
         let url = receiver.url(&format!("/hooks/{id}"));
         let (v, iv) = shared::notify::crypto::encrypt_with_iv(
             &url,
-            hk::demo::DEMO_DB_KEY_BASE,
+            lab::demo::DEMO_DB_KEY_BASE,
             [id as u8; 12],
         );
         db.client

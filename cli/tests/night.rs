@@ -90,8 +90,8 @@ fn a_connection_error_says_its_cause_once() {
 #[test]
 fn db_up_takes_a_free_port_when_54329_is_taken_and_down_removes_the_cluster() {
     // Hold 54329 (if something else holds it, it is taken all the same).
-    let _held = TcpListener::bind(("127.0.0.1", hk::pg::DEFAULT_PORT));
-    assert!(!hk::pg::port_is_free(hk::pg::DEFAULT_PORT));
+    let _held = TcpListener::bind(("127.0.0.1", engine::pg::DEFAULT_PORT));
+    assert!(!engine::pg::port_is_free(engine::pg::DEFAULT_PORT));
     let base = std::env::temp_dir().join(format!("hk-night-{}", uuid::Uuid::new_v4().simple()));
     let env = [("HK_PG_BASE", base.to_str().unwrap())];
     let mut c = Command::new(env!("CARGO_BIN_EXE_hk"));
@@ -103,7 +103,7 @@ fn db_up_takes_a_free_port_when_54329_is_taken_and_down_removes_the_cluster() {
     assert!(o.status.success(), "{err}");
     let up: Value = serde_json::from_slice(&o.stdout).unwrap();
     let port = up["port"].as_u64().unwrap() as u16;
-    assert_ne!(port, hk::pg::DEFAULT_PORT);
+    assert_ne!(port, engine::pg::DEFAULT_PORT);
     assert!(err.contains("port 54329 is taken"), "{err}");
     let url = up["database_url"].as_str().unwrap();
     assert!(url.contains(&format!(":{port}/")), "{url}");
@@ -115,7 +115,7 @@ fn db_up_takes_a_free_port_when_54329_is_taken_and_down_removes_the_cluster() {
     let o = hk(&["db", "down"], &env);
     assert!(o.status.success());
     assert!(!base.exists(), "hk db down removes {}", base.display());
-    assert!(hk::pg::port_is_free(port), "the server is stopped");
+    assert!(engine::pg::port_is_free(port), "the server is stopped");
     // A second `down` has nothing to do.
     assert!(hk(&["db", "down"], &env).status.success());
 }
@@ -125,7 +125,7 @@ fn db_up_takes_a_free_port_when_54329_is_taken_and_down_removes_the_cluster() {
 #[test]
 fn db_up_and_down_after_the_server_was_killed() {
     let base = std::env::temp_dir().join(format!("hk-night-{}", uuid::Uuid::new_v4().simple()));
-    let port = hk::pg::free_port().unwrap().to_string();
+    let port = engine::pg::free_port().unwrap().to_string();
     let env = [
         ("HK_PG_BASE", base.to_str().unwrap()),
         ("HK_PG_PORT", &port),

@@ -53,13 +53,13 @@ fn hk_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
 /// page's statements alone lock about 160 tables and indexes (the removal's, the
 /// authorization refresh's and the side effects' with EE's rows), so the table must
 /// hold a page of about 22 users with room to spare.
-struct SmallCluster(hk::pg::Cluster);
+struct SmallCluster(engine::pg::Cluster);
 
 impl SmallCluster {
     fn start() -> SmallCluster {
-        let c = hk::pg::Cluster {
+        let c = engine::pg::Cluster {
             base: std::env::temp_dir().join(format!("hk-locks-{}", uuid::Uuid::new_v4().simple())),
-            port: hk::pg::free_port().unwrap(),
+            port: engine::pg::free_port().unwrap(),
         };
         c.up_with(&[
             "max_locks_per_transaction=16",

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::process::Output;
 
-use hk::local::{Plan, Run, Runner};
-use hk::shadow::{self, Copied, ReadOnlySnapshot};
+use engine::local::{Plan, Run, Runner};
+use engine::shadow::{self, Copied, ReadOnlySnapshot};
 use integration_tests::{t, TestDb};
 use serde_json::Value;
 use shared::Function;
@@ -50,9 +50,11 @@ async fn sequences(c: &Client) -> BTreeMap<String, (i64, bool)> {
 }
 
 /// A fresh database migrated with the model `model`, the copy's target.
-async fn target(model: hk::migrate::GitlabVersion) -> TestDb {
+async fn target(model: engine::migrate::GitlabVersion) -> TestDb {
     let mut db = TestDb::empty().await;
-    hk::migrate::run_for(&mut db.client, model).await.unwrap();
+    engine::migrate::run_for(&mut db.client, model)
+        .await
+        .unwrap();
     db
 }
 
@@ -172,7 +174,7 @@ async fn plan_on(url: &str, f: Function, body: &str) -> (Vec<Run>, Plan) {
     let mut runner = Runner::new(connector, shared::config::Settings::default(), t(NOW));
     if matches!(f, Function::PatExpiring | Function::DeliverNotification) {
         // hk's embedded defaults, as `hk run --dry-run` uses them; the plan sends nothing.
-        let lookup = |k: &str| hk::demo::hk_default(k);
+        let lookup = |k: &str| lab::demo::hk_default(k);
         let cfg = shared::notify::NotifyConfig::from_lookup(&lookup).unwrap();
         let notifier = shared::notify::Notifier::full(&cfg, None).await.unwrap();
         runner = runner.with_notifier(std::sync::Arc::new(notifier));
@@ -362,7 +364,7 @@ async fn an_unrecognised_schema_model_is_refused() {
     // A release whose columns GitLab never had: 18.2's migrations with the newer
     // deletion columns (or, on the 18.2 model, 18.11's migrations without them).
     let db = TestDb::new().await;
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V18_2 {
         db.exec("INSERT INTO schema_migrations (version) VALUES ('20260117231951')")
             .await;
     } else {
@@ -376,7 +378,7 @@ async fn an_unrecognised_schema_model_is_refused() {
 
 #[test]
 fn the_model_follows_the_release_and_its_deletion_columns() {
-    use hk::migrate::GitlabVersion::*;
+    use engine::migrate::GitlabVersion::*;
     use shared::gitlab::deletion_model::DeletionModel::*;
     assert_eq!(shadow::model_for("18.2", Schedules), Some(V18_2));
     assert_eq!(shadow::model_for("18.3", Schedules), Some(V18_2));

@@ -1,7 +1,7 @@
 //! Domain logic, SQL and Lambda glue shared by every housekeeping function.
 //!
 //! Each Lambda binary under `functions/` is a few lines that call [`lambda::run`];
-//! the operator CLI `hk` drives the same handlers through its local runner (`hk::local::Runner`). See
+//! the operator CLI `hk` drives the same handlers through its local runner (`engine::local::Runner`). See
 //! ARCHITECTURE.md for the map and the invariants.
 #![warn(missing_docs)]
 

@@ -6,8 +6,8 @@
 //! sequence hands out in write order. A failure names the field and shows
 //! the whole value.
 
-use hk::local::Run;
-use hk::local_queue::SentRecord;
+use engine::local::Run;
+use engine::local_queue::SentRecord;
 use integration_tests::logs::Captured;
 use integration_tests::TestDb;
 use serde_json::Value;

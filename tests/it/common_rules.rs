@@ -14,8 +14,8 @@ pub(crate) fn phase_one_invocation(
     now: chrono::DateTime<chrono::Utc>,
 ) -> shared::runtime::Invocation<'static> {
     use std::sync::LazyLock;
-    static QUEUE: LazyLock<hk::local_queue::LocalQueue> =
-        LazyLock::new(|| hk::local_queue::LocalQueue::new(t(NOW)));
+    static QUEUE: LazyLock<engine::local_queue::LocalQueue> =
+        LazyLock::new(|| engine::local_queue::LocalQueue::new(t(NOW)));
     static SETTINGS: LazyLock<shared::config::Settings> =
         LazyLock::new(shared::config::Settings::default);
     shared::runtime::Invocation::new(shared::Function::DeleteUser, now, &*QUEUE, &SETTINGS)

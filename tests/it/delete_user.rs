@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::assert::{assert_fields, assert_message};
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};

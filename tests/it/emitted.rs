@@ -128,7 +128,7 @@ pub async fn emitted_metrics() -> Emitted {
 /// tests/it/reliability/cold_start.rs, which tests the refusal itself.
 async fn refuse_the_schema_in_every_function(db: &integration_tests::TestDb) {
     use shared::lambda::{Environment, SchemaGate};
-    let queue = std::sync::Arc::new(hk::local_queue::LocalQueue::new(t(NOW)));
+    let queue = std::sync::Arc::new(engine::local_queue::LocalQueue::new(t(NOW)));
     let (model, has) = shared::preflight::probe_all(&db.client).await.unwrap();
     for f in Function::ALL.iter().copied() {
         let table = a_table_it_reads(db, f, model, &has).await;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::assert::assert_fields;
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
@@ -435,9 +435,9 @@ async fn pages_larger_than_a_group_remove_every_member_and_refresh_every_user() 
     );
 }
 
-fn bench_options(db: &TestDb) -> hk::bench::Options {
+fn bench_options(db: &TestDb) -> lab::bench::Options {
     let (base, _) = db.url.rsplit_once('/').unwrap();
-    hk::bench::Options {
+    lab::bench::Options {
         database_url: format!("{base}/postgres"),
         moto_endpoint: std::env::var("MOTO_ENDPOINT").ok(),
         bin_dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug"),
@@ -451,9 +451,9 @@ fn bench_options(db: &TestDb) -> hk::bench::Options {
 async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     let db = TestDb::new().await;
     let opts = bench_options(&db);
-    let scale = hk::bench::Scale::parse("300").unwrap();
-    let rows = hk::bench::run("all", &scale, &opts).await.unwrap();
-    let by: BTreeMap<String, Vec<&hk::bench::Row>> =
+    let scale = lab::bench::Scale::parse("300").unwrap();
+    let rows = lab::bench::run("all", &scale, &opts).await.unwrap();
+    let by: BTreeMap<String, Vec<&lab::bench::Row>> =
         rows.iter().fold(BTreeMap::new(), |mut m, r| {
             m.entry(r.bench.clone()).or_default().push(r);
             m
@@ -484,7 +484,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     // One group-size row per size, and the impact of ours, the floor and the baseline.
     assert_eq!(
         by["b38-groups"].len(),
-        hk::bench::b38::scale::GROUP_SIZES.len()
+        lab::bench::b38::scale::GROUP_SIZES.len()
     );
     assert_eq!(by["b38-impact"].len(), 3);
     // Linearity: ours and the floor, each against its own runs at a tenth of the size
@@ -519,7 +519,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     assert!(trips["GitLab-pattern baseline"] >= 8.5, "{trips:?}");
     // The cold-start schema check of every function, counted on the wire: at most
     // three round trips once the session is up (issue 52).
-    let checks: Vec<&&hk::bench::Row> = by["footprint"]
+    let checks: Vec<&&lab::bench::Row> = by["footprint"]
         .iter()
         .filter(|r| {
             r.compares
@@ -534,7 +534,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
     // counted (issue 52).
     let vpc = " TLS, 1 ms per round trip";
     let delayed = by["footprint"].iter().filter(|r| r.compares.ends_with(vpc));
-    let ok = |r: &&&hk::bench::Row| r.measured.contains("round trips on the wire per start");
+    let ok = |r: &&&lab::bench::Row| r.measured.contains("round trips on the wire per start");
     assert_eq!(delayed.clone().filter(ok).count(), Function::ALL.len());
     // Calls are counted exactly: every producer hands the adapter tens.
     for r in &by["queue-calls"] {
@@ -555,7 +555,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         );
     }
     // The table renders every row.
-    let md = hk::bench::render_markdown(&rows);
+    let md = lab::bench::render_markdown(&rows);
     assert_eq!(md.lines().count(), rows.len() + 2);
     // No bench database is left behind.
     let left: i64 = db
@@ -571,8 +571,8 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
 async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
     let db = TestDb::new().await;
     let opts = bench_options(&db);
-    let scale = hk::bench::Scale::parse("400").unwrap();
-    let rows = hk::bench::run("b28", &scale, &opts).await.unwrap();
+    let scale = lab::bench::Scale::parse("400").unwrap();
+    let rows = lab::bench::run("b28", &scale, &opts).await.unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     let r = &rows[0];
     assert_eq!(r.bench, "b28");

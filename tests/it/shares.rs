@@ -5,7 +5,7 @@
 //! ancestor reaches subgroup projects. Through B38 (set-based and per-user paths),
 //! B43 and the single-user refresh.
 
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::authz;
@@ -288,7 +288,7 @@ async fn a_destroyed_group_takes_the_access_its_shares_gave_with_it() {
 /// once per removed group membership).
 #[tokio::test]
 async fn the_refreshes_read_the_instance_by_key_only() {
-    use hk::bench::data::{self, B38Sizes};
+    use lab::bench::data::{self, B38Sizes};
     let db = TestDb::new().await;
     // 200 top-level groups with two subgroups each (ids 201..600), 1,200 projects, shares.
     let c = db.session().await;

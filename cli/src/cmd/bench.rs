@@ -33,8 +33,8 @@ pub(crate) struct BenchArgs {
 }
 
 pub(crate) async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
-    let scale = hk::bench::Scale::parse(&a.scale)?;
-    let opts = hk::bench::Options {
+    let scale = lab::bench::Scale::parse(&a.scale)?;
+    let opts = lab::bench::Options {
         database_url: database_url()?,
         moto_endpoint: a.moto.clone(),
         bin_dir: a.bin_dir.clone(),
@@ -44,8 +44,8 @@ pub(crate) async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     };
     let pb = progress(a.json, format!("bench {} at scale {}", a.name, a.scale));
     let measured = async {
-        let context = hk::bench::context(&scale, &opts).await?;
-        let rows = hk::bench::run(&a.name, &scale, &opts).await?;
+        let context = lab::bench::context(&scale, &opts).await?;
+        let rows = lab::bench::run(&a.name, &scale, &opts).await?;
         anyhow::Ok((context, rows))
     }
     .await;
@@ -63,10 +63,10 @@ pub(crate) async fn cmd_bench(a: BenchArgs) -> Result<ExitCode> {
     } else {
         println!(
             "{command}\n{context}\n\n{}",
-            hk::bench::render_markdown(&rows)
+            lab::bench::render_markdown(&rows)
         );
     }
-    hk::bench::write_doc(
+    lab::bench::write_doc(
         &a.doc,
         // One block per scale and bench; footprint's also per binary directory (the
         // native build and the Lambda build are both worth keeping).

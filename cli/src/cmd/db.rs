@@ -16,7 +16,7 @@ pub(crate) enum DbAction {
     Down,
     /// The watchdog of a `--read-only` copy's cluster (started by `hk run
     /// --read-only`, not by hand): when its stdin ends, the server is stopped and
-    /// BASE removed (hk::shadow::cluster).
+    /// BASE removed (engine::shadow::cluster).
     #[command(hide = true)]
     WatchCopy {
         /// The server binaries.
@@ -31,13 +31,13 @@ pub(crate) async fn cmd_db(action: DbAction) -> Result<ExitCode> {
     if let DbAction::WatchCopy { bin, base } = action {
         return watch_copy(bin, base).await;
     }
-    let mut c = hk::pg::Cluster::default_location();
+    let mut c = engine::pg::Cluster::default_location();
     match action {
         DbAction::Up { json } => {
             c.stop_previous()?;
-            if std::env::var_os("HK_PG_PORT").is_none() && !hk::pg::port_is_free(c.port) {
+            if std::env::var_os("HK_PG_PORT").is_none() && !engine::pg::port_is_free(c.port) {
                 let taken = c.port;
-                c.port = hk::pg::free_port()?;
+                c.port = engine::pg::free_port()?;
                 eprintln!(
                     "hk: port {taken} is taken; the cluster listens on {}",
                     c.port
@@ -77,13 +77,13 @@ async fn watch_copy(bin: PathBuf, base: PathBuf) -> Result<ExitCode> {
         signal(SignalKind::terminate())?,
         signal(SignalKind::hangup())?,
     ];
-    tokio::task::spawn_blocking(move || hk::shadow::cluster::watch(&base, &bin)).await??;
+    tokio::task::spawn_blocking(move || engine::shadow::cluster::watch(&base, &bin)).await??;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn cmd_migrate(
     json: bool,
-    gitlab: hk::migrate::GitlabVersion,
+    gitlab: engine::migrate::GitlabVersion,
 ) -> Result<ExitCode> {
     let applied = migrate_for(&database_url()?, gitlab).await?;
     if json {
@@ -100,7 +100,7 @@ pub(crate) async fn cmd_seed(set: &str, now: Option<&str>, json: bool) -> Result
     }
     let now = parse_now(now)?;
     let mut c = Connector::from_url(&database_url()?)?.connect("hk").await?;
-    hk::demo::seed(&mut c, now.date_naive()).await?;
+    lab::demo::seed(&mut c, now.date_naive()).await?;
     if json {
         println!(
             "{}",

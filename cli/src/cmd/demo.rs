@@ -5,7 +5,7 @@ use super::run::summarize;
 use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
-use hk::local::{Run, Runner};
+use engine::local::{Run, Runner};
 use shared::db::Connector;
 use shared::Function;
 
@@ -15,9 +15,9 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool, json: bool) -> 
     let url = match std::env::var("DATABASE_URL") {
         Ok(u) => u,
         Err(_) => {
-            let c = hk::pg::Cluster {
+            let c = engine::pg::Cluster {
                 base: std::env::temp_dir().join(format!("hk-demo-{}", std::process::id())),
-                port: hk::pg::free_port()?,
+                port: engine::pg::free_port()?,
             };
             let bin = demo_server_bin()?;
             eprintln!(
@@ -51,24 +51,24 @@ pub(crate) async fn cmd_demo(now: Option<String>, keep_db: bool, json: bool) -> 
 /// with the checkout's scripts/pg-versions.sh when nobody chose the binaries and the
 /// ones found are older (Debian 12's 15), else a one-line refusal saying how to get 16.
 fn demo_server_bin() -> Result<std::path::PathBuf> {
-    let found = hk::pg::pg_bin_found()
-        .and_then(|(bin, source)| Ok((bin.clone(), source, hk::pg::server_major(&bin)?)))
+    let found = engine::pg::pg_bin_found()
+        .and_then(|(bin, source)| Ok((bin.clone(), source, engine::pg::server_major(&bin)?)))
         .map_err(|e| format!("{e:#}"));
     let npm = std::process::Command::new("npm")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    match hk::pg::demo_server(found, hk::pg::pg_versions_script(), npm) {
-        hk::pg::DemoServer::Use(bin) => Ok(bin),
-        hk::pg::DemoServer::Refuse(why) => Err(anyhow!(why)),
-        hk::pg::DemoServer::Install(script) => {
+    match engine::pg::demo_server(found, engine::pg::pg_versions_script(), npm) {
+        engine::pg::DemoServer::Use(bin) => Ok(bin),
+        engine::pg::DemoServer::Refuse(why) => Err(anyhow!(why)),
+        engine::pg::DemoServer::Install(script) => {
             eprintln!(
                 "hk: no PostgreSQL {} or later found; installing PostgreSQL 16 with {} 16 \
                  (npm registry, into .pg16/; once)",
-                hk::pg::MIN_MAJOR,
+                engine::pg::MIN_MAJOR,
                 script.display()
             );
-            hk::pg::install_pg16(&script)
+            engine::pg::install_pg16(&script)
         }
     }
 }
@@ -79,28 +79,28 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
     let connector = Connector::from_url(url)?;
     {
         let mut c = connector.connect("hk").await?;
-        hk::demo::seed(&mut c, now.date_naive()).await?;
+        lab::demo::seed(&mut c, now.date_naive()).await?;
     }
-    let before = hk::demo::table_counts(&connector.connect("hk").await?).await?;
+    let before = lab::demo::table_counts(&connector.connect("hk").await?).await?;
     let mut all: Vec<Run> = Vec::new();
     let mut code = 0;
     let notifier = local_notifier().await?;
     let observer = std::sync::Arc::new(std::sync::Mutex::new(observe(&pb)));
     // What a batch cannot deliver is handed on, as in `hk run` (behaviour §11).
-    let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "demo")?;
+    let handoff = engine::local::Handoff::create(&engine::local::state_dir(), "demo")?;
     let (mut handed_on, mut failed) = (0, None);
     for f in Function::ALL.iter().filter(|f| f.cron().is_some()) {
         let o = observer.clone();
         let mut runner = Runner::new(connector.clone(), Default::default(), now)
             .with_notifier(notifier.clone())
             .with_handoff(handoff.clone())
-            .with_backoff(hk::local::Backoff::from_env()?)
+            .with_backoff(engine::local::Backoff::from_env()?)
             .with_observer(move |r| (o.lock().expect("the progress observer"))(r));
         let body = runner.cron_message(*f).to_body();
         let result = super::run::deliver(&mut runner, *f, &body, true).await;
         let h = runner.handed_on();
         handed_on += h.dead.len() + h.undelivered.len();
-        code = hk::local::worse_exit_code(code, runner.exit_code(false));
+        code = engine::local::worse_exit_code(code, runner.exit_code(false));
         all.extend(runner.runs);
         if let Err(e) = result {
             failed = Some(e);
@@ -118,7 +118,7 @@ pub(crate) async fn demo(url: &str, now: DateTime<Utc>, json: bool) -> Result<Ex
     if let Some(e) = failed {
         return Err(e);
     }
-    let after = hk::demo::table_counts(&connector.connect("hk").await?).await?;
+    let after = lab::demo::table_counts(&connector.connect("hk").await?).await?;
     pb.finish_and_clear();
     if json {
         let tables: Vec<Value> = before

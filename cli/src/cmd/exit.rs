@@ -13,7 +13,7 @@ pub(crate) const RETRYABLE: u8 = 1;
 pub(crate) const PERMANENT: u8 = 2;
 /// A run ended, but items failed inside it (failed rows, groups, users…): nothing
 /// redelivers them; the next run retries them. 1 and 2 take precedence.
-pub(crate) const ITEMS_FAILED: u8 = hk::local::EXIT_ITEMS_FAILED as u8;
+pub(crate) const ITEMS_FAILED: u8 = engine::local::EXIT_ITEMS_FAILED as u8;
 
 /// `hk parity`: a planned decision disagrees with the database, or its row's id now
 /// belongs to another row (docs/parity.md).
@@ -30,8 +30,8 @@ retries them). 2 and 1 take precedence over 3.";
 
 /// The exit code of a finished local run, with a line on stderr when items failed
 /// inside it (stdout may be `--json`).
-pub(crate) fn run_code(runs: &[hk::local::Run], code: i32) -> std::process::ExitCode {
-    let items: u64 = runs.iter().map(hk::local::Run::items_failed).sum();
+pub(crate) fn run_code(runs: &[engine::local::Run], code: i32) -> std::process::ExitCode {
+    let items: u64 = runs.iter().map(engine::local::Run::items_failed).sum();
     if items > 0 {
         let mut by_function = std::collections::BTreeMap::<&str, u64>::new();
         for r in runs {
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_failure_left_outranks_items_failed_inside_a_run() {
-        let worse = |a: u8, b: u8| hk::local::worse_exit_code(a.into(), b.into()) as u8;
+        let worse = |a: u8, b: u8| engine::local::worse_exit_code(a.into(), b.into()) as u8;
         assert_eq!(worse(0, ITEMS_FAILED), ITEMS_FAILED);
         assert_eq!(worse(ITEMS_FAILED, RETRYABLE), RETRYABLE);
         assert_eq!(worse(RETRYABLE, ITEMS_FAILED), RETRYABLE);

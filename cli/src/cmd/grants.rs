@@ -1,7 +1,7 @@
 //! `hk grants --role <name>`: print the GRANT statements the functions' role needs on
 //! the target database, derived as `hk check`'s privileges check derives them
 //! (`hk::check::grants`), connected as the functions connect; with `--read-only`,
-//! those of the role a `--read-only` copy connects as (`hk::shadow::grants`).
+//! those of the role a `--read-only` copy connects as (`engine::shadow::grants`).
 
 use std::process::ExitCode;
 
@@ -34,7 +34,7 @@ pub(crate) async fn cmd_grants(a: GrantsArgs) -> Result<ExitCode> {
              -- Re-run `hk grants --read-only` after each GitLab upgrade.",
             a.role
         );
-        for g in hk::shadow::grants::read_only_grants(&target.connector, &a.role).await? {
+        for g in engine::shadow::grants::read_only_grants(&target.connector, &a.role).await? {
             println!("{g}");
         }
         return Ok(ExitCode::SUCCESS);

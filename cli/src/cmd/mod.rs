@@ -83,7 +83,7 @@ pub(crate) enum Cmd {
         /// The GitLab release to model: `18.2` (the oldest supported), `18.8`,
         /// `18.11`, or `19.5` (the newest).
         #[arg(long, default_value = "19.5")]
-        gitlab: hk::migrate::GitlabVersion,
+        gitlab: engine::migrate::GitlabVersion,
     },
     /// Load a data set into $DATABASE_URL.
     Seed {
@@ -317,7 +317,7 @@ pub(crate) fn local_env(k: &str) -> Option<String> {
     std::env::var(k)
         .ok()
         .filter(|v| !v.trim().is_empty())
-        .or_else(|| hk::demo::hk_default(k))
+        .or_else(|| lab::demo::hk_default(k))
 }
 
 /// B28's instance and delivery means for local runs.
@@ -334,21 +334,21 @@ pub(crate) async fn connector(config: &Config) -> Result<Connector> {
 /// Mark the database at `url`, which `hk` has just created, as throwaway.
 pub(crate) async fn mark_throwaway(url: &str, by: &str) -> Result<()> {
     let c = Connector::from_url(url)?.connect("hk").await?;
-    Ok(hk::migrate::mark_throwaway(&c, by).await?)
+    Ok(engine::migrate::mark_throwaway(&c, by).await?)
 }
 
 /// Apply the newest model (`hk db up`, `hk demo`).
 pub(crate) async fn migrate(url: &str) -> Result<Vec<i32>> {
-    migrate_for(url, hk::migrate::GitlabVersion::default()).await
+    migrate_for(url, engine::migrate::GitlabVersion::default()).await
 }
 
 /// Apply `version`'s model.
 pub(crate) async fn migrate_for(
     url: &str,
-    version: hk::migrate::GitlabVersion,
+    version: engine::migrate::GitlabVersion,
 ) -> Result<Vec<i32>> {
     let mut c = Connector::from_url(url)?.connect("hk").await?;
-    Ok(hk::migrate::run_for(&mut c, version).await?)
+    Ok(engine::migrate::run_for(&mut c, version).await?)
 }
 
 pub(crate) async fn real_main(cli: Cli) -> Result<ExitCode> {

@@ -2,18 +2,18 @@
 //! made on a copy of the live database in a private throwaway cluster, never on
 //! DATABASE_URL itself (docs/shadow.md). Stale copies of earlier runs are swept; the
 //! copy's plan (tables, privileges, the estimate against `--max-copy`) is settled
-//! before the one read-only snapshot transaction copies the rows ([`hk::shadow`]),
+//! before the one read-only snapshot transaction copies the rows ([`engine::shadow`]),
 //! with a bar on a terminal (counts on stderr with `--json`); the snapshot ends as
 //! soon as the rows are read; the unchanged plan runs on the copy; the cluster is
 //! removed afterwards, whatever the outcome (Ctrl-C, SIGTERM and SIGHUP included;
-//! its watchdog removes it if `hk` is killed: [`hk::shadow::cluster`]).
+//! its watchdog removes it if `hk` is killed: [`engine::shadow::cluster`]).
 
 use super::run::{message_body, notifier_for, print_plan, refuse_dry_outbox, RunArgs};
 use super::ui;
 use super::*;
-use hk::local::Runner;
-use hk::shadow::cluster::{self, PrivateCluster};
-use hk::shadow::{self, Copied, ReadOnlySnapshot};
+use engine::local::Runner;
+use engine::shadow::cluster::{self, PrivateCluster};
+use engine::shadow::{self, Copied, ReadOnlySnapshot};
 
 /// `hk run`'s options of the copy (with `--read-only`).
 #[derive(clap::Args)]
@@ -61,8 +61,8 @@ pub(crate) fn write_private(path: &std::path::Path, lines: &[String]) -> Result<
 /// [`write_private`]; the text form on stdout unless `json`.
 pub(crate) fn write_plan(
     out: &std::path::Path,
-    runs: &[hk::local::Run],
-    plan: &hk::local::Plan,
+    runs: &[engine::local::Run],
+    plan: &engine::local::Plan,
     json: bool,
 ) -> Result<()> {
     let mut lines: Vec<String> = runs.iter().map(|r| r.to_json().to_string()).collect();
@@ -136,7 +136,7 @@ pub(crate) async fn copy_live(
         );
     }
     probe.end().await?;
-    let bin = hk::pg::pg_bin()?;
+    let bin = engine::pg::pg_bin()?;
     let parent = std::env::temp_dir();
     for gone in cluster::sweep(&parent, &bin) {
         eprintln!(
@@ -164,7 +164,7 @@ pub(crate) async fn copy_live(
     let only = if a.copy.copy_all {
         None
     } else {
-        Some(hk::shadow::selection::derive(&Connector::from_url(&url)?).await?)
+        Some(engine::shadow::selection::derive(&Connector::from_url(&url)?).await?)
     };
     let snapshot = ReadOnlySnapshot::begin(&mut session).await?;
     if snapshot.source.model != model {
@@ -234,7 +234,7 @@ pub(crate) async fn copy_live(
 /// from its message (a cron message when none is given). Interrupted (Ctrl-C,
 /// SIGTERM, SIGHUP: a dropped SSH session), it stops and the copy's cluster is
 /// removed all the same; killed outright, its watchdog removes it
-/// (hk::shadow::cluster).
+/// (engine::shadow::cluster).
 pub(crate) async fn cmd_read_only(a: RunArgs) -> Result<ExitCode> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;

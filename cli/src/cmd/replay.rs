@@ -6,7 +6,7 @@
 use super::run::{deliver, notifier_for, print_handed_on, print_run};
 use super::ui::{observe, progress};
 use super::*;
-use hk::local::Runner;
+use engine::local::Runner;
 
 #[derive(Subcommand)]
 pub(crate) enum ReplayAction {
@@ -173,7 +173,7 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             }
             let config = local_config()?;
             let connector = connector(&config).await?;
-            let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
+            let throwaway = engine::migrate::is_throwaway(&connector.connect("hk").await?).await?;
             let mut runner = Runner::new(
                 connector,
                 config.settings.clone(),
@@ -188,10 +188,10 @@ pub(crate) async fn cmd_replay(action: ReplayAction) -> Result<ExitCode> {
             }
             runner = runner.with_storage(super::run::storage_for(&config).await?);
             // What the replay cannot deliver is handed on, as in `hk run` (behaviour §11).
-            let handoff = hk::local::Handoff::create(&hk::local::state_dir(), "replay")?;
+            let handoff = engine::local::Handoff::create(&engine::local::state_dir(), "replay")?;
             runner = runner
                 .with_handoff(handoff.clone())
-                .with_backoff(hk::local::Backoff::from_env()?);
+                .with_backoff(engine::local::Backoff::from_env()?);
             let pb = progress(json, format!("replaying {} message(s)", lines.len()));
             runner = runner.with_observer(observe(&pb));
             let mut result = Ok(());

@@ -9,8 +9,8 @@ use super::read_only::write_plan;
 use super::ui::{num, observe, progress, render, table};
 use super::*;
 use comfy_table::Cell;
-use hk::chaos::ChaosSpec;
-use hk::local::{Plan, Run, Runner};
+use engine::chaos::ChaosSpec;
+use engine::local::{Plan, Run, Runner};
 use shared::Function;
 use std::collections::BTreeMap;
 
@@ -112,7 +112,7 @@ pub(crate) async fn notifier_for(function: Function, demo_defaults: bool) -> Res
         bail!(
             "{function} sends notices and this database was not created by hk (no {} marker), \
              so hk uses none of its demo defaults: set {} (or use --dry-run)",
-            hk::migrate::THROWAWAY_TABLE,
+            engine::migrate::THROWAWAY_TABLE,
             missing.join(", ")
         );
     }
@@ -123,7 +123,7 @@ pub(crate) async fn notifier_for(function: Function, demo_defaults: bool) -> Res
             "EMAIL_TRANSPORT=log only logs each email (nobody receives it, yet the notice is \
              marked sent), and this database was not created by hk (no {} marker): set \
              EMAIL_TRANSPORT=smtp (or file with EMAIL_FILE_DIR), or use --dry-run",
-            hk::migrate::THROWAWAY_TABLE
+            engine::migrate::THROWAWAY_TABLE
         );
     }
     cfg.require_for(function)?;
@@ -216,7 +216,7 @@ pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
         plan.now.map(shared::clock::rfc3339).unwrap_or_default(),
         plan.gitlab
     );
-    for ((f, d, r), n) in hk::local::decisions::counts(&plan.decisions) {
+    for ((f, d, r), n) in engine::local::decisions::counts(&plan.decisions) {
         println!("  {f:<26} {d:<18} {r:<28} {n:>7}");
     }
     if let Some(why) = &plan.stopped {
@@ -226,7 +226,7 @@ pub(crate) fn print_plan(runs: &[Run], plan: &Plan, json: bool) {
 
 /// The sequences a rolled-back run advanced: `nextval` is not undone by a rollback
 /// (behaviour §11), so the ids it handed out are skipped; nothing else changes.
-fn print_sequences(moved: &[hk::local::SequenceAdvance]) {
+fn print_sequences(moved: &[engine::local::SequenceAdvance]) {
     if moved.is_empty() {
         return;
     }
@@ -383,7 +383,7 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     let now = parse_now(a.now.as_deref())?;
     let config = local_config()?;
     let connector = connector(&config).await?;
-    let throwaway = hk::migrate::is_throwaway(&connector.connect("hk").await?).await?;
+    let throwaway = engine::migrate::is_throwaway(&connector.connect("hk").await?).await?;
     if !throwaway && !a.dry_run && super::confirm::deletes(function) {
         super::confirm::confirm(
             &format!(
@@ -444,10 +444,10 @@ pub(crate) async fn cmd_run(a: RunArgs) -> Result<ExitCode> {
     }
     // A local run never drops what it sends (behaviour §11): what it cannot deliver
     // goes to this directory, which must be writable before anything is claimed.
-    let handoff = hk::local::Handoff::create(&hk::local::state_dir(), function.name())?;
+    let handoff = engine::local::Handoff::create(&engine::local::state_dir(), function.name())?;
     runner = runner
         .with_handoff(handoff.clone())
-        .with_backoff(hk::local::Backoff::from_env()?);
+        .with_backoff(engine::local::Backoff::from_env()?);
     let what = if a.until_idle {
         "until idle"
     } else {

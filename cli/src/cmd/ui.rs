@@ -10,7 +10,7 @@ use std::time::Duration;
 use comfy_table::{presets, Attribute, Cell, CellAlignment, ContentArrangement, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use hk::local::Run;
+use engine::local::Run;
 
 /// Progress is drawn only for a person watching: stderr is a terminal and the
 /// output is not meant for a program (`--json`).
@@ -86,7 +86,7 @@ impl RunTally {
     }
 }
 
-/// Keep the progress bar's line updated with every run a [`hk::local::Runner`] ends.
+/// Keep the progress bar's line updated with every run a [`engine::local::Runner`] ends.
 pub(crate) fn observe(pb: &ProgressBar) -> impl FnMut(&Run) + Send + 'static {
     let pb = pb.clone();
     let mut tally = RunTally::default();

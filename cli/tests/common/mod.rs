@@ -78,7 +78,7 @@ pub async fn demo_on(now: &str) -> integration_tests::TestDb {
     integration_tests::TestDb::from_template(
         &format!("read_only_demo_{}", day.format("%Y_%m_%d")),
         |mut db| async move {
-            hk::demo::seed(&mut db.client, day)
+            lab::demo::seed(&mut db.client, day)
                 .await
                 .expect("the demo data loads");
             db

@@ -1,7 +1,7 @@
 //! The queue port (behaviour §9.5).
 //!
 //! Owns: [`Queue`], the one interface handlers send through (adapters:
-//! [`sqs::SqsQueue`], and `hk::local_queue::LocalQueue` for `hk` and tests), the
+//! [`sqs::SqsQueue`], and `engine::local_queue::LocalQueue` for `hk` and tests), the
 //! [`OutMessage`] they send, and the naming rule for long-delay schedules.
 
 pub mod sqs;

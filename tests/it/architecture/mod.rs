@@ -3,6 +3,8 @@
 //! * `deps`: only `shared::lambda` names the Lambda crates; no function crate and not
 //!   `shared` depends on `hk`; `shared` carries no local-tooling dependency; no declared
 //!   dependency unused.
+//! * `layers`: the workspace crates' dependencies form no cycle (dev ones included)
+//!   and point down only: commands → lab → engine → checks → shared.
 //! * `modules`: every module (the tests' too) has its `//!` header and every `shared`
 //!   module exactly one line in ARCHITECTURE.md's code map; the modules of `shared`
 //!   import each other without a cycle; no SQL text in `shared` outside the statement
@@ -22,6 +24,7 @@ use regex::Regex;
 mod deps;
 mod docs;
 mod jobs;
+mod layers;
 mod modules;
 mod size;
 

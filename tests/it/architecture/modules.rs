@@ -13,7 +13,9 @@ fn every_module_has_a_header_saying_what_it_owns() {
     for dir in [
         "shared/src",
         "cli/src",
-        "cli/checks/src",
+        "checks/src",
+        "engine/src",
+        "lab/src",
         "functions",
         "tests",
         "cli/tests",

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hk::local::Runner;
-use hk::local_queue::SentRecord;
+use engine::local::Runner;
+use engine::local_queue::SentRecord;
 use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::certs::TestCa;
 use integration_tests::sinks::http::HttpReceiver;

@@ -164,7 +164,7 @@ async fn the_sample_events_of_both_functions_run_through_the_lambda_glue() {
     scenario7(&db, &rx.url("/hook"), None).await;
     tok(&db, 1, 10, "2025-03-17", "ci").await;
     let sink = SmtpSink::start(SinkTls::StartTls).await;
-    let queue = hk::local_queue::LocalQueue::new(t(NOW));
+    let queue = engine::local_queue::LocalQueue::new(t(NOW));
     let deps = |function| {
         integration_tests::environment(function, &db.url, t(NOW))
             .queue(Arc::new(queue.clone()))

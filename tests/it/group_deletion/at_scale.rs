@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::assert::assert_fields;
 use aws_sdk_scheduler::types::ActionAfterCompletion;
-use hk::local::process_record;
+use engine::local::process_record;
 use integration_tests::aws::{
     config_for, create_queue, moto_config, moto_endpoint, proxy::FaultProxy,
 };

@@ -270,7 +270,7 @@ async fn an_unknown_blocking_table_with_an_odd_name_is_quoted_counted_and_blocks
 #[tokio::test]
 async fn registry_cache_entries_of_a_group_block_it() {
     let db = fixture().await;
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V18_2 {
         // GitLab 18.2 has no such table (created in 18.5); the destroy without the
         // blocking tables is `without_the_blocking_tables_the_scan_finds_nothing_and_the_destroy_works`' case.
         assert!(

@@ -392,7 +392,7 @@ async fn the_sample_events_parse_for_their_functions() {
 async fn the_demo_data_destroys_oldco_restores_labs_and_keeps_newco() {
     let db = TestDb::new().await;
     let mut c = db.connector().connect("hk").await.unwrap();
-    hk::demo::seed(&mut c, d("2025-03-10")).await.unwrap();
+    lab::demo::seed(&mut c, d("2025-03-10")).await.unwrap();
     let (log, _g) = capture();
     let mut r = db.runner(t(NOW));
     let body = r.cron_message(CRON).to_body();

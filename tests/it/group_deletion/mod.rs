@@ -26,7 +26,7 @@
 
 use std::time::Duration;
 
-use hk::local::{Run, Runner};
+use engine::local::{Run, Runner};
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::{capture, Captured};
 use integration_tests::{d, t, wait, Fx, TestDb};

@@ -225,11 +225,11 @@ pub(super) fn orphan_checks() -> Vec<(&'static str, Option<String>)> {
         ("user_audit_events", None),
         ("instance_audit_events", None),
     ];
-    if integration_tests::db::gitlab_version() != hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() != engine::migrate::GitlabVersion::V19_5 {
         checks.push(("audit_events", None));
     }
     // GitLab 19 (the uploads check covers its partitions, which the listing leaves out).
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V19_5 {
         let sp = format!("namespace_state_propagations WHERE namespace_id = ANY{ns}");
         checks.push(("namespace_state_propagations", Some(sp)));
     }

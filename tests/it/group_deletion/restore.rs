@@ -115,10 +115,10 @@ async fn a_restored_subgroup_keeps_its_parent_prefix() {
     // No application_settings row: the installed GitLab's default period applies (the
     // column default: 7 days on 18.2, 30 since 18.3).
     let cutoff = match integration_tests::db::gitlab_version() {
-        hk::migrate::GitlabVersion::V18_2 => "2025-03-03",
-        hk::migrate::GitlabVersion::V18_8
-        | hk::migrate::GitlabVersion::V18_11
-        | hk::migrate::GitlabVersion::V19_5 => "2025-02-08",
+        engine::migrate::GitlabVersion::V18_2 => "2025-03-03",
+        engine::migrate::GitlabVersion::V18_8
+        | engine::migrate::GitlabVersion::V18_11
+        | engine::migrate::GitlabVersion::V19_5 => "2025-02-08",
     };
     assert_eq!(log.done()["cutoff"], cutoff);
 }

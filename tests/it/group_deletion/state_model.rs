@@ -7,7 +7,7 @@
 //! build their own database of the release they need, whatever `HK_TEST_GITLAB` says
 //! (the 18.2 model is the suite's own when it runs with `HK_TEST_GITLAB=18.2`).
 
-use hk::migrate::GitlabVersion;
+use engine::migrate::GitlabVersion;
 use shared::gitlab::deletion_model::{DeletionModel, Models};
 
 use super::*;
@@ -16,8 +16,10 @@ use crate::assert::{assert_fields, assert_sent_one};
 /// An empty database with `version`'s model, marked throwaway like the harness template.
 async fn db_on(version: GitlabVersion) -> TestDb {
     let mut db = TestDb::empty().await;
-    hk::migrate::run_for(&mut db.client, version).await.unwrap();
-    hk::migrate::mark_throwaway(&db.client, "test harness")
+    engine::migrate::run_for(&mut db.client, version)
+        .await
+        .unwrap();
+    engine::migrate::mark_throwaway(&db.client, "test harness")
         .await
         .unwrap();
     db

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hk::local::Runner;
-use hk::local_queue::SentRecord;
+use engine::local::Runner;
+use engine::local_queue::SentRecord;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};

@@ -227,7 +227,7 @@ async fn with_audit_events_on_a_placeholders_deletion_is_audited_in_both_phases_
     r.drain().await.unwrap();
     assert!(!db.exists("users WHERE id = 50").await);
     let (event, details) =
-        if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2 {
+        if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V18_2 {
             (
                 "IS NULL",
                 "---\n:remove: user\n:author_name: User 50\n:target_id: 50\n:target_type: User\n\

@@ -115,7 +115,7 @@ async fn the_demo_data_deletes_the_two_deletable_placeholders_and_keeps_the_rest
     let db = TestDb::new().await;
     db.exec("TRUNCATE users CASCADE").await;
     let mut c = db.connector().connect("tests").await.unwrap();
-    hk::demo::seed(&mut c, integration_tests::d("2026-03-01"))
+    lab::demo::seed(&mut c, integration_tests::d("2026-03-01"))
         .await
         .unwrap();
     let (log, _g) = capture();

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::assert::assert_sent_one;
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
@@ -133,7 +133,7 @@ fn zero_budget() -> Settings {
 }
 
 /// The one continuation a run sent: delay 0, same run, `hop + 1`, key by hop.
-fn assert_continuation(sent: &[hk::local_queue::SentRecord], run_id: &str, hop: u64) {
+fn assert_continuation(sent: &[engine::local_queue::SentRecord], run_id: &str, hop: u64) {
     assert_sent_one(
         sent,
         json!({

@@ -99,7 +99,7 @@ async fn the_scheduler_finding_its_lock_held_is_skipped_and_a_failed_send_is_ret
 async fn the_lambda_events_of_both_functions_are_processed() {
     use crate::handle_event;
     use aws_lambda_events::event::sqs::SqsEvent;
-    use hk::local_queue::LocalQueue;
+    use engine::local_queue::LocalQueue;
     use lambda_runtime::{Context, LambdaEvent};
 
     use shared::lambda::Environment;

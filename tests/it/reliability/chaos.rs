@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use hk::chaos::{ChaosSpec, ChaosStats, CrashPoint};
+use engine::chaos::{ChaosSpec, ChaosStats, CrashPoint};
 use integration_tests::fixtures::{M, U};
 use integration_tests::notice::{publish_demo_hooks, repeats_are_identical, Notices};
 use integration_tests::state::{canonical, demo_without_ghost, first_difference, Baseline};
@@ -54,7 +54,7 @@ async fn data() -> TestDb {
     // too (docs/gitlab-differences.md, "System hooks").
     let (v, iv) = shared::notify::crypto::encrypt_with_iv(
         "http://hooks-acme.example.net/hooks/system",
-        hk::demo::DEMO_DB_KEY_BASE,
+        lab::demo::DEMO_DB_KEY_BASE,
         [99; 12],
     );
     db.client
@@ -287,7 +287,7 @@ async fn a_crash_at_each_point_is_redelivered_and_the_end_state_is_the_clean_one
         let aborted = log.with_message("chaos: handler aborted");
         assert_eq!(aborted.len(), 2, "{point}: {}", log.dump());
         assert!(aborted.iter().all(|l| l["point"] == point.name()));
-        let crashed: Vec<&hk::local::Run> = r
+        let crashed: Vec<&engine::local::Run> = r
             .runs
             .iter()
             .filter(|r| r.error.as_deref() == Some(&format!("chaos: handler aborted at {point}")))

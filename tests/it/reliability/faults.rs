@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::assert::assert_fields;
-use hk::local::process_record;
+use engine::local::process_record;
 use integration_tests::aws::proxy::FaultProxy;
 use integration_tests::aws::{config_for, create_queue, moto_config, moto_endpoint};
 use integration_tests::fixtures::U;
@@ -183,7 +183,7 @@ async fn a_session_terminated_mid_page_fails_the_item_as_retryable_and_the_redel
         };
         let (ran, ()) = tokio::join!(r.run_until_idle(f, &body), cut);
         ran.unwrap();
-        let failed: Vec<&hk::local::Run> = r
+        let failed: Vec<&engine::local::Run> = r
             .runs
             .iter()
             .filter(|x| x.function == worker && x.outcome == "retryable")

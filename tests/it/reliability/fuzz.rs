@@ -305,7 +305,7 @@ fn deps(db: &TestDb, function: Function) -> Environment {
 async fn dispatch() -> Dispatch {
     let notify = NotifyConfig::from_lookup(&|k: &str| match k {
         "EMAIL_TRANSPORT" => Some("log".into()),
-        other => hk::demo::hk_default(other),
+        other => lab::demo::hk_default(other),
     })
     .unwrap();
     let notifier = Notifier::full(&notify, None).await.unwrap();

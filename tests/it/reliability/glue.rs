@@ -8,7 +8,7 @@ use crate::assert::{assert_fields, assert_user_state};
 use crate::handle_event;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};

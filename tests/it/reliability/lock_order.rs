@@ -2,7 +2,7 @@
 //! schedule batch and a phase 1 over the same users, released together from a held
 //! group-owner lock, never deadlock.
 
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::capture;
 use integration_tests::{t, wait, Fx, TestDb};

@@ -6,7 +6,7 @@
 use integration_tests::environment;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::local_queue::LocalQueue;
+use engine::local_queue::LocalQueue;
 use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};

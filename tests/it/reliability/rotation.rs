@@ -346,7 +346,10 @@ async fn smtp_mailer(sink: &SmtpSink, arn: &str) -> Mailer {
     let env: HashMap<&str, String> = HashMap::from([
         ("GITLAB_BASE_URL", "https://gitlab.example.com".to_string()),
         ("GITLAB_VERSION", "18.0.1".to_string()),
-        ("GITLAB_DB_KEY_BASE", hk::demo::DEMO_DB_KEY_BASE.to_string()),
+        (
+            "GITLAB_DB_KEY_BASE",
+            lab::demo::DEMO_DB_KEY_BASE.to_string(),
+        ),
         (
             "MAIL_FROM",
             "GitLab <gitlab@gitlab.example.com>".to_string(),

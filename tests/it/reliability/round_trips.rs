@@ -2,13 +2,13 @@
 //! session is up, every function's check (GitLab's release, the deletion-state model
 //! and column probes, then every statement the function can run) takes at most three
 //! round trips on the wire, counted by a relay between the function and PostgreSQL
-//! (`hk::bench::wire`), so it cannot creep back to one PREPARE per statement.
+//! (`lab::bench::wire`), so it cannot creep back to one PREPARE per statement.
 
 use integration_tests::environment;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use hk::bench::wire::Wire;
 use integration_tests::{t, TestDb};
+use lab::bench::wire::Wire;
 use lambda_runtime::{Context, LambdaEvent};
 use shared::db::{Connector, Session};
 use shared::handlers::Dispatch;
@@ -114,7 +114,7 @@ async fn failures_after_the_first_are_still_found() {
 /// (the bench's message: a cron's own, or a child's about rows that do not exist).
 async fn cold_start_round_trips(wire: &Wire, url: &str, function: Function, connect: u64) -> u64 {
     let deps = deps(&wire.url(url, port_of(url)), function);
-    let body = hk::bench::cold_start::first_message(function, t(NOW)).unwrap();
+    let body = lab::bench::cold_start::first_message(function, t(NOW)).unwrap();
     let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [{
         "messageId": "m-1", "body": body,
         "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},

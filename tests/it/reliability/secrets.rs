@@ -10,8 +10,8 @@
 
 use std::collections::BTreeSet;
 
-use hk::chaos::ChaosSpec;
-use hk::local::Runner;
+use engine::chaos::ChaosSpec;
+use engine::local::Runner;
 use integration_tests::logs::capture;
 use integration_tests::notice::{publish_demo_hooks, Notices, SMTP_PASSWORD};
 use integration_tests::state::demo_without_ghost;
@@ -67,7 +67,7 @@ async fn plant(db: &TestDb) -> BTreeSet<String> {
     // B28: the SMTP password, the db_key_base (and its halves), and every hook's
     // decrypted URL, host, URL secret and token.
     secrets.insert(SMTP_PASSWORD.to_string());
-    let key = hk::demo::DEMO_DB_KEY_BASE;
+    let key = lab::demo::DEMO_DB_KEY_BASE;
     secrets.extend([key, &key[..32], &key[32..64]].map(str::to_string));
     let ring = shared::notify::crypto::KeyRing::from_list(key);
     for r in db

@@ -182,7 +182,7 @@ async fn extreme_stored_values_never_panic_any_function() {
     let mut panics = Vec::new();
     for (value, columns, warnings) in WORLDS {
         let mut db = TestDb::new().await;
-        hk::demo::seed(&mut db.client, t(NOW).date_naive())
+        lab::demo::seed(&mut db.client, t(NOW).date_naive())
             .await
             .unwrap();
         db.exec(
@@ -196,7 +196,7 @@ async fn extreme_stored_values_never_panic_any_function() {
         }
         let cfg = shared::notify::NotifyConfig::from_lookup(&|k: &str| match k {
             "EMAIL_TRANSPORT" => Some("log".into()),
-            other => hk::demo::hk_default(other),
+            other => lab::demo::hk_default(other),
         })
         .unwrap();
         let mut notifier = shared::notify::Notifier::full(&cfg, None).await.unwrap();

@@ -33,7 +33,7 @@ async fn an_expired_project_bot_is_blocked_revoked_and_queued_for_deletion() {
     assert!(!row.get::<_, bool>(1));
     assert_eq!(row.get::<_, chrono::DateTime<chrono::Utc>>(2), t(NOW));
     // From GitLab 19.1 the row carries the user's type: GitLab's workers pick rows by it.
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V19_5 {
         let typed: Option<i16> = db
             .scalar("SELECT user_type FROM ghost_user_migrations WHERE user_id = 20")
             .await;

@@ -197,7 +197,7 @@ async fn an_expired_bot_is_audited_as_scheduled_for_deletion_and_as_deleted_once
     // The ghost migration's event: before 18.4 AuditEventService's, by an
     // unauthenticated author (the migration has no initiator); from 18.4 on GitLab
     // writes none without an initiator.
-    let pre_18_4 = integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V18_2;
+    let pre_18_4 = integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V18_2;
     if pre_18_4 {
         let details = "---\n:remove: user\n:author_name: An unauthenticated user\n\
                        :target_id: 20\n:target_type: User\n:target_details: u20\n\

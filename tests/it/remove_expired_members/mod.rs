@@ -16,7 +16,7 @@
 //!
 //! Here: the common fixture and one cron invocation.
 
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};

@@ -97,15 +97,15 @@ async fn public_holds_exactly_the_modelled_gitlab_tables() {
         "saml_providers",
     ];
     // The legacy audit table, gone by GitLab 19.5.
-    if integration_tests::db::gitlab_version() != hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() != engine::migrate::GitlabVersion::V19_5 {
         expected.extend(["audit_events", "audit_events_default"]);
     }
     // Created by GitLab 18.5.
-    if integration_tests::db::gitlab_version() != hk::migrate::GitlabVersion::V18_2 {
+    if integration_tests::db::gitlab_version() != engine::migrate::GitlabVersion::V18_2 {
         expected.push("virtual_registries_container_cache_entries");
     }
     // GitLab 19: the state propagations, and the partitions of uploads the model has.
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V19_5 {
         expected.extend([
             "namespace_state_propagations",
             "namespace_uploads",

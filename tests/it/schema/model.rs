@@ -3,14 +3,14 @@
 //! and triggers behave as on GitLab (member_namespace_id cascades, the loose-FK records
 //! of deleted users, namespaces and projects, the deletion period's default).
 
-use hk::migrate::GitlabVersion;
+use engine::migrate::GitlabVersion;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{Fx, TestDb};
 
 /// An empty database with `version`'s model.
 async fn model(version: GitlabVersion) -> TestDb {
     let mut db = TestDb::empty().await;
-    let applied = hk::migrate::run_for(&mut db.client, version)
+    let applied = engine::migrate::run_for(&mut db.client, version)
         .await
         .unwrap_or_else(|e| panic!("the {version} model does not load: {e}"));
     assert_eq!(applied.last().copied(), Some(version.target()), "{version}");

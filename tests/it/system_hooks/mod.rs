@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::http::{HttpReceiver, Request};
 use integration_tests::{t, Fx, TestDb};

@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
-use hk::chaos::CrashPoint;
+use engine::chaos::CrashPoint;
 use integration_tests::sinks::gitaly::GitalyStub;
 use integration_tests::sinks::registry::TestRegistry;
 use shared::storage::gitaly::{Gitaly, GitalyConfig};
@@ -273,7 +273,7 @@ async fn a_group_is_destroyed_with_its_repositories_image_and_files() {
 #[tokio::test]
 async fn a_repository_without_a_shard_row_is_removed_from_the_projects_storage() {
     let (db, w) = world().await;
-    if integration_tests::db::gitlab_version() == hk::migrate::GitlabVersion::V19_5 {
+    if integration_tests::db::gitlab_version() == engine::migrate::GitlabVersion::V19_5 {
         db.exec("UPDATE project_repositories SET shard_id = NULL")
             .await;
     } else {
@@ -396,7 +396,7 @@ async fn random_crashes_duplicates_and_reordering_remove_every_item_once() {
     // planned crashes above).
     let mut kinds = BTreeSet::new();
     for seed in 1..=6 {
-        let spec: hk::chaos::ChaosSpec = format!("seed={seed},duplicate=0.3,reorder,crash=0.2")
+        let spec: engine::chaos::ChaosSpec = format!("seed={seed},duplicate=0.3,reorder,crash=0.2")
             .parse()
             .unwrap();
         let r = destroy_with_crashes(&format!("seed {seed}"), |r| r.with_chaos(spec)).await;

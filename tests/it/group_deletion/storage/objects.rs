@@ -196,9 +196,9 @@ async fn an_lfs_object_another_project_links_by_oid_alone_stays() {
         assert!(
             matches!(
                 integration_tests::db::gitlab_version(),
-                hk::migrate::GitlabVersion::V18_2
-                    | hk::migrate::GitlabVersion::V18_8
-                    | hk::migrate::GitlabVersion::V18_11
+                engine::migrate::GitlabVersion::V18_2
+                    | engine::migrate::GitlabVersion::V18_8
+                    | engine::migrate::GitlabVersion::V18_11
             ),
             "only releases before 19.3 lack lfs_objects_projects.oid"
         );

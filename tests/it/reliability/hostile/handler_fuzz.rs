@@ -92,13 +92,13 @@ fn handlers_fed_arbitrary_payloads_on_the_demo_data_never_panic_and_never_log_a_
     let mail_dir = std::env::temp_dir().join(format!("hk-hostile-{}", std::process::id()));
     let (db, r) = rt.block_on(async {
         let mut db = TestDb::new().await;
-        hk::demo::seed(&mut db.client, t(NOW).date_naive())
+        lab::demo::seed(&mut db.client, t(NOW).date_naive())
             .await
             .unwrap();
         let dir = mail_dir.to_string_lossy().into_owned();
         let cfg = NotifyConfig::from_lookup(&|k: &str| match k {
             "EMAIL_FILE_DIR" => Some(dir.clone()),
-            other => hk::demo::hk_default(other),
+            other => lab::demo::hk_default(other),
         })
         .unwrap();
         let mut n = Notifier::full(&cfg, None).await.unwrap();

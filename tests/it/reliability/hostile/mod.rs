@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hk::local::Runner;
+use engine::local::Runner;
 use integration_tests::fixtures::U;
 use integration_tests::logs::{capture, Captured};
 use integration_tests::sinks::net::TestNetwork;
@@ -61,7 +61,7 @@ fn envelope(kind: &str, hop: u64, run_id: &str, payload: Value) -> Value {
 }
 
 /// Invoke `body` as `hk run <function> --message` does; the outcome and the log.
-async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (hk::local::Run, Captured) {
+async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (engine::local::Run, Captured) {
     let (log, _g) = capture();
     let (run, _) = r.invoke(f, body, 1).await.unwrap();
     (run, log)
@@ -69,7 +69,7 @@ async fn hk_run(r: &mut Runner, f: Function, body: &str) -> (hk::local::Run, Cap
 
 /// A permanent failure naming `field`, nothing sent, no `start` line, and no
 /// `secret` anywhere in the log.
-fn assert_malformed(run: &hk::local::Run, log: &Captured, field: &str, secret: &str) {
+fn assert_malformed(run: &engine::local::Run, log: &Captured, field: &str, secret: &str) {
     assert_eq!(run.outcome, "permanent", "{field}: {}", log.dump());
     let l = log.one("malformed message");
     let error = l["error"].as_str().unwrap();

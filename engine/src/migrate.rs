@@ -1,6 +1,6 @@
 //! Schema migrations for LOCAL AND TEST databases only (behaviour §S).
 //!
-//! Owns: the embedded SQL of `cli/migrations/` (refinery) that creates the model of
+//! Owns: the embedded SQL of `engine/migrations/` (refinery) that creates the model of
 //! GitLab's tables the bundle touches, per supported GitLab release ([`GitlabVersion`]:
 //! V1 is GitLab 18.2's model, V2 the changes up to 18.8, V3 those up to 18.11, V4 those
 //! up to 19.5), and the fingerprint of that

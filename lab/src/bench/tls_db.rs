@@ -3,7 +3,7 @@
 //! `openssl` command (as `cli/tests/tls.rs` does), written into the server's data
 //! directory through `COPY … TO` (so the files belong to the server's user; the key is
 //! then made 0600, as PostgreSQL requires, which needs the data directory on this
-//! machine: a cluster `hk::pg` started for this and nothing else), `ssl = on` by
+//! machine: a cluster `engine::pg` started for this and nothing else), `ssl = on` by
 //! `ALTER SYSTEM` and a reload, and everything reset by [`TlsOn::off`].
 //!
 //! Owns: the certificate files of the client side (a temporary directory holding the

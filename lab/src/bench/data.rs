@@ -18,7 +18,7 @@ use tokio_postgres::Client;
 
 use shared::error::Result;
 
-/// The rows GitLab's INSERT row triggers write (`cli/migrations/`), added set-based
+/// The rows GitLab's INSERT row triggers write (`engine/migrations/`), added set-based
 /// after a load that ran without them: `namespace_details` from groups and projects,
 /// `projects_sync_events`, and the `project_authorizations_for_migration` mirror.
 /// Idempotent; must list every INSERT row trigger of the model (a test compares it

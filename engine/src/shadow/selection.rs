@@ -23,13 +23,13 @@ use anyhow::{bail, Result};
 use shared::db::Connector;
 
 use super::Selection;
-use crate::check::tree::{DELETE, INSERT, SYSTEM_COLUMN};
+use checks::tree::{DELETE, INSERT, SYSTEM_COLUMN};
 
 /// The tables and columns to copy, derived on the copy's database at `local`.
 pub async fn derive(local: &Connector) -> Result<Selection> {
     let a = local.connect("hk-copy-selection").await?;
-    let (trees, mut notices) = crate::check::catalogue::tree_session(local).await?;
-    let pass = crate::check::catalogue::pass(&trees, &mut notices, &a).await?;
+    let (trees, mut notices) = checks::catalogue::tree_session(local).await?;
+    let pass = checks::catalogue::pass(&trees, &mut notices, &a).await?;
     drop(trees);
     if pass.without_tree > 0 || pass.checks.iter().any(|c| !c.ok) {
         bail!(
@@ -38,7 +38,7 @@ pub async fn derive(local: &Connector) -> Result<Selection> {
             pass.without_tree
         );
     }
-    let derived = crate::check::privileges::derive(&a, &pass.needs).await?;
+    let derived = checks::privileges::derive(&a, &pass.needs).await?;
     // relid → columns (attnums), or None: the whole relation.
     let mut by_rel: BTreeMap<u32, Option<BTreeSet<i16>>> = BTreeMap::new();
     let mut deleted_from = BTreeSet::new();

@@ -15,7 +15,7 @@ use tokio_postgres::Client;
 
 use crate::bench::data;
 use crate::bench::Options;
-use crate::local::Runner;
+use engine::local::Runner;
 use shared::batches::remove_expired_members::{read_page, ExpiredMembersDone};
 use shared::config::Settings;
 use shared::db::Connector;

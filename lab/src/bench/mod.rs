@@ -421,7 +421,7 @@ impl BenchDbs {
         self.settings(&name).await?;
         self.created.push(name);
         let mut c = self.connector(tag)?.connect("hk-bench").await?;
-        crate::migrate::run(&mut c).await?;
+        engine::migrate::run(&mut c).await?;
         // For `prewarm` (a contrib module; without it, prewarm reads the tables instead).
         let _ = c
             .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")

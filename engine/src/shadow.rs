@@ -43,9 +43,9 @@ use futures::{pin_mut, SinkExt, TryStreamExt};
 use shared::gitlab::deletion_model::{self, DeletionModel};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
-use crate::check::database::{release_of, PAST_NEWEST};
-use crate::check::sql::{HAS_SCHEMA_MIGRATIONS, NEWEST_MIGRATION};
 use crate::migrate::GitlabVersion;
+use checks::database::{release_of, PAST_NEWEST};
+use checks::sql::{HAS_SCHEMA_MIGRATIONS, NEWEST_MIGRATION};
 
 /// What the copied plan cannot decide exactly as the real run would, and how it
 /// approximates it (printed with every read-only plan, and in docs/shadow.md).

@@ -34,14 +34,14 @@ pub const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";
 /// → its cron record handled on an empty migrated database, over TLS (`sslmode=require`,
 /// the certificate verified against `DATABASE_CA_BUNDLE`), median of `starts`.
 ///
-/// TLS is switched on in a throwaway cluster of its own (`hk::pg`, on a free port), never
+/// TLS is switched on in a throwaway cluster of its own (`engine::pg`, on a free port), never
 /// on the bench's cluster: that one may be shared (the test command runs the benches
 /// beside the other tests on one server), and `ssl = on` there would change what every
 /// other session of it negotiates.
 pub(super) async fn with_db(dir: &Path, starts: usize, opts: &Options) -> Result<Vec<Row>> {
-    let cluster = crate::pg::Cluster {
+    let cluster = engine::pg::Cluster {
         base: std::env::temp_dir().join(format!("hk-bench-tls-pg-{}", std::process::id())),
-        port: crate::pg::free_port().map_err(pg_error)?,
+        port: engine::pg::free_port().map_err(pg_error)?,
     };
     cluster.up().map_err(pg_error)?;
     let result = cold_start_on(&cluster, dir, starts, opts).await;
@@ -133,7 +133,7 @@ fn pg_error(e: anyhow::Error) -> Error {
 }
 
 async fn cold_start_on(
-    cluster: &crate::pg::Cluster,
+    cluster: &engine::pg::Cluster,
     dir: &Path,
     starts: usize,
     opts: &Options,
@@ -146,7 +146,7 @@ async fn cold_start_on(
     let mut c = shared::db::Connector::from_url(&db_url)?
         .connect("hk-bench")
         .await?;
-    crate::migrate::run(&mut c).await?;
+    engine::migrate::run(&mut c).await?;
     // The instance's settings row, whose uuid storage-cleanup must find before it
     // re-checks an item (GITLAB_INSTANCE_UUID).
     c.execute(
@@ -310,7 +310,7 @@ async fn schema_check_round_trips(
 ) -> Result<Vec<Row>> {
     use shared::lambda::{Environment, Gate, SchemaGate};
     let deps = |url: &str, function: Function| -> Result<Environment> {
-        let queue = Arc::new(crate::local_queue::LocalQueue::new(now));
+        let queue = Arc::new(engine::local_queue::LocalQueue::new(now));
         Ok(Environment::local(function, url, queue)?
             .with_clock(Arc::new(shared::clock::FixedClock(now))))
     };

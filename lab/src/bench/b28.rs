@@ -28,7 +28,7 @@ use tokio_postgres::Client;
 use super::data::{self, B28Sizes};
 use super::queue_calls::Moto;
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
-use crate::local::process_record;
+use engine::local::process_record;
 use shared::batches::pat_expiring::{
     bot_contexts, bot_notices, ClaimedToken, Interval, MAX_TOKENS,
 };

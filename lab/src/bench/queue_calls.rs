@@ -15,7 +15,7 @@ use aws_config::{BehaviorVersion, Region};
 use chrono::Utc;
 
 use super::{data, BenchDbs, Options, Row, Scale, Target};
-use crate::local::process_record;
+use engine::local::process_record;
 use shared::clock::FixedClock;
 use shared::config::Settings;
 use shared::config::{QueueTarget, SchedulerTarget};
