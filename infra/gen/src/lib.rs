@@ -1,5 +1,5 @@
-//! The generated regions of `infra/template.yaml` and of the behaviour contract
-//! (`docs/behaviour.md` §R3, §9.7), rendered from the function table
+//! The generated regions of `infra/template.yaml`, of the behaviour contract
+//! (`docs/behaviour.md` §R3, §9.7) and of docs/logs.md (`class` per function), rendered from the function table
 //! (`shared::Function`, the rows of `with_functions!` in shared/src/function.rs).
 //!
 //! Owns: the region markers and their splicing ([`regenerate`]), the list of generated
@@ -67,9 +67,16 @@ pub fn generate(root: &Path) -> Vec<Generated> {
             other => panic!("docs/behaviour.md: unknown generated region {other:?}"),
         }
     };
+    let logs = |name: &str| -> String {
+        match name {
+            "class-per-function" => class_table(),
+            other => panic!("docs/logs.md: unknown generated region {other:?}"),
+        }
+    };
     vec![
         file(root, "infra/template.yaml", &template),
         file(root, "docs/behaviour.md", &behaviour),
+        file(root, "docs/logs.md", &logs),
     ]
 }
 
@@ -236,6 +243,31 @@ fn role(f: Function) -> String {
         .min()
         .unwrap_or(doc.len());
     doc[..end].trim_end_matches('.').to_string()
+}
+
+/// docs/logs.md's table: the `class` field of each function's log lines (by message
+/// type where they differ).
+fn class_table() -> String {
+    let mut out = String::from("| Function | `class` |\n|---|---|\n");
+    for f in Function::ALL.iter().copied() {
+        let classes: Vec<(&str, &str)> = f
+            .accepts()
+            .iter()
+            .map(|kind| (f.gitlab_class_for(kind), *kind))
+            .collect();
+        let same = classes.iter().all(|(c, _)| *c == classes[0].0);
+        let cell = if same {
+            format!("`{}`", classes[0].0)
+        } else {
+            classes
+                .iter()
+                .map(|(c, kind)| format!("`{c}` (`{kind}`)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push_str(&format!("| `{}` | {cell} |\n", f.name()));
+    }
+    out
 }
 
 /// Behaviour §9.7's table: the cron functions' schedules.
