@@ -1,9 +1,10 @@
 //! The generated regions of `infra/template.yaml`, of the behaviour contract
-//! (`docs/behaviour.md` §R3, §9.7) and of docs/logs.md (`class` per function), rendered from the function table
-//! (`shared::Function`, the rows of `with_functions!` in shared/src/function.rs).
+//! (`docs/behaviour.md` §R3, §9.7) and of docs/logs.md (`class` per function),
+//! rendered from the function table (`shared::Function`, the rows of `with_functions!`
+//! in shared/src/function.rs).
 //!
 //! Owns: the region markers and their splicing ([`regenerate`]), the list of generated
-//! files and regions ([`generate`]), and the contract's tables. The template's
+//! files and regions ([`generate`]), and the docs' tables. The template's
 //! per-function resources are in [`function`], its stack-wide lists (parameters,
 //! conditions, the scheduler role's queues, the schema and stalled alarms, the
 //! dashboard, the outputs) in [`stack`].
@@ -12,7 +13,7 @@
 //! containing `END GENERATED <name>`; everything else in the file is hand-written.
 //! The test `deployment::generated` (tests/it/deployment/generated.rs) regenerates
 //! every region and fails when a file differs; with `HK_REGENERATE=1` it writes the
-//! files instead (CONTRIBUTING.md, "A new function").
+//! files instead (CONTRIBUTING.md, "Adding a cron function").
 //!
 //! A separate crate, depending on `shared` only: regenerating needs neither `hk` nor
 //! an AWS SDK, and the generator's inputs are visibly the function table and the

@@ -1,7 +1,7 @@
 //! The generated regions (infra/gen): `infra/template.yaml`'s per-function resources
 //! and stack-wide lists, the contract's function and cron tables (docs/behaviour.md
 //! §R3, §9.7) and docs/logs.md's `class` table, are what the function table renders. Run with
-//! `HK_REGENERATE=1` to write them (CONTRIBUTING.md, "A new function").
+//! `HK_REGENERATE=1` to write them (CONTRIBUTING.md, "Adding a cron function").
 
 use std::path::PathBuf;
 
