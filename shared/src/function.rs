@@ -12,7 +12,10 @@ use std::time::Duration;
 /// module declared from this row in `batches` or `workers`), GitLab class, the message
 /// types it accepts, cron, timeout, hop limit, the delay of a message sent to it, the
 /// back-off schedule of its re-sends (`job::Step::Backoff`: one re-send per entry, so
-/// its length is the hop limit) and the functions it sends to.
+/// its length is the hop limit), the functions it sends to, and what its deployment
+/// needs (batch size, single flight, [`Needs`]). `infra/template.yaml`'s per-function
+/// resources and the contract's function table (behaviour §R3) are generated from
+/// these rows (infra/gen, CONTRIBUTING.md).
 /// `with_functions!(m)` hands the whole table to macro `m`: [`Function`] is built
 /// here; the modules of `batches` and `workers`, and `handlers` (re-exports, the sum
 /// `Message` of every job's payload type, `Dispatch`) from the same rows (the job
@@ -32,6 +35,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [RemoveExpiredMembers, DeleteUser, DeliverNotification],
+                batch_size: 1,
+                single_flight: true,
+                needs: [],
             }
             /// Phase 2 of user removal (behaviour §5.2).
             DeleteUser = "delete-user" {
@@ -44,6 +50,9 @@ macro_rules! with_functions {
                 delay_s: 30,
                 backoff_s: [],
                 sends_to: [DeleteUser, DeliverNotification],
+                batch_size: 1,
+                single_flight: false,
+                needs: [],
             }
             /// B43 cron: enqueues `prune-deletions` when schedules exist (its message is
             /// hop 0).
@@ -57,6 +66,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [PruneDeletions],
+                batch_size: 1,
+                single_flight: true,
+                needs: [],
             }
             /// B43 single-flight worker: carries out `members_deletion_schedules`.
             PruneDeletions = "prune-deletions" {
@@ -69,6 +81,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [PruneDeletions, DeliverNotification],
+                batch_size: 1,
+                single_flight: true,
+                needs: [],
             }
             /// B51 cron batch: destroy or restore groups whose adjourned period is over.
             AdjournedGroupDeletion = "adjourned-group-deletion" {
@@ -81,6 +96,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [AdjournedGroupDeletion, GroupDestroy],
+                batch_size: 1,
+                single_flight: true,
+                needs: [DelaySchedules],
             }
             /// B51 child: destroy one group, depth first, in chunks.
             GroupDestroy = "group-destroy" {
@@ -93,6 +111,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [GroupDestroy, DeleteUser, StorageCleanup, DeliverNotification],
+                batch_size: 1,
+                single_flight: false,
+                needs: [StorageModes],
             }
             /// B51 child: removes one storage item of a destroyed project (a Git
             /// repository through Gitaly, a container repository through the registry,
@@ -108,6 +129,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [30, 60, 120, 300, 600, 900],
                 sends_to: [StorageCleanup],
+                batch_size: 10,
+                single_flight: false,
+                needs: [StorageModes, StorageClients],
             }
             /// B70 cron batch.
             PlaceholderUserCleanup = "placeholder-user-cleanup" {
@@ -120,6 +144,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [PlaceholderUserCleanup, DeletePlaceholderUser],
+                batch_size: 1,
+                single_flight: true,
+                needs: [DelaySchedules],
             }
             /// B70 child: deletes one placeholder user (never continues itself).
             DeletePlaceholderUser = "delete-placeholder-user" {
@@ -132,6 +159,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [DeleteUser, DeliverNotification],
+                batch_size: 10,
+                single_flight: false,
+                needs: [],
             }
             /// B28 cron batch: expiring personal and resource access tokens.
             PatExpiring = "pat-expiring" {
@@ -144,6 +174,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [PatExpiring, DeliverNotification],
+                batch_size: 1,
+                single_flight: true,
+                needs: [GitlabLinks],
             }
             /// B28 child: delivers one email or one web hook (every message is one
             /// delivery).
@@ -160,6 +193,9 @@ macro_rules! with_functions {
                 delay_s: 0,
                 backoff_s: [],
                 sends_to: [],
+                batch_size: 10,
+                single_flight: false,
+                needs: [MailAndHooks],
             }
         }
     };
@@ -169,7 +205,7 @@ pub(crate) use with_functions;
 /// Builds [`Function`] and its facts from the table.
 macro_rules! functions {
     ($(
-        $(#[$doc:meta])*
+        $(#[doc = $doc:literal])*
         $variant:ident = $name:literal {
             job: $layer:ident::$module:ident::$job:ident,
             class: $class:literal,
@@ -180,6 +216,9 @@ macro_rules! functions {
             delay_s: $delay:literal,
             backoff_s: [$($backoff:literal),*],
             sends_to: [$($to:ident),*],
+            batch_size: $batch:literal,
+            single_flight: $single:literal,
+            needs: [$($need:ident),*],
         }
     )*) => {
         // A back-off schedule is one re-send per entry: the hop limit is its length.
@@ -192,12 +231,18 @@ macro_rules! functions {
         /// A function of the bundle. Only implemented functions are listed.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Function {
-            $($(#[$doc])* $variant,)*
+            $($(#[doc = $doc])* $variant,)*
         }
 
         impl Function {
             /// Every implemented function.
             pub const ALL: &'static [Function] = &[$(Function::$variant),*];
+
+            /// The row's doc comment, its lines joined by spaces (its first sentence
+            /// is the function's role in behaviour §R3).
+            pub fn doc(self) -> &'static str {
+                match self { $(Function::$variant => concat!($($doc),*),)* }
+            }
 
             /// The function name, e.g. `remove-expired-members`.
             pub fn name(self) -> &'static str {
@@ -252,6 +297,24 @@ macro_rules! functions {
             pub fn sends_to(self) -> &'static [Function] {
                 match self { $(Function::$variant => &[$(Function::$to),*],)* }
             }
+
+            /// The event-source mapping's batch size (behaviour §9.12): 1 for a run
+            /// that fills its invocation, 10 for one short item per message.
+            pub fn batch_size(self) -> u32 {
+                match self { $(Function::$variant => $batch,)* }
+            }
+
+            /// Runs one at a time under an overlap lock (behaviour §9.4): the
+            /// mapping's maximum concurrency is then 2, the lock serializes.
+            pub fn single_flight(self) -> bool {
+                match self { $(Function::$variant => $single,)* }
+            }
+
+            /// What the function reads beyond the database and its queues: each
+            /// [`Needs`] brings its template parameters and IAM (infra/gen).
+            pub fn needs(self) -> &'static [Needs] {
+                match self { $(Function::$variant => &[$(Needs::$need),*],)* }
+            }
         }
     };
 }
@@ -282,6 +345,25 @@ macro_rules! module_of {
     ($here:ident $layer:ident $module:ident) => {};
 }
 pub(crate) use module_of;
+
+/// A group of settings a function reads beyond the database, its queues and Globals:
+/// each brings its environment variables (template parameters) and IAM statements to
+/// the function's resource in `infra/template.yaml` (rendered by infra/gen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Needs {
+    /// One-time EventBridge Scheduler schedules for delays over 900 s (behaviour
+    /// §9.5): the group, the role to pass, the queue and DLQ ARNs of what it sends.
+    DelaySchedules,
+    /// The storage modes (`STORAGE_GITALY`, `STORAGE_REGISTRY`, `STORAGE_OBJECTS`).
+    StorageModes,
+    /// The storage clients (docs/storage-cleanup.md): Gitaly, the registry, the
+    /// object storage buckets, their secrets and bucket permissions.
+    StorageClients,
+    /// Links into GitLab for notices (`GITLAB_BASE_URL`, `GITLAB_SSH_URL_PREFIX`).
+    GitlabLinks,
+    /// Mail over SMTP and web hooks: the SMTP settings and secret, `db_key_base`.
+    MailAndHooks,
+}
 
 impl Function {
     /// Parse a function name.

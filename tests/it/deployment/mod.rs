@@ -8,6 +8,7 @@
 mod config;
 mod cutover;
 mod deploy;
+mod generated;
 mod paging_moto;
 mod queue_sqs;
 mod template;
