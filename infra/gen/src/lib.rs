@@ -5,9 +5,9 @@
 //!
 //! Owns: the region markers and their splicing ([`regenerate`]), the list of generated
 //! files and regions ([`generate`]), and the docs' tables. The template's
-//! per-function resources are in [`function`], its stack-wide lists (parameters,
+//! per-function resources are in `function`, its stack-wide lists (parameters,
 //! conditions, the scheduler role's queues, the schema and stalled alarms, the
-//! dashboard, the outputs) in [`stack`].
+//! dashboard, the outputs) in `stack`.
 //!
 //! A region is the lines between a line containing `BEGIN GENERATED <name>` and one
 //! containing `END GENERATED <name>`; everything else in the file is hand-written.

@@ -28,7 +28,7 @@ use tokio_postgres::GenericClient;
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::system_hooks::{self, group::Scope};
-use crate::job::{Job, FromConfig, Step};
+use crate::job::{FromConfig, Job, Step};
 use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};

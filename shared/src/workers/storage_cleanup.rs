@@ -31,7 +31,7 @@ use crate::function::Function;
 use crate::gitlab::deletion_model;
 use crate::gitlab::group_deletion;
 use crate::gitlab::storage;
-use crate::job::{Job, FromConfig, Step};
+use crate::job::{FromConfig, Job, Step};
 use crate::messages::{Bucket, Envelope, StorageCleanupRun, StorageItem, StorageKind};
 use crate::metrics::{self, Metric};
 use crate::retry_transient;

@@ -27,7 +27,7 @@ pub use lookup::{bot_contexts, recipients, BotContext};
 use crate::config::Config;
 use crate::error::Result;
 use crate::function::Function;
-use crate::job::{Job, FromConfig, Step};
+use crate::job::{FromConfig, Job, Step};
 use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
 use crate::metrics::{self, Metric};
 use crate::notify::Instance;
