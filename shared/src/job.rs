@@ -20,7 +20,7 @@ use crate::function::Function;
 use crate::locks;
 use crate::messages::{Envelope, FromMessage};
 use crate::queue::OutMessage;
-use crate::runtime::{Done, Ended, Handler, Invocation, Report, Skipped};
+use crate::runtime::{beyond_hop_limit, Done, Ended, Handler, Invocation, Report, Skipped};
 
 /// Which overlap lock (a session-level advisory try-lock) guards a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,13 +151,9 @@ where
     J: Job,
     C: GenericClient + Send + Sync,
 {
-    if inv.function != J::FUNCTION {
-        return Err(Error::Malformed(format!(
-            "message type `{}` is not accepted by {}",
-            env.kind,
-            J::FUNCTION
-        )));
-    }
+    // The receiver was checked once, on decoding (`Envelope::decode_as`): the message
+    // type is one `inv.function` accepts, and its payload is `J`'s.
+    debug_assert_eq!(inv.function, J::FUNCTION);
     let lock = match J::overlap(&payload) {
         Overlap::None => None,
         Overlap::Function => Some(locks::function_key(J::FUNCTION.name())),
@@ -275,13 +271,8 @@ impl<J: Job> Handler for Ready<J> {
 /// Send a continuation or re-send unless the hop limit forbids it (behaviour §9.8);
 /// whether it was sent. A send failure is an error (the record is retryable).
 async fn send_continuation(inv: &Invocation<'_>, next: OutMessage) -> Result<bool> {
-    let max_hops = u64::from(inv.function.max_hops());
-    if next.envelope.hop > max_hops {
-        tracing::error!(
-            hop = next.envelope.hop.saturating_sub(1),
-            max_hops,
-            "continuation not sent: hop limit reached"
-        );
+    let hop = next.envelope.hop;
+    if beyond_hop_limit(inv.function, hop, hop.saturating_sub(1)) {
         return Ok(false);
     }
     inv.queue.send(std::slice::from_ref(&next)).await?;

@@ -181,6 +181,23 @@ pub trait Handler: Sync {
         C: GenericClient + Send + Sync;
 }
 
+/// The one hop-limit rule (behaviour §9.8): a message of hop `hop` is beyond
+/// `function`'s `MAX_HOPS`; then it is logged once, with the hop the run is at (`at`).
+/// `job::drive` asks it before sending a continuation or re-send, the pipeline on
+/// receipt (a message no sender of this bundle sends).
+pub(crate) fn beyond_hop_limit(function: Function, hop: u64, at: u64) -> bool {
+    let max_hops = u64::from(function.max_hops());
+    if hop <= max_hops {
+        return false;
+    }
+    tracing::error!(
+        hop = at,
+        max_hops,
+        "continuation not sent: hop limit reached"
+    );
+    true
+}
+
 /// Facts about a delivered record that the handler does not see.
 #[derive(Debug, Clone, Default)]
 pub struct RecordMeta {
@@ -283,15 +300,9 @@ where
             _flatten = %serde_json::json!({ "cursor": cursor }),
             "start"
         );
-        let max_hops = u64::from(function.max_hops());
-        if env.hop > max_hops {
+        if beyond_hop_limit(function, env.hop, env.hop) {
             // Received above the limit (no sender of this bundle sends one): the
             // hop-limit case of behaviour §9.8, before any work, so nothing is sent.
-            tracing::error!(
-                hop = env.hop,
-                max_hops,
-                "continuation not sent: hop limit reached"
-            );
             let report = Report::new(HopLimitReached);
             let duration_s = started.elapsed().as_secs_f64();
             tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status = "done", "done");
