@@ -5,7 +5,11 @@
 //! from `lambda`, the glue around it. The cold-start schema check PREPAREs the
 //! statements of these modules only (`crate::catalogue::for_function`).
 //!
-//! Owns: the scan and the generated table, nothing else. `catalogue` and `preflight`
+//! It also lists the job modules that have a `sql` submodule (`<module>/sql.rs`
+//! declaring `statements!`), so the catalogue takes a function's own statements from
+//! its row, not from a hand-written line (`crate::catalogue`).
+//!
+//! Owns: the scan and the generated tables, nothing else. `catalogue` and `preflight`
 //! are not walked through: the one lists every statement and the other PREPAREs them,
 //! neither runs one for a job. Generous by design: a module a job imports counts whole.
 
@@ -160,7 +164,7 @@ fn functions(text: &str) -> Vec<(String, String)> {
 }
 
 /// Write `uses.rs` into `out_dir`: `USES`, per function its name and the modules its
-/// job reaches.
+/// job reaches; `JOB_SQL`, the job modules with statements and their lists.
 pub fn generate(src: &Path, out_dir: &Path) {
     let mut files = Vec::new();
     rust_files(src, &mut files);
@@ -224,6 +228,21 @@ pub fn generate(src: &Path, out_dir: &Path) {
         }
         let list: Vec<String> = seen.iter().map(|m| format!("{m:?}")).collect();
         out.push_str(&format!("    ({name:?}, &[{}]),\n", list.join(", ")));
+    }
+    out.push_str("];\n");
+    out.push_str(
+        "/// Per job module with a `sql` submodule (by path), its statements: the\n\
+         /// catalogue's entries of the functions' own modules, one per row.\n\
+         pub const JOB_SQL: &[(&str, &[(&str, &str)])] = &[\n",
+    );
+    for (_, job) in functions(&table) {
+        let dir = src.join(job.replace("::", "/"));
+        if [dir.join("sql.rs"), dir.join("sql").join("mod.rs")]
+            .iter()
+            .any(|f| fs::read_to_string(f).is_ok_and(|t| t.contains("statements!")))
+        {
+            out.push_str(&format!("    ({job:?}, crate::{job}::sql::ALL),\n"));
+        }
     }
     out.push_str("];\n");
     fs::write(out_dir.join("uses.rs"), out).expect("writable OUT_DIR");
