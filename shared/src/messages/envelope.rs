@@ -61,7 +61,9 @@ impl Envelope {
     ) -> std::result::Result<(Envelope, M), Malformed> {
         let value: Value = match serde_json::from_str::<Strict>(body) {
             Ok(Strict(v)) => v,
-            Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
+            // `Strict` accepts every JSON value, so the only data error it can raise is
+            // its own: a repeated key (syntax, EOF and I/O errors are other classes).
+            Err(e) if e.is_data() => {
                 return Err(Malformed {
                     error: format!("body is not valid JSON ({DUPLICATE_KEY})"),
                     message_key: None,

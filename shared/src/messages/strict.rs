@@ -7,7 +7,8 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
-/// What [`Strict`] reports for a repeated key (no key name: it is body text).
+/// What [`Strict`] reports for a repeated key (no key name: it is body text): its only
+/// data error (`serde_json::Error::is_data`), every value being accepted otherwise.
 pub(super) const DUPLICATE_KEY: &str = "an object has a duplicate key";
 
 /// A JSON value parsed like `serde_json::Value`, except that an object with the same
