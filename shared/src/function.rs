@@ -382,12 +382,21 @@ impl Function {
     /// The GitLab class of one message type: a web hook is GitLab's `WebHookWorker`,
     /// anything else the function's [`Function::gitlab_class`].
     pub fn gitlab_class_for(self, message_type: &str) -> &'static str {
-        // `deliver-notification`'s second message type is the web hook's.
-        if self == Function::DeliverNotification && message_type == self.accepts()[1] {
+        if self == Function::DeliverNotification && message_type == Function::webhook_kind() {
             "WebHookWorker"
         } else {
             self.gitlab_class()
         }
+    }
+
+    /// `deliver-notification`'s mail message type: its row's first.
+    pub fn email_kind() -> &'static str {
+        Function::DeliverNotification.accepts()[0]
+    }
+
+    /// `deliver-notification`'s web-hook message type: its row's second.
+    pub fn webhook_kind() -> &'static str {
+        Function::DeliverNotification.accepts()[1]
     }
 
     /// Environment-variable suffix, e.g. `DELETE_USER` for `QUEUE_URL_DELETE_USER`.

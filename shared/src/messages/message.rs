@@ -29,16 +29,6 @@ pub trait Addressed: Serialize {
     }
 }
 
-/// `deliver-notification`'s mail message type: its row's first.
-fn email_kind() -> &'static str {
-    Function::DeliverNotification.accepts()[0]
-}
-
-/// `deliver-notification`'s web-hook message type: its row's second.
-fn webhook_kind() -> &'static str {
-    Function::DeliverNotification.accepts()[1]
-}
-
 impl Addressed for DeleteUserRun {
     const RECEIVER: Function = Function::DeleteUser;
 }
@@ -63,7 +53,7 @@ impl Addressed for EmailNotification {
     const RECEIVER: Function = Function::DeliverNotification;
 
     fn kind(&self) -> &'static str {
-        email_kind()
+        Function::email_kind()
     }
 }
 
@@ -71,7 +61,7 @@ impl Addressed for WebhookNotification {
     const RECEIVER: Function = Function::DeliverNotification;
 
     fn kind(&self) -> &'static str {
-        webhook_kind()
+        Function::webhook_kind()
     }
 }
 
@@ -125,9 +115,9 @@ pub enum Notification {
 
 impl FromMessage for Notification {
     fn decode(kind: &str, payload: &Value) -> Result<Self, PayloadError> {
-        if kind == email_kind() {
+        if kind == Function::email_kind() {
             EmailNotification::from_value(payload).map(Self::Email)
-        } else if kind == webhook_kind() {
+        } else if kind == Function::webhook_kind() {
             WebhookNotification::from_value(payload).map(Self::Webhook)
         } else {
             Err(unknown_type())
