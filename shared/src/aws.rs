@@ -3,6 +3,8 @@
 //! endpoint overrides (`AWS_ENDPOINT_URL*`), the SQS and Scheduler clients, and every
 //! Secrets Manager read. Parsing the configuration is [`crate::config`]'s.
 
+pub mod http;
+
 use crate::config::{pg_config_from_secret, DatabaseSource};
 use crate::error::{Error, Result};
 
@@ -34,25 +36,15 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> aws_config::SdkConfig {
 /// through interface VPC endpoints) chains to one of them.
 const AMAZON_ROOTS: &[u8] = include_bytes!("../certs/amazon-trust-services.pem");
 
-/// The one HTTPS client of a function's AWS SDK clients: rustls with ring, trusting the
-/// Amazon roots only, so a cold start parses five certificates instead of loading the
-/// system store (about 150 files). With a custom endpoint (`AWS_ENDPOINT_URL*`, local
-/// emulators or a proxy) the system store is trusted too.
+/// The one HTTPS client of a function's AWS SDK clients ([`http`]: hyper over
+/// OpenSSL), trusting the Amazon roots only, so a cold start trusts five certificates
+/// instead of the system store (about 150). With a custom endpoint (`AWS_ENDPOINT_URL*`,
+/// local emulators or a proxy) the system store is trusted too.
 pub fn https_client(with_system_roots: bool) -> aws_sdk_sqs::config::SharedHttpClient {
-    use aws_smithy_http_client::tls;
-    let trust = tls::TrustStore::empty()
-        .with_native_roots(with_system_roots)
-        .with_pem_certificate(AMAZON_ROOTS);
-    let context = tls::TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .expect("a trust store of valid certificates");
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(
-            tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .tls_context(context)
-        .build_https()
+    http::client(http::Trust {
+        system_roots: with_system_roots,
+        roots_pem: AMAZON_ROOTS.into(),
+    })
 }
 
 /// `AWS_ENDPOINT_URL_<service>` (or `AWS_ENDPOINT_URL` for `""`), unless

@@ -20,6 +20,7 @@
 //! * `secrets`: no secret in any log line or message.
 //! * `stored_values`: values GitLab's columns accept but no form writes are data.
 
+mod aws_tls;
 mod chaos;
 mod cold_start;
 mod faults;
