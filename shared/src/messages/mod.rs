@@ -24,7 +24,7 @@ pub use payloads::{
     DeletePlaceholderUserRun, DeleteUserRun, DetailCursor, EmailNotification, Fields, GroupCursor,
     GroupDestroyRun, MemberCursor, PatExpiringRun, Payload, PayloadError,
     PlaceholderUserCleanupRun, PruneDeletionsRun, RemoveExpiredMembersRun, ResourceType,
-    SchedulePruneDeletionsRun, StorageCleanupRun, StorageItem, StorageKind, SystemHookSubject,
-    WebhookNotification, ANCESTORS_MAX, ATTEMPT_MAX, DAYS_TO_EXPIRE, FULL_PATH_MAX_CHARS,
-    NAME_MAX_CHARS, TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
+    SchedulePruneDeletionsRun, StorageCleanupRun, StorageItem, StorageKind, WebhookNotification,
+    ANCESTORS_MAX, ATTEMPT_MAX, DAYS_TO_EXPIRE, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
+    TEXT_MAX_CHARS, TOKEN_NAMES_MAX,
 };

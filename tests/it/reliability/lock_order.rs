@@ -123,7 +123,7 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
         .to_body();
         let phase_one = async {
             let tx = p1.transaction().await.unwrap();
-            let mut outbox = Vec::new();
+            let mut intents = Vec::new();
             let req = RemovalRequest {
                 user_id: 12,
                 initiator: None,
@@ -135,9 +135,8 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
             let r = schedule_removal(
                 &tx,
                 &crate::common_rules::phase_one_invocation(t(NOW)),
-                "run",
                 &req,
-                &mut outbox,
+                &mut intents,
             )
             .await;
             tx.commit().await.unwrap();

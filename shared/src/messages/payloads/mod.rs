@@ -27,8 +27,8 @@ pub use members::{
     SchedulePruneDeletionsRun,
 };
 pub use pat_expiring::{
-    EmailNotification, PatExpiringRun, ResourceType, SystemHookSubject, WebhookNotification,
-    DAYS_TO_EXPIRE, TOKEN_NAMES_MAX,
+    EmailNotification, PatExpiringRun, ResourceType, WebhookNotification, DAYS_TO_EXPIRE,
+    TOKEN_NAMES_MAX,
 };
 pub use placeholders::{
     DeletePlaceholderUserRun, DetailCursor, PlaceholderUserCleanupRun, ATTEMPT_MAX,

@@ -1,8 +1,8 @@
 //! Payloads of pat-expiring and its notifications (B28).
 //!
 //! Owns: [`PatExpiringRun`], the notification payloads [`EmailNotification`] (with
-//! [`ResourceType`]) and [`WebhookNotification`] (with [`SystemHookSubject`], the row a
-//! system hook reports removed), their bounds ([`DAYS_TO_EXPIRE`], [`TOKEN_NAMES_MAX`])
+//! [`ResourceType`]) and [`WebhookNotification`] (with a system hook's
+//! [`SystemHookSubject`], the row it reports removed), their bounds ([`DAYS_TO_EXPIRE`], [`TOKEN_NAMES_MAX`])
 //! and their validating decoders. Their keys are in
 //! [`crate::messages::keys`].
 
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::fields::{Checked, Fields, Payload, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
+use crate::gitlab::system_hooks::SystemHookSubject;
 use crate::messages::keys::valid_key;
 
 /// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
@@ -113,29 +114,6 @@ pub struct WebhookNotification {
     /// removal it reports, re-checked gone at delivery. Absent for token hooks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_hook: Option<SystemHookSubject>,
-}
-
-/// The row a system hook reports removed: `table` (`members`, `namespaces`,
-/// `projects` or `users`) and `id`; for an EE group hook of the same removal, its
-/// trigger (`group_hook`: `member_hooks`, `subgroup_hooks` or `project_hooks`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SystemHookSubject {
-    /// The table: one of [`SystemHookSubject::TABLES`].
-    pub table: String,
-    /// The row's id.
-    pub id: i64,
-    /// An EE group hook's trigger, one of [`SystemHookSubject::GROUP_TRIGGERS`];
-    /// absent for a system hook.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_hook: Option<String>,
-}
-
-impl SystemHookSubject {
-    /// The tables a system hook's subject may be in.
-    pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
-    /// The group-hook triggers a removal fires (GitLab's `TriggerableHooks` scopes).
-    pub const GROUP_TRIGGERS: [&'static str; 3] =
-        ["member_hooks", "subgroup_hooks", "project_hooks"];
 }
 
 /// `days_to_expire` of behaviour §B28.10.2.
