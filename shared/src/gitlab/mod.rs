@@ -5,6 +5,8 @@
 //! own `sql` submodule. What a rule asks of another function is an [`Intent`], never a
 //! queue message: the caller's job sends it (`workers`).
 
+use serde::Serialize;
+
 pub mod authz;
 pub mod blockers;
 pub mod deletion_model;
@@ -55,7 +57,30 @@ pub struct HookDelivery {
     /// The body, serialized in GitLab's key order, sent as is.
     pub body: String,
     /// The row the hook reports removed.
-    pub subject: system_hooks::SystemHookSubject,
+    pub subject: SystemHookSubject,
+}
+
+/// The row a system hook reports removed: `table` (`members`, `namespaces`,
+/// `projects` or `users`) and `id`; for an EE group hook of the same removal, its
+/// trigger (`group_hook`: `member_hooks`, `subgroup_hooks` or `project_hooks`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SystemHookSubject {
+    /// The table: one of [`SystemHookSubject::TABLES`].
+    pub table: String,
+    /// The row's id.
+    pub id: i64,
+    /// An EE group hook's trigger, one of [`SystemHookSubject::GROUP_TRIGGERS`];
+    /// absent for a system hook.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_hook: Option<String>,
+}
+
+impl SystemHookSubject {
+    /// The tables a system hook's subject may be in.
+    pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
+    /// The group-hook triggers a removal fires (GitLab's `TriggerableHooks` scopes).
+    pub const GROUP_TRIGGERS: [&'static str; 3] =
+        ["member_hooks", "subgroup_hooks", "project_hooks"];
 }
 
 /// Access levels (behaviour §1.1).

@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
-use crate::gitlab::{HookDelivery, Intent};
+use crate::gitlab::{HookDelivery, Intent, SystemHookSubject};
 use crate::runtime::Invocation;
 
 pub mod group;
@@ -516,29 +516,6 @@ impl Prepared {
         }
         intents
     }
-}
-
-/// The row a system hook reports removed: `table` (`members`, `namespaces`,
-/// `projects` or `users`) and `id`; for an EE group hook of the same removal, its
-/// trigger (`group_hook`: `member_hooks`, `subgroup_hooks` or `project_hooks`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SystemHookSubject {
-    /// The table: one of [`SystemHookSubject::TABLES`].
-    pub table: String,
-    /// The row's id.
-    pub id: i64,
-    /// An EE group hook's trigger, one of [`SystemHookSubject::GROUP_TRIGGERS`];
-    /// absent for a system hook.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_hook: Option<String>,
-}
-
-impl SystemHookSubject {
-    /// The tables a system hook's subject may be in.
-    pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
-    /// The group-hook triggers a removal fires (GitLab's `TriggerableHooks` scopes).
-    pub const GROUP_TRIGGERS: [&'static str; 3] =
-        ["member_hooks", "subgroup_hooks", "project_hooks"];
 }
 
 /// Delivery: whether the row a system hook reports is still there, waiting for a

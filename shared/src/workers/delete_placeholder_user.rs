@@ -14,10 +14,14 @@ use crate::function::Function;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
 use crate::gitlab::{user_type, Intent};
 use crate::job::{Job, Step};
-use crate::messages::{DeletePlaceholderUserRun, Envelope};
+use crate::messages::Envelope;
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation, Status};
+
+pub mod payload;
+
+pub use payload::{DeletePlaceholderUserRun, ATTEMPT_MAX};
 
 pub(crate) mod sql;
 

@@ -19,12 +19,15 @@ use crate::gitlab::user_removal::{self, Refusal};
 use crate::gitlab::{permissions, user_type, Intent};
 use crate::job::{Job, Next, Step};
 use crate::locks;
-use crate::messages::{DeleteUserRun, Envelope};
+use crate::messages::Envelope;
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Budget, Done, Invocation, Status};
 
+pub mod payload;
 pub mod sql;
+
+pub use payload::DeleteUserRun;
 
 /// Rows reassigned per statement.
 pub const REASSIGN_BATCH: i64 = 1000;

@@ -11,8 +11,10 @@ use chrono::{DateTime, Utc};
 
 use crate::function::modules;
 use crate::gitlab::Intent;
-use crate::messages::{delete_user_key, webhook_key, DeleteUserRun, WebhookNotification};
+use crate::messages::{delete_user_key, webhook_key};
 use crate::queue::OutMessage;
+use crate::workers::delete_user::payload::DeleteUserRun;
+use crate::workers::deliver_notification::payload::WebhookNotification;
 
 // A module per row of the function table whose job is `workers::<module>::…`.
 crate::function::with_functions!(modules workers);

@@ -23,12 +23,15 @@ use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::{authz, hierarchy, Intent};
 use crate::job::{self, Job, Overlap};
 use crate::locks;
-use crate::messages::{Envelope, PruneDeletionsRun};
+use crate::messages::Envelope;
 use crate::metrics::{self, Metric};
 use crate::retry_transient;
 use crate::runtime::{Budget, Done, Invocation, Report, Status};
 
+pub mod payload;
 pub mod sql;
+
+pub use payload::PruneDeletionsRun;
 
 /// Schedules loaded per invocation (`SCHEDULE_BATCH_SIZE`).
 pub const SCHEDULE_BATCH_SIZE: i64 = 10;

@@ -9,7 +9,8 @@ use integration_tests::{t, wait, Fx, TestDb};
 use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
 use shared::locks::lock_key;
-use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
+use shared::messages::{prune_deletions_key, Envelope};
+use shared::workers::prune_deletions::PruneDeletionsRun;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";

@@ -10,6 +10,7 @@
 use chrono::NaiveDate;
 use tokio_postgres::GenericClient;
 
+use super::payload::GroupDestroyRun;
 use super::sql;
 use crate::config::storage::Mode;
 use crate::error::Result;
@@ -19,14 +20,14 @@ use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
 use crate::gitlab::side_effects::audit::{self, Destroyed};
 use crate::gitlab::storage;
+use crate::gitlab::storage::StorageItem;
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, RemovalRequest};
 use crate::gitlab::Intent;
-use crate::messages::{
-    storage_cleanup_key, Envelope, GroupDestroyRun, StorageCleanupRun, StorageItem,
-};
+use crate::messages::Envelope;
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
+use crate::workers::storage_cleanup::payload::{storage_cleanup_key, StorageCleanupRun};
 
 /// Rows per statement when a project's contributions are deleted.
 pub const CONTRIBUTION_BATCH: i64 = 1000;
@@ -144,8 +145,8 @@ async fn still_scheduled<C: GenericClient>(
         c,
         recheck.model,
         p.group_id,
-        sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
-        sql::SHARE_SCHEDULE,
+        group_deletion::sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
+        group_deletion::sql::SHARE_SCHEDULE,
     )
     .await?;
     Ok(schedule
