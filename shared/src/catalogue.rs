@@ -75,11 +75,6 @@ const MODEL_MODULES: &[(&str, Models, StatementList)] = &[
         Models::SCHEDULED_AT,
         crate::gitlab::group_deletion::sql::scheduled_at::ALL,
     ),
-    (
-        "workers::group_destroy",
-        Models::SCHEDULED_AT,
-        crate::workers::group_destroy::sql::scheduled_at::ALL,
-    ),
 ];
 
 /// The statements that need a column some supported releases lack, with that column:

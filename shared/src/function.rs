@@ -12,7 +12,8 @@ use std::time::Duration;
 /// module declared from this row in `batches` or `workers`), GitLab class, the message
 /// types it accepts, cron, timeout, hop limit, the delay of a message sent to it, the
 /// back-off schedule of its re-sends (`job::Step::Backoff`: one re-send per entry, so
-/// its length is the hop limit), the functions it sends to, and what its deployment
+/// its length is the hop limit), whether its runs count item failures (the `failed`
+/// and `items` metrics and their alarms), the functions it sends to, and what its deployment
 /// needs (batch size, single flight, [`Needs`]). `infra/template.yaml`'s per-function
 /// resources and the contract's function table (behaviour §R3) are generated from
 /// these rows (infra/gen, CONTRIBUTING.md).
@@ -34,6 +35,7 @@ macro_rules! with_functions {
                 max_hops: 10_000,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: true,
                 sends_to: [RemoveExpiredMembers, DeleteUser, DeliverNotification],
                 batch_size: 1,
                 single_flight: true,
@@ -49,6 +51,7 @@ macro_rules! with_functions {
                 max_hops: 1000,
                 delay_s: 30,
                 backoff_s: [],
+                item_failures: false,
                 sends_to: [DeleteUser, DeliverNotification],
                 batch_size: 1,
                 single_flight: false,
@@ -65,6 +68,7 @@ macro_rules! with_functions {
                 max_hops: 0,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: false,
                 sends_to: [PruneDeletions],
                 batch_size: 1,
                 single_flight: true,
@@ -80,6 +84,7 @@ macro_rules! with_functions {
                 max_hops: 10_000,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: true,
                 sends_to: [PruneDeletions, DeliverNotification],
                 batch_size: 1,
                 single_flight: true,
@@ -95,6 +100,7 @@ macro_rules! with_functions {
                 max_hops: 1000,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: true,
                 sends_to: [AdjournedGroupDeletion, GroupDestroy],
                 batch_size: 1,
                 single_flight: true,
@@ -110,6 +116,7 @@ macro_rules! with_functions {
                 max_hops: 1000,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: false,
                 sends_to: [GroupDestroy, DeleteUser, StorageCleanup, DeliverNotification],
                 batch_size: 1,
                 single_flight: false,
@@ -128,6 +135,7 @@ macro_rules! with_functions {
                 max_hops: 6,
                 delay_s: 0,
                 backoff_s: [30, 60, 120, 300, 600, 900],
+                item_failures: false,
                 sends_to: [StorageCleanup],
                 batch_size: 10,
                 single_flight: false,
@@ -143,6 +151,7 @@ macro_rules! with_functions {
                 max_hops: 1000,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: true,
                 sends_to: [PlaceholderUserCleanup, DeletePlaceholderUser],
                 batch_size: 1,
                 single_flight: true,
@@ -158,6 +167,7 @@ macro_rules! with_functions {
                 max_hops: 0,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: false,
                 sends_to: [DeleteUser, DeliverNotification],
                 batch_size: 10,
                 single_flight: false,
@@ -173,6 +183,7 @@ macro_rules! with_functions {
                 max_hops: 100,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: true,
                 sends_to: [PatExpiring, DeliverNotification],
                 batch_size: 1,
                 single_flight: true,
@@ -192,6 +203,7 @@ macro_rules! with_functions {
                 max_hops: 0,
                 delay_s: 0,
                 backoff_s: [],
+                item_failures: false,
                 sends_to: [],
                 batch_size: 10,
                 single_flight: false,
@@ -215,6 +227,7 @@ macro_rules! functions {
             max_hops: $hops:literal,
             delay_s: $delay:literal,
             backoff_s: [$($backoff:literal),*],
+            item_failures: $items:literal,
             sends_to: [$($to:ident),*],
             batch_size: $batch:literal,
             single_flight: $single:literal,
@@ -290,6 +303,14 @@ macro_rules! functions {
             /// (`job::Step::Backoff`); empty for a function that does not re-send.
             pub const fn backoff_s(self) -> &'static [u32] {
                 match self { $(Function::$variant => &[$($backoff),*],)* }
+            }
+
+            /// Whether its runs count items failing inside a run (a per-item failure
+            /// counter in its `Done`): it then emits `metrics::FAILED` and
+            /// `metrics::ITEMS` on every record it completes, and its template has the
+            /// `ItemFailures` and `AllItemsFailed` alarms.
+            pub const fn counts_item_failures(self) -> bool {
+                match self { $(Function::$variant => $items,)* }
             }
 
             /// The functions whose queues this function sends to (its least-privilege

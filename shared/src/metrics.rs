@@ -50,6 +50,13 @@ pub enum Emitters {
     All,
     /// The five cron functions.
     Cron,
+    /// The functions whose runs count item failures (a `Done` with a per-item failure
+    /// counter: B38's `failed_rows`, B43's `failed_schedules`, B51's `failed_groups`,
+    /// B70's `failed_count`, B28's user and bot failures), as their rows in the
+    /// function table declare (`item_failures`, [`Function::counts_item_failures`]):
+    /// each emits [`FAILED`] and [`ITEMS`] on every record it completes, and the
+    /// template's alarms watch both.
+    ItemFailures,
     /// Only these functions.
     Only(&'static [Function]),
 }
@@ -73,6 +80,7 @@ impl Metric {
         match self.emitters {
             Emitters::All => true,
             Emitters::Cron => f.cron().is_some(),
+            Emitters::ItemFailures => f.counts_item_failures(),
             Emitters::Only(fs) => fs.contains(&f),
         }
     }
@@ -80,17 +88,7 @@ impl Metric {
 
 use Function as F;
 
-/// The functions whose runs count item failures (a `Done` with a per-item failure
-/// counter: B38's `failed_rows`, B43's `failed_schedules`, B51's `failed_groups`,
-/// B70's `failed_count`, B28's user and bot failures): each emits [`FAILED`] and
-/// [`ITEMS`] on every record it completes, and the template's alarms watch both.
-pub const ITEM_FAILURE_EMITTERS: Emitters = Emitters::Only(&[
-    F::RemoveExpiredMembers,
-    F::PruneDeletions,
-    F::AdjournedGroupDeletion,
-    F::PlaceholderUserCleanup,
-    F::PatExpiring,
-]);
+const ITEM_FAILURES: Emitters = Emitters::ItemFailures;
 const ALL: Emitters = Emitters::All;
 const B38: Emitters = Emitters::Only(&[F::RemoveExpiredMembers]);
 const B38_B70: Emitters = Emitters::Only(&[F::RemoveExpiredMembers, F::PlaceholderUserCleanup]);
@@ -145,10 +143,10 @@ metrics! {
     SKIPPED = Count("skipped", B38_B70, "items skipped");
     /// The sum of the `Done`'s per-item failure counters (the run goes on). `hk run`
     /// exits 3 when a completed run counts any.
-    FAILED = Count("failed", ITEM_FAILURE_EMITTERS, "items failed inside a run");
+    FAILED = Count("failed", ITEM_FAILURES, "items failed inside a run");
     /// The denominator of [`FAILED`]: every item of a period failed when `failed`
     /// reaches `items`.
-    ITEMS = Count("items", ITEM_FAILURE_EMITTERS,
+    ITEMS = Count("items", ITEM_FAILURES,
         "items attempted inside a run (done, skipped or failed)");
     UPDATED_ROWS = Count("updated_rows", B38, "B38 rows updated");
     SKIPPED_ROWS = Count("skipped_rows", B38, "B38 rows skipped");

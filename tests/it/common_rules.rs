@@ -8,8 +8,8 @@ use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::membership::{self, Member, Refresh, MEMBER_COLUMNS};
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
 
-/// The invocation phase 1 runs in at `now` (its messages go to the caller's outbox,
-/// not to this queue).
+/// The invocation phase 1 runs in at `now` (its intents go back to the caller, not to
+/// this queue).
 pub(crate) fn phase_one_invocation(
     now: chrono::DateTime<chrono::Utc>,
 ) -> shared::runtime::Invocation<'static> {
@@ -20,7 +20,7 @@ pub(crate) fn phase_one_invocation(
         LazyLock::new(shared::config::Settings::default);
     shared::runtime::Invocation::new(shared::Function::DeleteUser, now, &*QUEUE, &SETTINGS)
 }
-use shared::gitlab::{authz, hierarchy, permissions};
+use shared::gitlab::{authz, hierarchy, permissions, Intent};
 
 const NOW: &str = "2025-03-10T00:10:00Z";
 
@@ -194,7 +194,7 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
     let (log, _g) = capture();
     let mut tx_client = db.session().await;
     let tx = tx_client.transaction().await.unwrap();
-    let mut outbox = Vec::new();
+    let mut intents = Vec::new();
     let req = RemovalRequest {
         user_id: 11,
         initiator: None,
@@ -203,12 +203,12 @@ async fn phase_one_refuses_a_sole_owner_and_changes_nothing() {
         bot_resource: None,
         reason_for_deletion: None,
     };
-    let r = schedule_removal(&tx, &phase_one_invocation(t(NOW)), "run", &req, &mut outbox)
+    let r = schedule_removal(&tx, &phase_one_invocation(t(NOW)), &req, &mut intents)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(r, PhaseOne::Refused);
-    assert!(outbox.is_empty());
+    assert!(intents.is_empty());
     let w = log.one("User removal refused: sole owner of group");
     assert_eq!(w["group_ids"], "[100]");
     assert_user_state(&db, 11, "active").await;
@@ -220,7 +220,7 @@ async fn phase_one_refuses_a_user_with_personal_projects() {
     Fx(&db).personal_namespace(900, 12).await;
     Fx(&db).project_path(901, 900, "mine").await;
     let (log, _g) = capture();
-    let mut outbox = Vec::new();
+    let mut intents = Vec::new();
     let req = RemovalRequest {
         user_id: 12,
         initiator: None,
@@ -232,9 +232,8 @@ async fn phase_one_refuses_a_user_with_personal_projects() {
     let r = schedule_removal(
         &db.client,
         &phase_one_invocation(t(NOW)),
-        "run",
         &req,
-        &mut outbox,
+        &mut intents,
     )
     .await
     .unwrap();
@@ -249,7 +248,7 @@ async fn phase_one_refuses_a_user_with_personal_projects() {
 async fn phase_one_of_a_missing_user_is_not_found() {
     let db = tree().await;
     let (log, _g) = capture();
-    let mut outbox = Vec::new();
+    let mut intents = Vec::new();
     let req = RemovalRequest {
         user_id: 999,
         initiator: None,
@@ -261,9 +260,8 @@ async fn phase_one_of_a_missing_user_is_not_found() {
     let r = schedule_removal(
         &db.client,
         &phase_one_invocation(t(NOW)),
-        "run",
         &req,
-        &mut outbox,
+        &mut intents,
     )
     .await
     .unwrap();
@@ -293,13 +291,12 @@ async fn phase_one_is_idempotent() {
         reason_for_deletion: None,
     };
     for round in 0..2 {
-        let mut outbox = Vec::new();
+        let mut intents = Vec::new();
         let r = schedule_removal(
             &db.client,
             &phase_one_invocation(t(NOW)),
-            "run",
             &req,
-            &mut outbox,
+            &mut intents,
         )
         .await
         .unwrap();
@@ -315,6 +312,7 @@ async fn phase_one_is_idempotent() {
             }
         };
         assert_eq!(r, expect);
+        let outbox: Vec<_> = Intent::messages(intents, "run", t(NOW)).collect();
         assert_eq!(outbox.len(), 1, "delete-user is sent again every time");
         assert_eq!(outbox[0].envelope.message_key, "delete-user:20");
     }
@@ -490,7 +488,7 @@ async fn a_blocked_user_holding_the_only_owner_row_is_a_sole_owner_for_phase_one
         vec![100]
     );
     let (log, _g) = capture();
-    let mut outbox = Vec::new();
+    let mut intents = Vec::new();
     let req = RemovalRequest {
         user_id: 13,
         initiator: None,
@@ -502,9 +500,8 @@ async fn a_blocked_user_holding_the_only_owner_row_is_a_sole_owner_for_phase_one
     let r = schedule_removal(
         &db.client,
         &phase_one_invocation(t(NOW)),
-        "run",
         &req,
-        &mut outbox,
+        &mut intents,
     )
     .await
     .unwrap();

@@ -10,7 +10,8 @@ use integration_tests::logs::capture;
 use integration_tests::{t, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
-use shared::messages::{DeleteUserRun, Envelope};
+use shared::messages::Envelope;
+use shared::workers::delete_user::DeleteUserRun;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:11:00Z";

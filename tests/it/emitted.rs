@@ -186,11 +186,16 @@ async fn a_table_it_reads(
 
 /// One `storage-cleanup.remove` per kind, for project 999999 (never there).
 fn storage_items() -> Vec<String> {
-    use shared::messages::{storage_cleanup_key, Bucket, StorageCleanupRun, StorageItem};
+    use shared::config::storage::Bucket;
+    use shared::gitlab::storage::StorageItem;
+    use shared::workers::storage_cleanup::{storage_cleanup_key, StorageCleanupRun};
     [
         StorageItem::Repository {
             storage: "default".into(),
-            relative_path: format!("{}.git", shared::messages::project_disk_path(999_999)),
+            relative_path: format!(
+                "{}.git",
+                shared::gitlab::storage::item::project_disk_path(999_999)
+            ),
             snippet_id: None,
         },
         StorageItem::ContainerRepository {

@@ -9,7 +9,8 @@ use engine::local::Runner;
 use integration_tests::fixtures::{M, U};
 use integration_tests::{t, Fx, TestDb};
 use shared::gitlab::authz;
-use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
+use shared::messages::{prune_deletions_key, Envelope};
+use shared::workers::prune_deletions::PruneDeletionsRun;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -259,7 +260,7 @@ async fn a_destroyed_group_takes_the_access_its_shares_gave_with_it() {
         shared::messages::group_destroy_key(100, integration_tests::d("2025-03-01"), 11),
         "run-1",
         t(NOW),
-        shared::messages::GroupDestroyRun {
+        shared::workers::group_destroy::GroupDestroyRun {
             group_id: 100,
             user_id: 11,
             marked_for_deletion_on: integration_tests::d("2025-03-01"),

@@ -128,9 +128,9 @@ impl StoragePlan {
         if !self.seen.insert(env.message_key.clone()) {
             return;
         }
-        let Ok(run) =
-            serde_json::from_value::<shared::messages::StorageCleanupRun>(env.payload.clone())
-        else {
+        let Ok(run) = serde_json::from_value::<shared::workers::storage_cleanup::StorageCleanupRun>(
+            env.payload.clone(),
+        ) else {
             return;
         };
         let e = self.kinds.entry(run.item.kind().as_str()).or_default();

@@ -37,11 +37,12 @@ use shared::db::{Connector, Session};
 use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::handlers::Dispatch;
-use shared::messages::{user_email_key, EmailNotification, Envelope};
+use shared::messages::{user_email_key, Envelope};
 use shared::notify::Instance;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
 use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::workers::deliver_notification::EmailNotification;
 
 const F: Function = Function::PatExpiring;
 

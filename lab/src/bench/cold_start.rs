@@ -19,13 +19,18 @@ use super::wire::{Timeline, Wire};
 use super::{median, Options, Row, Target};
 use shared::error::{Error, Result};
 use shared::function::Function;
+use shared::gitlab::storage::StorageItem;
 use shared::messages::{
     delete_placeholder_user_key, delete_user_key, group_destroy_key, prune_deletions_key,
-    storage_cleanup_key, webhook_event_key, webhook_key, Addressed, DeletePlaceholderUserRun,
-    DeleteUserRun, Envelope, GroupDestroyRun, PruneDeletionsRun, StorageCleanupRun, StorageItem,
-    WebhookNotification,
+    webhook_event_key, webhook_key, Addressed, Envelope,
 };
 use shared::queue::OutMessage;
+use shared::workers::delete_placeholder_user::DeletePlaceholderUserRun;
+use shared::workers::delete_user::DeleteUserRun;
+use shared::workers::deliver_notification::WebhookNotification;
+use shared::workers::group_destroy::GroupDestroyRun;
+use shared::workers::prune_deletions::PruneDeletionsRun;
+use shared::workers::storage_cleanup::{storage_cleanup_key, StorageCleanupRun};
 
 /// The bench database's `application_settings.uuid`.
 pub const BENCH_INSTANCE: &str = "6d0f6a9e-bench-0000-0000-000000000001";

@@ -12,9 +12,9 @@ use tokio_postgres::Client;
 
 use super::data;
 use super::{median, ratio, secs, timed, BenchDbs, Options, Row, Scale, Target};
+use shared::batches::remove_expired_members::MemberCursor;
 use shared::batches::remove_expired_members::{read_page, PAGE_AFTER_SQL};
 use shared::error::Result;
-use shared::messages::MemberCursor;
 
 /// The page-order row at `offset` among the expired rows: the cursor of the timed page.
 async fn cursor_at(c: &Client, today: NaiveDate, offset: i64) -> Result<MemberCursor> {

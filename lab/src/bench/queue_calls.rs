@@ -22,10 +22,11 @@ use shared::config::{QueueTarget, SchedulerTarget};
 use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::handlers::Dispatch;
-use shared::messages::{DeleteUserRun, Envelope};
+use shared::messages::Envelope;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue};
 use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::workers::delete_user::DeleteUserRun;
 
 /// The moto resources of one run (also the `b28` bench's queues).
 pub(crate) struct Moto {

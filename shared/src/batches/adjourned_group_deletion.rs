@@ -17,13 +17,16 @@ use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::group_deletion::{self, Expected, Restore, Schedule};
 use crate::gitlab::permissions;
 use crate::job::{Job, Step};
-use crate::messages::{
-    group_destroy_key, AdjournedGroupDeletionRun, Envelope, GroupCursor, GroupDestroyRun,
-};
+use crate::messages::{group_destroy_key, Envelope};
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation};
+use crate::workers::group_destroy::payload::GroupDestroyRun;
+
+pub mod payload;
+
+pub use payload::{AdjournedGroupDeletionRun, GroupCursor};
 
 /// Groups per keyset page.
 pub const BATCH_SIZE: i64 = 100;

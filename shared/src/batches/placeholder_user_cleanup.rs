@@ -14,13 +14,15 @@ use tokio_postgres::{GenericClient, Transaction};
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::job::{Job, Step};
-use crate::messages::{
-    delete_placeholder_user_key, DeletePlaceholderUserRun, DetailCursor, Envelope,
-    PlaceholderUserCleanupRun,
-};
+use crate::messages::{delete_placeholder_user_key, Envelope};
 use crate::metrics::{self, Metric};
 use crate::queue::{self, OutMessage};
 use crate::runtime::{Done, Invocation};
+use crate::workers::delete_placeholder_user::payload::DeletePlaceholderUserRun;
+
+pub mod payload;
+
+pub use payload::{DetailCursor, PlaceholderUserCleanupRun};
 
 pub(crate) mod sql;
 

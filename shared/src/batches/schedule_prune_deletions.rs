@@ -11,14 +11,16 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::function::Function;
 use crate::job::{Job, Step};
-use crate::messages::{
-    prune_deletions_key, Envelope, PruneDeletionsRun, SchedulePruneDeletionsRun,
-};
+use crate::messages::{prune_deletions_key, Envelope};
 use crate::metrics::{self, Metric};
 use crate::queue::OutMessage;
 use crate::runtime::{Done, Invocation, Report, Status};
+use crate::workers::prune_deletions::payload::PruneDeletionsRun;
 
+pub mod payload;
 pub mod sql;
+
+pub use payload::SchedulePruneDeletionsRun;
 
 const FUNCTION: Function = Function::SchedulePruneDeletions;
 

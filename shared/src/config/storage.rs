@@ -2,14 +2,17 @@
 //! kind whether `group-destroy` removes it (`STORAGE_GITALY`, `STORAGE_REGISTRY`,
 //! `STORAGE_OBJECTS`), and where `storage-cleanup`'s clients reach Gitaly, the registry
 //! and the buckets. Pure parsing; secrets behind ARNs are read at cold start by
-//! [`crate::storage::Storage::build`]. A bad variable is refused by name.
+//! [`crate::storage::Storage::build`]. A bad variable is refused by name. Owns also the
+//! names configuration, messages and metrics give the storage kinds ([`StorageKind`])
+//! and GitLab's buckets ([`Bucket`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::error::{Error, Result};
-use crate::messages::{Bucket, StorageKind};
 
 /// What `group-destroy` does with one kind of storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -302,6 +305,68 @@ impl StorageConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// One of GitLab's object-storage buckets (`object_store` of GitLab's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bucket {
+    /// `uploads`: project attachments and avatars.
+    Uploads,
+    /// `lfs`: Git LFS objects, by object id.
+    Lfs,
+    /// `packages`: package registry files.
+    Packages,
+}
+
+impl Bucket {
+    /// Every bucket.
+    pub const ALL: [Bucket; 3] = [Bucket::Uploads, Bucket::Lfs, Bucket::Packages];
+
+    /// `uploads`, `lfs` or `packages`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Uploads => "uploads",
+            Bucket::Lfs => "lfs",
+            Bucket::Packages => "packages",
+        }
+    }
+
+    /// The bucket named `s` (`uploads`, `lfs` or `packages`).
+    pub fn parse(s: &str) -> Option<Bucket> {
+        Bucket::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+}
+
+/// The three storage kinds, as configuration and metrics name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageKind {
+    /// Git repositories through Gitaly.
+    Gitaly,
+    /// Container images through the registry API.
+    Registry,
+    /// Files in object storage (S3).
+    Objects,
+}
+
+impl StorageKind {
+    /// Every kind, in the order a project's storage is removed (registry first: its
+    /// rows hold the project back).
+    pub const ALL: [StorageKind; 3] = [
+        StorageKind::Registry,
+        StorageKind::Gitaly,
+        StorageKind::Objects,
+    ];
+
+    /// `gitaly`, `registry` or `objects`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageKind::Gitaly => "gitaly",
+            StorageKind::Registry => "registry",
+            StorageKind::Objects => "objects",
+        }
     }
 }
 

@@ -16,17 +16,21 @@
 //! storage items and deletes the rows no foreign key removes with the project (LFS
 //! links and unlinked LFS objects, uploads), and [`take_group_uploads`] for a group's
 //! own uploads; and the instance's identity (`application_settings.uuid`). Runs inside
-//! the caller's transaction and never commits.
+//! the caller's transaction and never commits. The items themselves, GitLab's hashed
+//! paths and the shape each item must have are in [`item`].
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::GenericClient;
 
-use crate::config::storage::{Mode, StorageModes};
+use crate::config::storage::{Bucket, Mode, StorageModes};
 use crate::error::Result;
 use crate::gitlab::deletion_model;
-use crate::messages::{bound_rule, Bucket, StorageItem};
 
+pub mod item;
 pub mod sql;
+
+use item::bound_rule;
+pub use item::StorageItem;
 
 /// What a group's projects hold of each kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

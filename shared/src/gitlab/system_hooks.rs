@@ -4,11 +4,11 @@
 //! key order of GitLab's builders (`Gitlab::HookData::ProjectMemberBuilder`,
 //! `GroupMemberBuilder`, `GroupBuilder`, `ProjectBuilder` with the deprecated owner,
 //! `UserBuilder`), read **before** the rows go, in the removal's transaction
-//! ([`prepare`]), and their claim ([`Prepared::claim`]): one
-//! `deliver-notification.webhook` message per executable `SystemHook` row, with the
-//! body fixed, into the caller's outbox, so it is sent before the removal commits and
+//! ([`prepare`]), and their claim ([`Prepared::claim`]): one [`HookDelivery`] intent per
+//! executable `SystemHook` row, with the body fixed, into the caller's intents (its job
+//! sends them as `deliver-notification` web-hook messages before the removal commits);
 //! delivered after (the delivery waits for the removal's row lock and sends nothing if
-//! the row is still there: [`still_present`]). The plan records each claim as a
+//! the row, its [`SystemHookSubject`], is still there: [`still_present`]). The plan records each claim as a
 //! `system_hook` decision on the hook's row. With `GROUP_HOOKS=on`, the same removal
 //! claims EE's group hooks too ([`group`]: `Member Hook`, `Subgroup Hook`, `Project
 //! Hook`, each a `group_hook` decision), and the group-member bodies carry EE's
@@ -19,8 +19,7 @@ use serde::Serialize;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
-use crate::messages::{webhook_key, SystemHookSubject, WebhookNotification};
-use crate::queue::OutMessage;
+use crate::gitlab::{HookDelivery, Intent, SystemHookSubject};
 use crate::runtime::Invocation;
 
 pub mod group;
@@ -474,76 +473,49 @@ impl Prepared {
         &self.bodies
     }
 
-    /// Claim every prepared event for every receiver: one message each into `outbox`
-    /// (sent by the caller before its COMMIT); returns how many.
-    pub fn claim(&self, inv: &Invocation<'_>, run_id: &str, outbox: &mut Vec<OutMessage>) -> usize {
-        let mut n = 0;
+    /// Claim every prepared event for every receiver: one [`HookDelivery`] intent each
+    /// (the caller's job sends them before its COMMIT).
+    pub fn claim(&self, inv: &Invocation<'_>) -> Vec<Intent> {
+        let hook = |hook_id, key: &str, body: &str, table: &str, id, group_hook: Option<&str>| {
+            let subject = SystemHookSubject {
+                table: table.into(),
+                id,
+                group_hook: group_hook.map(Into::into),
+            };
+            let (event_key, body) = (key.into(), body.into());
+            Intent::DeliverHook(HookDelivery {
+                hook_id,
+                event_key,
+                body,
+                subject,
+            })
+        };
+        let mut intents = Vec::new();
         for b in &self.bodies {
             let key = event_key(b.event, b.id);
             for &hook_id in &self.hooks {
                 inv.decide("web_hooks", hook_id, "system_hook", b.event.name());
-                outbox.push(message(
-                    inv,
-                    run_id,
-                    hook_id,
-                    &key,
-                    &b.json,
-                    b.event.table(),
-                    b.id,
-                    None,
-                ));
-                n += 1;
+                intents.push(hook(hook_id, &key, &b.json, b.event.table(), b.id, None));
             }
         }
-        let mut g = 0;
+        let n = intents.len();
         for c in &self.group {
             let key = c.key();
+            let trigger = Some(c.scope.trigger());
             for &hook_id in &c.hooks {
                 inv.decide("web_hooks", hook_id, "group_hook", c.event_name);
-                let trigger = Some(c.scope.trigger());
-                outbox.push(message(
-                    inv, run_id, hook_id, &key, &c.json, c.table, c.id, trigger,
-                ));
-                g += 1;
+                intents.push(hook(hook_id, &key, &c.json, c.table, c.id, trigger));
             }
         }
+        let g = intents.len() - n;
         if n > 0 {
             tracing::info!(system_hooks = n, "System hooks claimed");
         }
         if g > 0 {
             tracing::info!(group_hooks = g, "Group hooks claimed");
         }
-        n + g
+        intents
     }
-}
-
-/// One hook's `deliver-notification.webhook` message reporting row `table`/`id`.
-#[allow(clippy::too_many_arguments)]
-fn message(
-    inv: &Invocation<'_>,
-    run_id: &str,
-    hook_id: i64,
-    key: &str,
-    json: &str,
-    table: &str,
-    id: i64,
-    group_hook: Option<&str>,
-) -> OutMessage {
-    OutMessage::to(
-        webhook_key(key, hook_id),
-        run_id,
-        inv.now,
-        &WebhookNotification {
-            hook_id,
-            event_key: key.into(),
-            body: serde_json::Value::String(json.into()),
-            system_hook: Some(SystemHookSubject {
-                table: table.into(),
-                id,
-                group_hook: group_hook.map(Into::into),
-            }),
-        },
-    )
 }
 
 /// Delivery: whether the row a system hook reports is still there, waiting for a

@@ -3,7 +3,9 @@
 //! Owns: `schedule_removal` (block, drop memberships with one combined refresh and
 //! EE's protected-branch and protected-environment rows of the project memberships,
 //! the `user_destroyed` audit event with `AUDIT_EVENTS=on`, revoke tokens, record the
-//! `ghost_user_migrations` row, enqueue `delete-user` into the caller's outbox) and `ensure_ghost_user`, inside the caller's transaction. Phase 2 is
+//! `ghost_user_migrations` row, then ask for phase 2: a [`UserDeletion`] intent, with
+//! the memberships' system hooks, into the caller's intents, which its job sends) and
+//! `ensure_ghost_user`, inside the caller's transaction. Phase 2 is
 //! `workers::delete_user`. The statements are in [`sql`].
 
 use chrono::{DateTime, Utc};
@@ -13,10 +15,8 @@ use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::side_effects::{self, audit::users};
 use crate::gitlab::system_hooks::{self, Subject};
-use crate::gitlab::{authz, deletion_model, permissions};
+use crate::gitlab::{authz, deletion_model, permissions, Intent, UserDeletion};
 use crate::locks;
-use crate::messages::{delete_user_key, DeleteUserRun};
-use crate::queue::OutMessage;
 use crate::runtime::Invocation;
 
 pub mod sql;
@@ -86,13 +86,14 @@ pub async fn refusal<C: GenericClient>(c: &C, user_id: i64, lock: bool) -> Resul
     Ok(None)
 }
 
-/// `schedule_removal(u, initiator, reason)` (behaviour §5.1), inside the caller's transaction.
+/// `schedule_removal(u, initiator, reason)` (behaviour §5.1), inside the caller's
+/// transaction: what it asks of other functions (the memberships' hooks, then phase 2)
+/// goes into `intents`, for the caller's job to send before its COMMIT.
 pub async fn schedule_removal<C: GenericClient>(
     c: &C,
     inv: &Invocation<'_>,
-    run_id: &str,
     req: &RemovalRequest<'_>,
-    outbox: &mut Vec<OutMessage>,
+    intents: &mut Vec<Intent>,
 ) -> Result<PhaseOne> {
     let now = inv.now;
     let u = req.user_id;
@@ -125,7 +126,7 @@ pub async fn schedule_removal<C: GenericClient>(
     // Their system hooks (GitLab destroys them with their callbacks).
     let hooks = system_hooks::prepare(c, inv, Subject::MembershipsOf(u)).await?;
     let removed = c.query(sql::DELETE_MEMBERSHIPS, &[&u]).await?;
-    hooks.claim(inv, run_id, outbox);
+    intents.extend(hooks.claim(inv));
     let mut affected: Vec<i64> = req.extra_affected.to_vec();
     let mut types = Vec::with_capacity(removed.len());
     let mut sources = Vec::with_capacity(removed.len());
@@ -180,16 +181,11 @@ pub async fn schedule_removal<C: GenericClient>(
     };
     c.execute(insert, &[&u, &req.initiator, &now]).await?;
     // Step 8.
-    outbox.push(OutMessage::to(
-        delete_user_key(u),
-        run_id,
-        now,
-        &DeleteUserRun {
-            user_id: u,
-            initiator_user_id: req.initiator,
-            reason: Some(req.reason.to_string()),
-        },
-    ));
+    intents.push(Intent::DeleteUser(UserDeletion {
+        user_id: u,
+        initiator_user_id: req.initiator,
+        reason: Some(req.reason.to_string()),
+    }));
     let memberships_deleted = removed.len() as u64;
     tracing::info!(
         user_id = u,

@@ -3,7 +3,8 @@
 //! Owns: the rule for a `message_key` (1–256 characters of `[A-Za-z0-9:._-]`), the
 //! narrower rule for a `run_id` (1–128 characters of the same set, because keys are
 //! built from it), and the functions that build each message type's stable
-//! idempotency key.
+//! idempotency key (`storage-cleanup`'s, which hashes its item, is
+//! `workers::storage_cleanup`'s).
 
 use chrono::NaiveDate;
 
@@ -62,23 +63,4 @@ pub fn webhook_event_key(bot_user_id: i64, token_id: i64) -> String {
 /// Key of one web-hook message: the event key plus `:hook:<hook_id>`.
 pub fn webhook_key(event_key: &str, hook_id: i64) -> String {
     format!("{event_key}:hook:{hook_id}")
-}
-
-/// The key of `storage-cleanup.remove`: `storage-cleanup:<project_id>:<kind>:<h>`, h
-/// the first 32 hex digits of the SHA-256 of the item's path (paths hold characters a
-/// key cannot).
-pub fn storage_cleanup_key(project_id: i64, item: &super::StorageItem) -> String {
-    use sha2::Digest;
-    // A root registry path is also the path of a container repository without a name:
-    // the two items keep distinct keys.
-    let path = match item {
-        super::StorageItem::RegistryRoot { path } => format!("root:{path}"),
-        other => other.path(),
-    };
-    let h = hex::encode(sha2::Sha256::digest(path.as_bytes()));
-    format!(
-        "storage-cleanup:{project_id}:{}:{}",
-        item.kind().as_str(),
-        &h[..32]
-    )
 }

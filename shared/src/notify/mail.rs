@@ -1,11 +1,12 @@
-//! Expiry emails: rendering and the three transports (behaviour §B28.10.2, §D21).
+//! Expiry emails' transports (behaviour §B28.10.2, §D21).
 //!
-//! Owns: the plain-text subject and body of both templates, the `Message-ID` derived
-//! from the message key, and [`Mailer`]: SMTP (lettre over native-tls, STARTTLS,
-//! implicit TLS or none as configured), a `file` transport writing
-//! `<dir>/<message-id>.eml`, and a `log` transport. It reads no database and never logs
-//! an address or a body (SMTP replies are reduced to a code and a kind). User text is
-//! made one line by [`one_line`] before it reaches a header or a body line.
+//! Owns: [`Rendered`] (an email's subject and body; the two templates are
+//! `workers::deliver_notification`'s), user text made fit for a header or a body line
+//! ([`one_line`], [`display_name`]), the `Message-ID` derived from the message key, and
+//! [`Mailer`]: SMTP (lettre over native-tls, STARTTLS, implicit TLS or none as
+//! configured), a `file` transport writing `<dir>/<message-id>.eml`, and a `log`
+//! transport. It reads no database and never logs an address or a body (SMTP replies
+//! are reduced to a code and a kind).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,6 @@ use super::Instance;
 use crate::aws::SecretSource;
 use crate::config::notify::{EmailTransportKind, NotifyConfig, Secret};
 use crate::error::{Error, Result};
-use crate::messages::{EmailNotification, ResourceType};
 
 mod smtp;
 use smtp::smtp_transport;
@@ -64,70 +64,6 @@ pub fn display_name(s: &str) -> String {
     match one.char_indices().nth(DISPLAY_NAME_MAX_CHARS) {
         Some((cut, _)) => one[..cut].trim_end().to_string(),
         None => one,
-    }
-}
-
-/// The subject and body of `n` for a recipient greeted as `display_name`. Every
-/// user-controlled value is made [`one_line`] first.
-pub fn render(n: &EmailNotification, display_name: &str, instance: &Instance) -> Rendered {
-    let display_name = self::display_name(display_name);
-    match n {
-        EmailNotification::AccessTokenAboutToExpire {
-            days_to_expire,
-            token_names,
-            ..
-        } => {
-            let mut body = format!(
-                "Hi {display_name}!\n\n\
-                 The following personal access tokens expire in {days_to_expire} days or less:\n\n"
-            );
-            for name in token_names {
-                body.push_str(&format!("- {}\n", one_line(name)));
-            }
-            body.push_str(&format!(
-                "\nYou can create a new token or extend these ones at {}/-/user_settings/personal_access_tokens\n",
-                instance.base_url
-            ));
-            Rendered {
-                subject: format!(
-                    "Your personal access tokens will expire in {days_to_expire} days or less"
-                ),
-                body,
-            }
-        }
-        EmailNotification::BotResourceAccessTokenAboutToExpire {
-            days_to_expire,
-            token_name,
-            resource_type,
-            resource_full_path,
-            ..
-        } => {
-            let (token_name, resource_full_path) =
-                (one_line(token_name), one_line(resource_full_path));
-            let link = match resource_type {
-                ResourceType::Project => {
-                    format!(
-                        "{}/{resource_full_path}/-/settings/access_tokens",
-                        instance.base_url
-                    )
-                }
-                ResourceType::Group => format!(
-                    "{}/groups/{resource_full_path}/-/settings/access_tokens",
-                    instance.base_url
-                ),
-            };
-            Rendered {
-                subject: format!(
-                    "Your resource access tokens will expire in {days_to_expire} days or less"
-                ),
-                body: format!(
-                    "Hi {display_name}!\n\n\
-                     The access token '{token_name}' of the {} '{resource_full_path}' expires in {days_to_expire} days or less.\n\n\
-                     You can create a new token at {link}\n",
-                    resource_type.as_str()
-                ),
-            }
-        }
     }
 }
 

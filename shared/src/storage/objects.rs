@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
 use super::Removal;
+use crate::config::storage::Bucket;
 use crate::error::{Error, Result};
-use crate::messages::Bucket;
 
 /// The S3 client and GitLab's buckets.
 #[derive(Debug, Clone)]

@@ -12,12 +12,16 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::function::Function;
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
-use crate::gitlab::user_type;
+use crate::gitlab::{user_type, Intent};
 use crate::job::{Job, Step};
-use crate::messages::{DeletePlaceholderUserRun, Envelope};
+use crate::messages::Envelope;
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation, Status};
+
+pub mod payload;
+
+pub use payload::{DeletePlaceholderUserRun, ATTEMPT_MAX};
 
 pub(crate) mod sql;
 
@@ -97,7 +101,7 @@ where
         return Ok(Outcome::Referenced);
     }
     // Step 4: phase 1 with the placeholder as its own initiator.
-    let mut outbox: Vec<OutMessage> = Vec::new();
+    let mut intents = Vec::new();
     let req = RemovalRequest {
         user_id: u,
         initiator: Some(u),
@@ -106,7 +110,8 @@ where
         bot_resource: None,
         reason_for_deletion: None,
     };
-    let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
+    let phase1 = user_removal::schedule_removal(&tx, inv, &req, &mut intents).await?;
+    let outbox: Vec<OutMessage> = Intent::messages(intents, run_id, inv.now).collect();
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(match phase1 {

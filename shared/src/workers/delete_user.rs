@@ -16,14 +16,18 @@ use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::side_effects::audit::users;
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, Refusal};
-use crate::gitlab::{permissions, user_type};
+use crate::gitlab::{permissions, user_type, Intent};
 use crate::job::{Job, Next, Step};
 use crate::locks;
-use crate::messages::{DeleteUserRun, Envelope};
+use crate::messages::Envelope;
+use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::{Budget, Done, Invocation, Status};
 
+pub mod payload;
 pub mod sql;
+
+pub use payload::DeleteUserRun;
 
 /// Rows reassigned per statement.
 pub const REASSIGN_BATCH: i64 = 1000;
@@ -231,9 +235,9 @@ async fn final_transaction<C: GenericClient + Send + Sync>(
     if !audit_events.is_empty() {
         tracing::info!(user_id = u, audit_events = ?audit_events, "User deletion audited");
     }
-    let mut outbox = Vec::new();
-    member_hooks.claim(inv, run_id, &mut outbox);
-    user_hook.claim(inv, run_id, &mut outbox);
+    let mut intents = member_hooks.claim(inv);
+    intents.extend(user_hook.claim(inv));
+    let outbox: Vec<OutMessage> = Intent::messages(intents, run_id, inv.now).collect();
     // Send-then-commit.
     inv.queue.send(&outbox).await?;
     tx.commit().await?;

@@ -14,9 +14,16 @@
 //! token hooks (skipped while disabled, the outcome recorded on the row). Nothing
 //! secret is logged. The typed `done` result is in `report`.
 
+pub mod payload;
+mod render;
 mod report;
 pub(crate) mod sql;
 
+pub use payload::{
+    EmailNotification, Notification, ResourceType, WebhookNotification, DAYS_TO_EXPIRE,
+    TOKEN_NAMES_MAX,
+};
+pub use render::render;
 pub use report::{Delivered, Outcome};
 
 use std::time::Instant;
@@ -29,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::system_hooks::{self, group::Scope};
 use crate::job::{FromConfig, Job, Step};
-use crate::messages::{EmailNotification, Envelope, Notification, WebhookNotification};
+use crate::messages::Envelope;
 use crate::notify::mail::{self, SendOutcome};
 use crate::notify::webhook::{self, HookState, PostOutcome, Refusal};
 use crate::notify::{Instance, Notifier};
@@ -81,7 +88,7 @@ async fn email<C: GenericClient>(
             return Ok(report(Outcome::RecipientCannotReceive));
         }
     };
-    let rendered = mail::render(&n, &recipient.display_name, instance);
+    let rendered = render(&n, &recipient.display_name, instance);
     let message_id = mail::message_id(&env.message_key, instance);
     if d.dry_run {
         tracing::info!(user_id, template, "Email not sent: dry run");

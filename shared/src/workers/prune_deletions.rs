@@ -20,15 +20,18 @@ use crate::gitlab::membership::{self, Member, Refresh};
 use crate::gitlab::permissions::{self, Denial};
 use crate::gitlab::side_effects::{self, Cause};
 use crate::gitlab::system_hooks::{self, Subject};
-use crate::gitlab::{authz, hierarchy};
+use crate::gitlab::{authz, hierarchy, Intent};
 use crate::job::{self, Job, Overlap};
 use crate::locks;
-use crate::messages::{Envelope, PruneDeletionsRun};
+use crate::messages::Envelope;
 use crate::metrics::{self, Metric};
 use crate::retry_transient;
 use crate::runtime::{Budget, Done, Invocation, Report, Status};
 
+pub mod payload;
 pub mod sql;
+
+pub use payload::PruneDeletionsRun;
 
 /// Schedules loaded per invocation (`SCHEDULE_BATCH_SIZE`).
 pub const SCHEDULE_BATCH_SIZE: i64 = 10;
@@ -183,7 +186,7 @@ where
         // (5) Remove, refresh deferred to step d.
         left.extend(side_effects::left_of(&tx, inv, &m).await?);
         membership::remove_membership(&tx, &m, Refresh::Deferred).await?;
-        hooks.claim(inv, run_id, &mut outbox);
+        outbox.extend(Intent::messages(hooks.claim(inv), run_id, inv.now));
         inv.decide("members", m.id, "removed", "scheduled");
         destroyed += 1;
     }

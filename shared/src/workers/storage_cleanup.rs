@@ -26,17 +26,23 @@
 use serde::Serialize;
 use tokio_postgres::GenericClient;
 
+use crate::config::storage::{Bucket, StorageKind};
 use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::gitlab::deletion_model;
 use crate::gitlab::group_deletion;
 use crate::gitlab::storage;
+use crate::gitlab::storage::StorageItem;
 use crate::job::{FromConfig, Job, Step};
-use crate::messages::{Bucket, Envelope, StorageCleanupRun, StorageItem, StorageKind};
+use crate::messages::Envelope;
 use crate::metrics::{self, Metric};
 use crate::retry_transient;
 use crate::runtime::{Done, Invocation, Status};
 use crate::storage::{Removal, Storage};
+
+pub mod payload;
+
+pub use payload::{is_contained_path, storage_cleanup_key, StorageCleanupRun};
 
 /// The delays of the re-sends after a failed removal, by hop (`storage-cleanup`'s row
 /// in the function table; `job::drive` sends them): past the last, the record fails
@@ -217,14 +223,13 @@ async fn lock_registry<C: GenericClient>(
     id: i64,
     path: &str,
 ) -> Result<storage::RegistryItem> {
-    use crate::workers::group_destroy::sql as gd;
     let model = deletion_model::probe(tx).await?;
     let scheduled = group_deletion::locked_schedule(
         tx,
         model,
         p.group_id,
-        gd::scheduled_at::SHARE_DETAILS_SCHEDULE,
-        gd::SHARE_SCHEDULE,
+        group_deletion::sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
+        group_deletion::sql::SHARE_SCHEDULE,
     )
     .await?
     .is_some();

@@ -1,7 +1,9 @@
-//! The jobs' two seams with the runtime (issue 48): a job's dependencies are its own
-//! typed `Job::Deps`, never an `Option` it unwraps; and no message type is written
+//! The jobs' seams with the runtime (issue 48): a job's dependencies are its own
+//! typed `Job::Deps`, never an `Option` it unwraps; no message type is written
 //! outside the function table (`shared/src/function.rs`): senders address a payload
-//! (`messages::Addressed`, `queue::OutMessage::to`) and receivers decode by the row.
+//! (`messages::Addressed`, `queue::OutMessage::to`) and receivers decode by the row;
+//! and GitLab's rules (`shared/src/gitlab/`) return intents, never queue messages: only
+//! the jobs send.
 
 use super::*;
 
@@ -104,4 +106,34 @@ fn no_job_dependency_is_an_option() {
         }
     }
     assert_eq!(jobs, shared::Function::ALL.len(), "one job per function");
+}
+
+#[test]
+fn the_domain_returns_intents_and_builds_no_queue_message() {
+    let files = rust_files(&root().join("shared/src/gitlab"));
+    assert!(
+        files.iter().any(|f| f.ends_with("user_removal.rs")),
+        "scanned shared/src/gitlab"
+    );
+    let mut bad = Vec::new();
+    for f in &files {
+        for (i, line) in code_only(&read(f)).lines().enumerate() {
+            for word in [
+                "crate::queue",
+                "OutMessage",
+                "crate::workers",
+                "crate::batches",
+            ] {
+                if line.contains(word) {
+                    bad.push(format!("{}:{}: `{word}`", rel(f), i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "GitLab's rules build queue messages or name a function's payload (return a \
+         `gitlab::Intent`; the job sends it):\n{}",
+        bad.join("\n")
+    );
 }

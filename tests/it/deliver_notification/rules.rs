@@ -5,13 +5,13 @@
 use std::net::IpAddr;
 
 use chrono::{DateTime, Utc};
-use shared::messages::{EmailNotification, ResourceType};
 use shared::notify::crypto::{
     decode_m, derive_key, encode_m, encrypt, encrypt_with_iv, DecryptError, KeyRing,
 };
-use shared::notify::mail::{message_id, one_line, render, Mailer, SendOutcome};
+use shared::notify::mail::{message_id, one_line, Mailer, SendOutcome};
 use shared::notify::webhook::{is_local_network, parse_target, HookState, Refusal};
 use shared::notify::Instance;
+use shared::workers::deliver_notification::{render, EmailNotification, ResourceType};
 
 #[test]
 fn the_instance_defaults_its_ssh_prefix_to_the_base_host() {

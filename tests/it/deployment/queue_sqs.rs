@@ -12,9 +12,10 @@ use integration_tests::aws::{
 use integration_tests::{t, wait};
 use shared::clock::FixedClock;
 use shared::config::{QueueTarget, SchedulerTarget};
-use shared::messages::{DeleteUserRun, Envelope};
+use shared::messages::Envelope;
 use shared::queue::sqs::{at_expression, SqsQueue};
 use shared::queue::{schedule_name, schedule_token, OutMessage, Queue};
+use shared::workers::delete_user::DeleteUserRun;
 use shared::Function;
 
 fn msg(key: &str, delay: u32) -> OutMessage {

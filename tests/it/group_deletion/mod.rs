@@ -32,8 +32,9 @@ use integration_tests::logs::{capture, Captured};
 use integration_tests::{d, t, wait, Fx, TestDb};
 use serde_json::json;
 use shared::config::Settings;
-use shared::messages::{group_destroy_key, Envelope, GroupDestroyRun};
+use shared::messages::{group_destroy_key, Envelope};
 use shared::queue::schedule_name;
+use shared::workers::group_destroy::GroupDestroyRun;
 use shared::Function;
 
 mod adjourned_group_deletion;

@@ -31,9 +31,10 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
 use shared::config::Settings;
 use shared::lambda::Environment;
-use shared::messages::{DeletePlaceholderUserRun, Envelope};
+use shared::messages::Envelope;
 use shared::queue::{schedule_name, OutMessage, Queue, QueueError};
 use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::workers::delete_placeholder_user::DeletePlaceholderUserRun;
 use shared::Function;
 
 mod continuation;

@@ -28,7 +28,8 @@ use integration_tests::logs::{capture, Captured};
 use integration_tests::{t, Fx, TestDb};
 use serde_json::{json, Value};
 use shared::config::Settings;
-use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
+use shared::messages::{prune_deletions_key, Envelope};
+use shared::workers::prune_deletions::PruneDeletionsRun;
 use shared::Function;
 
 mod at_scale;

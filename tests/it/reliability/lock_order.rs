@@ -9,7 +9,8 @@ use integration_tests::{t, wait, Fx, TestDb};
 use shared::config::Settings;
 use shared::gitlab::user_removal::{schedule_removal, PhaseOne, RemovalRequest};
 use shared::locks::lock_key;
-use shared::messages::{prune_deletions_key, Envelope, PruneDeletionsRun};
+use shared::messages::{prune_deletions_key, Envelope};
+use shared::workers::prune_deletions::PruneDeletionsRun;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:10:00Z";
@@ -123,7 +124,7 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
         .to_body();
         let phase_one = async {
             let tx = p1.transaction().await.unwrap();
-            let mut outbox = Vec::new();
+            let mut intents = Vec::new();
             let req = RemovalRequest {
                 user_id: 12,
                 initiator: None,
@@ -135,9 +136,8 @@ async fn concurrent_b38_b43_and_phase_one_over_shared_users_never_deadlock() {
             let r = schedule_removal(
                 &tx,
                 &crate::common_rules::phase_one_invocation(t(NOW)),
-                "run",
                 &req,
-                &mut outbox,
+                &mut intents,
             )
             .await;
             tx.commit().await.unwrap();

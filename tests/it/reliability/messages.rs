@@ -4,13 +4,16 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::{json, Value};
+use shared::batches::remove_expired_members::RemoveExpiredMembersRun;
 use shared::clock::{key_time, rfc3339, today, Clock, SystemClock};
 use shared::handlers::Message;
 use shared::messages::{
-    bot_email_key, delete_user_key, user_email_key, webhook_event_key, webhook_key, DeleteUserRun,
-    EmailNotification, Envelope, FromMessage, Notification, PruneDeletionsRun,
-    RemoveExpiredMembersRun,
+    bot_email_key, delete_user_key, user_email_key, webhook_event_key, webhook_key, Envelope,
+    FromMessage,
 };
+use shared::workers::delete_user::DeleteUserRun;
+use shared::workers::deliver_notification::{EmailNotification, Notification};
+use shared::workers::prune_deletions::PruneDeletionsRun;
 use shared::Function;
 
 fn body(v: Value) -> String {

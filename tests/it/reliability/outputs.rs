@@ -7,20 +7,21 @@ use std::time::Duration;
 use chrono::NaiveDate;
 use serde_json::json;
 use shared::batches::adjourned_group_deletion::AdjournedGroupDeletionDone;
+use shared::batches::adjourned_group_deletion::GroupCursor;
 use shared::batches::pat_expiring::{
     bot_notices, hook_body, ClaimedToken, Interval, PatExpiringDone, Resource,
 };
 use shared::batches::placeholder_user_cleanup::PlaceholderUserCleanupDone;
 use shared::batches::remove_expired_members::ExpiredMembersDone;
-use shared::messages::{
-    Envelope, GroupCursor, GroupDestroyRun, MemberCursor, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
-};
+use shared::batches::remove_expired_members::MemberCursor;
+use shared::messages::{Envelope, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
 use shared::metrics;
 use shared::notify::Instance;
 use shared::queue::OutMessage;
 use shared::runtime::{Report, Status};
 use shared::workers::delete_placeholder_user::DeletePlaceholderUserDone;
 use shared::workers::deliver_notification::Delivered;
+use shared::workers::group_destroy::GroupDestroyRun;
 use shared::workers::group_destroy::{Deleted, GroupDestroyDone, GroupDestroyLocked};
 use shared::Function;
 

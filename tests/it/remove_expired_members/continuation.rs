@@ -77,8 +77,8 @@ async fn pages_of_a_thousand_continue_with_the_cursor_of_the_last_row() {
 /// page of the run keeps the order `expires_at DESC, id DESC`.
 #[tokio::test]
 async fn pages_within_one_crowded_date_are_the_keyset_pages() {
+    use shared::batches::remove_expired_members::MemberCursor;
     use shared::batches::remove_expired_members::{read_page, sql, BATCH_SIZE};
-    use shared::messages::MemberCursor;
     let db = fixture().await;
     // 2,600 members expired on 2025-03-01 (ids 1000..3599), 5 on 2025-02-01 and one
     // live member between them in id order.

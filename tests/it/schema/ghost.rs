@@ -7,7 +7,8 @@
 use integration_tests::fixtures::{M, U};
 use integration_tests::wait;
 use integration_tests::{t, Fx, TestDb};
-use shared::messages::{DeleteUserRun, Envelope};
+use shared::messages::Envelope;
+use shared::workers::delete_user::DeleteUserRun;
 use shared::Function;
 
 const NOW: &str = "2025-03-10T00:11:00Z";

@@ -16,6 +16,7 @@ use tokio_postgres::Client;
 use crate::bench::data;
 use crate::bench::Options;
 use engine::local::Runner;
+use shared::batches::remove_expired_members::MemberCursor;
 use shared::batches::remove_expired_members::{read_page, ExpiredMembersDone};
 use shared::config::Settings;
 use shared::db::Connector;
@@ -23,7 +24,6 @@ use shared::error::{Error, Result};
 use shared::function::Function;
 use shared::gitlab::authz;
 use shared::locks;
-use shared::messages::MemberCursor;
 
 const F: Function = Function::RemoveExpiredMembers;
 

@@ -18,11 +18,10 @@ use super::lookup::{
 };
 use super::{Run, TOKENS};
 use crate::error::{Error, Result};
-use crate::messages::{
-    bot_email_key, webhook_event_key, webhook_key, EmailNotification, WebhookNotification,
-};
+use crate::messages::{bot_email_key, webhook_event_key, webhook_key};
 use crate::notify::Instance;
 use crate::queue::OutMessage;
+use crate::workers::deliver_notification::payload::{EmailNotification, WebhookNotification};
 
 /// The messages of one bot's claim (behaviour §B28.6 steps 3–5): `rows` are its claimed tokens.
 fn bot_messages(

@@ -9,8 +9,8 @@
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::messages::ResourceType;
 use crate::notify::Instance;
+use crate::workers::deliver_notification::payload::ResourceType;
 
 /// A claimed token of a bot (the columns the hook body reports).
 #[derive(Debug, Clone, PartialEq, Eq)]

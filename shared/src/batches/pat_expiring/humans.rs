@@ -15,8 +15,9 @@ use super::claims::{Claim, Claims, Outcome};
 use super::interval::Interval;
 use super::{sql, Run, MAX_TOKENS, TOKENS};
 use crate::error::Result;
-use crate::messages::{user_email_key, EmailNotification};
+use crate::messages::user_email_key;
 use crate::queue::OutMessage;
+use crate::workers::deliver_notification::payload::EmailNotification;
 
 /// A human's claimed tokens: how many, and the email when the user can receive one.
 pub(super) struct UserClaim {

@@ -13,7 +13,7 @@ use tokio_postgres::GenericClient;
 use super::hook_body::Resource;
 use super::sql;
 use crate::error::{Error, Result};
-use crate::messages::ResourceType;
+use crate::workers::deliver_notification::payload::ResourceType;
 
 /// behaviour §B28.6 step 1: the first project membership whose project exists, else the first
 /// access-granting group membership whose group exists.

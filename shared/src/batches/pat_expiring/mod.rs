@@ -12,6 +12,7 @@ mod hook_body;
 mod humans;
 mod interval;
 mod lookup;
+pub mod payload;
 pub(crate) mod sql;
 
 use chrono::NaiveDate;
@@ -23,21 +24,23 @@ pub use bots::bot_notices;
 pub use hook_body::{hook_body, ClaimedToken, Resource};
 pub use interval::Interval;
 pub use lookup::{bot_contexts, recipients, BotContext};
+pub use payload::PatExpiringRun;
 
 use crate::config::Config;
 use crate::error::Result;
 use crate::function::Function;
 use crate::job::{FromConfig, Job, Step};
-use crate::messages::{EmailNotification, Envelope, PatExpiringRun};
+use crate::messages::Envelope;
 use crate::metrics::{self, Metric};
 use crate::notify::Instance;
 use crate::queue::OutMessage;
 use crate::runtime::{Budget, Done, Invocation, Status};
+use crate::workers::deliver_notification::payload::EmailNotification;
 
 /// Tokens per page.
 pub const BATCH_SIZE: i64 = 100;
 /// The most token names in one human email: the receiver's limit.
-pub const MAX_TOKENS: usize = crate::messages::TOKEN_NAMES_MAX;
+pub const MAX_TOKENS: usize = crate::workers::deliver_notification::payload::TOKEN_NAMES_MAX;
 /// Delay of the continuation when the budget or the deadline stops a run.
 pub const REQUEUE_DELAY_S: u32 = 120;
 

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::gitlab::authz::{Removed, RemovedRefresher};
 use crate::gitlab::side_effects::{self, Cause, Left};
 use crate::gitlab::system_hooks::{self, Subject};
+use crate::gitlab::Intent;
 use crate::locks;
 use crate::queue::{self, OutMessage};
 use crate::retry_transient;
@@ -203,8 +204,7 @@ async fn group_body(
     st.refresher.lock_and_run(&*tx, &users, &removed).await?;
     // What GitLab writes beside each removal, for the set-based deletions at once.
     side_effects::after_removal(&*tx, inv, Cause::Expired, &left).await?;
-    let mut outbox = Vec::new();
-    hooks.claim(inv, run_id, &mut outbox);
+    let mut outbox: Vec<OutMessage> = Intent::messages(hooks.claim(inv), run_id, inv.now).collect();
     let mut outcomes = Vec::with_capacity(ids.len());
     let mut stopped_at = None;
     for (k, &id) in ids.iter().enumerate() {

@@ -15,6 +15,7 @@ use crate::gitlab::permissions;
 use crate::gitlab::side_effects::{self, Cause};
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, PhaseOne, RemovalRequest};
+use crate::gitlab::Intent;
 use crate::queue::OutMessage;
 use crate::retry_transient;
 use crate::runtime::Invocation;
@@ -80,8 +81,7 @@ where
     let hooks = system_hooks::prepare(&tx, inv, Subject::Members(&[m.id])).await?;
     let left = side_effects::left_of(&tx, inv, &m).await?;
     membership::remove_membership(&tx, &m, refresh).await?;
-    let mut outbox: Vec<OutMessage> = Vec::new();
-    hooks.claim(inv, run_id, &mut outbox);
+    let mut intents = hooks.claim(inv);
     // Step 5: a project bot loses its account too.
     if let (true, Some(u)) = (is_bot, m.user_id) {
         let affected = membership::affected(&tx, &m).await?;
@@ -93,13 +93,14 @@ where
             bot_resource: Some((m.source_type.as_str(), m.source_id)),
             reason_for_deletion: Some(REMOVAL_REASON),
         };
-        let phase1 = user_removal::schedule_removal(&tx, inv, run_id, &req, &mut outbox).await?;
+        let phase1 = user_removal::schedule_removal(&tx, inv, &req, &mut intents).await?;
         if !matches!(phase1, PhaseOne::Scheduled { .. }) {
             authz::refresh(&tx, u, &affected).await?;
         }
     }
     // What GitLab writes beside the removal, after its refresh.
     side_effects::after_removal(&tx, inv, Cause::Expired, &left).await?;
+    let outbox: Vec<OutMessage> = Intent::messages(intents, run_id, inv.now).collect();
     // Step 6: send-then-commit (a group sends its members' messages before its COMMIT).
     match sends {
         Sends::Now => {

@@ -19,13 +19,16 @@ use tokio_postgres::GenericClient;
 use crate::error::Result;
 use crate::function::Function;
 use crate::job::{Job, Step};
-use crate::messages::{Envelope, MemberCursor, RemoveExpiredMembersRun};
+use crate::messages::Envelope;
 use crate::metrics::{self, Metric};
 use crate::runtime::{Done, Invocation, Status};
 
 mod group;
 mod member;
+pub mod payload;
 pub mod sql;
+
+pub use payload::{MemberCursor, RemoveExpiredMembersRun};
 
 use group::{members_have_delete_triggers, run_group, GroupEnd, GroupStatements};
 use member::{one_member, MemberOutcome, MemberRun};

@@ -3,6 +3,10 @@
 //! from GitLab 19.1 the state change's propagation record).
 
 crate::statements::statements! {
+    /// The root's schedule row `FOR SHARE` (the first re-check of every `group-destroy`
+    /// chunk and of `storage-cleanup`'s container repositories).
+    SHARE_SCHEDULE = "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
+             WHERE group_id = $1::bigint FOR SHARE";
     /// `deletion_adjourned_period` of the highest-id settings row (NULL without one), and
     /// the column's default in the installed GitLab's schema (7 before 18.3, 30 since).
     DELETION_ADJOURNED_PERIOD = "SELECT
@@ -157,6 +161,16 @@ pub mod scheduled_at {
         DETAILS_SCHEDULE_OF = details_schedule!();
         /// [`DETAILS_SCHEDULE_OF`], the row locked (restore step 1, before the schedule row).
         LOCK_DETAILS_SCHEDULE = concat!(details_schedule!(), " FOR UPDATE");
+        /// The root's `namespace_details` row `FOR SHARE` (the first re-check on this
+        /// model, before the schedule row, as [`super::SHARE_SCHEDULE`]): the user in
+        /// `state_metadata`, the UTC date of `deletion_scheduled_at` (NULL when not
+        /// finite), and whether it is set.
+        SHARE_DETAILS_SCHEDULE = "SELECT CASE WHEN d.state_metadata->>'deletion_scheduled_by_user_id' ~ '^[0-9]{1,18}$'
+                         THEN (d.state_metadata->>'deletion_scheduled_by_user_id')::bigint END,
+                    CASE WHEN isfinite(d.deletion_scheduled_at)
+                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
+                    d.deletion_scheduled_at IS NOT NULL
+               FROM namespace_details d WHERE d.namespace_id = $1::bigint FOR SHARE";
         /// Restore: clear `deletion_scheduled_at` of group `$1`.
         CLEAR_SCHEDULED_AT = "UPDATE namespace_details SET deletion_scheduled_at = NULL
              WHERE namespace_id = $1::bigint AND deletion_scheduled_at IS NOT NULL";

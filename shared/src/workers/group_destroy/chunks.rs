@@ -10,6 +10,7 @@
 use chrono::NaiveDate;
 use tokio_postgres::GenericClient;
 
+use super::payload::GroupDestroyRun;
 use super::sql;
 use crate::config::storage::Mode;
 use crate::error::Result;
@@ -19,13 +20,14 @@ use crate::gitlab::deletion_model::DeletionModel;
 use crate::gitlab::group_deletion;
 use crate::gitlab::side_effects::audit::{self, Destroyed};
 use crate::gitlab::storage;
+use crate::gitlab::storage::StorageItem;
 use crate::gitlab::system_hooks::{self, Subject};
 use crate::gitlab::user_removal::{self, RemovalRequest};
-use crate::messages::{
-    storage_cleanup_key, Envelope, GroupDestroyRun, StorageCleanupRun, StorageItem,
-};
+use crate::gitlab::Intent;
+use crate::messages::Envelope;
 use crate::queue::OutMessage;
 use crate::runtime::Invocation;
+use crate::workers::storage_cleanup::payload::{storage_cleanup_key, StorageCleanupRun};
 
 /// Rows per statement when a project's contributions are deleted.
 pub const CONTRIBUTION_BATCH: i64 = 1000;
@@ -143,8 +145,8 @@ async fn still_scheduled<C: GenericClient>(
         c,
         recheck.model,
         p.group_id,
-        sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
-        sql::SHARE_SCHEDULE,
+        group_deletion::sql::scheduled_at::SHARE_DETAILS_SCHEDULE,
+        group_deletion::sql::SHARE_SCHEDULE,
     )
     .await?;
     Ok(schedule
@@ -221,15 +223,15 @@ where
 }
 
 /// Phase 1 for every project bot with a membership of the source, ascending ids
-/// (behaviour §B51.4.3 row 2, §B51.4.4 row 2). The `delete-user` messages go into `outbox`.
+/// (behaviour §B51.4.3 row 2, §B51.4.4 row 2). Its intents (the `delete-user`
+/// messages, the memberships' hooks) go into `intents`.
 async fn remove_bots<C: GenericClient>(
     c: &C,
     inv: &Invocation<'_>,
-    env: &Envelope,
     initiator: i64,
     source_type: &str,
     source_id: i64,
-    outbox: &mut Vec<OutMessage>,
+    intents: &mut Vec<Intent>,
 ) -> Result<()> {
     let bots: Vec<i64> = c
         .query(sql::BOTS_OF_SOURCE, &[&source_type, &source_id])
@@ -246,7 +248,7 @@ async fn remove_bots<C: GenericClient>(
             bot_resource: None,
             reason_for_deletion: None,
         };
-        user_removal::schedule_removal(c, inv, &env.run_id, &req, outbox).await?;
+        user_removal::schedule_removal(c, inv, &req, intents).await?;
     }
     Ok(())
 }
@@ -381,7 +383,8 @@ where
         );
     }
     let hooks = system_hooks::prepare(&tx, inv, Subject::Project(p)).await?;
-    remove_bots(&tx, inv, env, user_id, "Project", p, &mut outbox).await?;
+    let mut intents = Vec::new();
+    remove_bots(&tx, inv, user_id, "Project", p, &mut intents).await?;
     if inv.settings.audit_events {
         audit::destroyed(&tx, inv.now, Destroyed::Project(p), user_id).await?;
     }
@@ -401,7 +404,8 @@ where
     if let Some(ns) = project_namespace {
         tx.execute(sql::DELETE_PROJECT_NAMESPACE, &[&ns]).await?;
     }
-    hooks.claim(inv, &env.run_id, &mut outbox);
+    intents.extend(hooks.claim(inv));
+    outbox.extend(Intent::messages(intents, &env.run_id, inv.now));
     // Send-then-commit (behaviour §9.5).
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
@@ -485,27 +489,28 @@ where
             "Group destroy left storage in place (STORAGE_*=leave, or files on local disk)"
         );
     }
-    let mut outbox = Vec::new();
+    let mut intents = Vec::new();
     // What g's shares reached (groups shared with g, projects shared with g): the
     // links go with g, so every row on those projects is recomputed after it.
     let shared = authz::reached_from(&tx, &[g]).await?;
     let hooks = system_hooks::prepare(&tx, inv, Subject::Group(g)).await?;
-    remove_bots(&tx, inv, env, user_id, "Namespace", g, &mut outbox).await?;
+    remove_bots(&tx, inv, user_id, "Namespace", g, &mut intents).await?;
     // GitLab destroys the group's members with their callbacks: their hooks first.
     let member_hooks = system_hooks::prepare(&tx, inv, Subject::MembershipsIn(g)).await?;
     if inv.settings.audit_events && g == msg.group_id {
         audit::destroyed(&tx, inv.now, Destroyed::Group(g), user_id).await?;
     }
     delete_source_rows(&tx, "Namespace", g).await?;
-    member_hooks.claim(inv, &env.run_id, &mut outbox);
+    intents.extend(member_hooks.claim(inv));
     tx.execute(sql::DELETE_GROUP_HOOKS, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_ROUTE, &[&g]).await?;
     tx.execute(sql::DELETE_GROUP_SCHEDULE, &[&g]).await?;
     blockers::delete_dependents(&tx, keys, Parent::Namespace, &[g]).await?;
     // FK effects: see `sql::DELETE_GROUP` (behaviour §S4).
     tx.execute(sql::DELETE_GROUP, &[&g]).await?;
-    hooks.claim(inv, &env.run_id, &mut outbox);
+    intents.extend(hooks.claim(inv));
     authz::refresh_projects(&tx, &shared).await?;
+    let outbox: Vec<OutMessage> = Intent::messages(intents, &env.run_id, inv.now).collect();
     inv.queue.send(&outbox).await?;
     tx.commit().await?;
     Ok(Chunk::Deleted(1))

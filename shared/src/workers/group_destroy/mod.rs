@@ -20,16 +20,18 @@ use crate::gitlab::deletion_model::{self, DeletionModel};
 use crate::gitlab::group_deletion::{self, Expected, Restore};
 use crate::gitlab::{hierarchy, permissions, storage};
 use crate::job::{Job, Next, Overlap, Step};
-use crate::messages::{Envelope, GroupDestroyRun};
+use crate::messages::Envelope;
 use crate::retry_transient;
 use crate::runtime::{Budget, Invocation, Report};
 
 mod chunks;
+pub mod payload;
 mod report;
 pub(crate) mod sql;
 
 use chunks::{Chunk, Contribution, Recheck};
 pub use chunks::{CONTRIBUTION_BATCH, REMOVAL_REASON};
+pub use payload::GroupDestroyRun;
 pub use report::{Deleted, GroupDestroyDone, GroupDestroyLocked, Outcome};
 
 /// How long a group whose projects wait for the registry waits before the next pass.

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::messages::GroupDestroyRun;
+use super::payload::GroupDestroyRun;
 use crate::metrics::{self, Metric};
 use crate::runtime::{Done, Status};
 

@@ -17,9 +17,6 @@ macro_rules! orphans_below {
 crate::statements::statements! {
     /// The projects directly in namespace `$1`, ascending.
     PROJECTS_IN = "SELECT id::bigint FROM projects WHERE namespace_id = $1::bigint ORDER BY id";
-    /// The root's schedule row `FOR SHARE` (every chunk's first re-check).
-    SHARE_SCHEDULE = "SELECT user_id::bigint, marked_for_deletion_on FROM group_deletion_schedules
-             WHERE group_id = $1::bigint FOR SHARE";
     /// Project `$1` locked `FOR UPDATE`: its namespace and project namespace.
     LOCK_PROJECT = "SELECT namespace_id::bigint, project_namespace_id::bigint FROM projects
              WHERE id = $1::bigint FOR UPDATE";
@@ -80,19 +77,4 @@ crate::statements::statements! {
     DELETE_GROUP = "DELETE FROM namespaces WHERE id = $1::bigint";
     /// The state of user `$1` (for the inactive-user error line).
     USER_STATE = "SELECT state FROM users WHERE id = $1::bigint";
-}
-
-/// Statements for GitLab 18.10 and later (`namespace_details.deletion_scheduled_at`).
-pub mod scheduled_at {
-    crate::statements::statements! {
-        /// The root's `namespace_details` row `FOR SHARE` (every chunk's first re-check on
-        /// this model, before the schedule row): the user in `state_metadata`, the UTC date
-        /// of `deletion_scheduled_at` (NULL when not finite), and whether it is set.
-        SHARE_DETAILS_SCHEDULE = "SELECT CASE WHEN d.state_metadata->>'deletion_scheduled_by_user_id' ~ '^[0-9]{1,18}$'
-                         THEN (d.state_metadata->>'deletion_scheduled_by_user_id')::bigint END,
-                    CASE WHEN isfinite(d.deletion_scheduled_at)
-                         THEN (d.deletion_scheduled_at AT TIME ZONE 'UTC')::date END,
-                    d.deletion_scheduled_at IS NOT NULL
-               FROM namespace_details d WHERE d.namespace_id = $1::bigint FOR SHARE";
-    }
 }

@@ -13,9 +13,7 @@
 
 use super::on_call::{page_action_value, pages, ticket_action_value};
 use super::*;
-use shared::metrics::{
-    Emitters, ITEM_FAILURE_EMITTERS, RECORDS, RECORDS_FAILED, SCHEMA_INCOMPATIBLE,
-};
+use shared::metrics::{RECORDS, RECORDS_FAILED, SCHEMA_INCOMPATIBLE};
 
 /// The schema alarms: the functions' `schema_incompatible` ten to an alarm (CloudWatch's
 /// hard limit on the metrics of one alarm): `SchemaRefusedAlarm`, then
@@ -310,10 +308,7 @@ fn runbook_page_list() -> Vec<String> {
         .expect("docs/runbook.md has an \"Alarms that page\" section");
     let section = &text[start..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
-    let counting = |f: &Function| match ITEM_FAILURE_EMITTERS {
-        Emitters::Only(fs) => fs.contains(f),
-        _ => panic!("ITEM_FAILURE_EMITTERS names its functions"),
-    };
+    let counting = |f: &Function| f.counts_item_failures();
     let mut listed = Vec::new();
     for row in section.lines().filter_map(|l| l.strip_prefix("| `")) {
         let name = row.split('`').next().unwrap();

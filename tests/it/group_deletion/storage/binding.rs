@@ -5,7 +5,7 @@
 //! a missing project id naming a live project's storage is refused before any service
 //! call; and nothing is removed from a database of another GitLab instance.
 
-use shared::messages::StorageItem;
+use shared::gitlab::storage::StorageItem;
 
 use super::end_to_end::{repositories, world, World, IMAGE, ROOT};
 use super::*;
@@ -131,10 +131,10 @@ async fn a_stale_registry_path_after_a_rename_is_refused_and_the_current_one_rem
 fn message_for(project: i64, item: StorageItem) -> String {
     Envelope::new(
         "storage-cleanup.remove",
-        shared::messages::storage_cleanup_key(project, &item),
+        shared::workers::storage_cleanup::storage_cleanup_key(project, &item),
         "run-forged",
         t(NOW),
-        shared::messages::StorageCleanupRun {
+        shared::workers::storage_cleanup::StorageCleanupRun {
             group_id: 100,
             project_id: project,
             item,

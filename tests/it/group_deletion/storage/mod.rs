@@ -25,8 +25,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use shared::config::storage::Bucket;
 use shared::config::storage::{Mode, StorageModes};
-use shared::messages::Bucket;
 use shared::storage::objects::Objects;
 use shared::storage::Storage;
 

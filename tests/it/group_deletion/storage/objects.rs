@@ -7,16 +7,16 @@ use super::*;
 
 /// The storage-cleanup message of one object of P200.
 fn object_body(bucket: Bucket, key: &str, hop: u64) -> String {
-    let item = shared::messages::StorageItem::Object {
+    let item = shared::gitlab::storage::StorageItem::Object {
         bucket,
         key: key.to_string(),
     };
     let mut e = Envelope::new(
         "storage-cleanup.remove",
-        shared::messages::storage_cleanup_key(200, &item),
+        shared::workers::storage_cleanup::storage_cleanup_key(200, &item),
         "run-1",
         t(NOW),
-        shared::messages::StorageCleanupRun {
+        shared::workers::storage_cleanup::StorageCleanupRun {
             group_id: 100,
             project_id: 200,
             item,

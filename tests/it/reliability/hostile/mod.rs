@@ -28,14 +28,17 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
-use shared::messages::{
-    AdjournedGroupDeletionRun, DeletePlaceholderUserRun, DeleteUserRun, DetailCursor,
-    EmailNotification, Envelope, FromMessage, GroupCursor, GroupDestroyRun, MemberCursor, Payload,
-    PlaceholderUserCleanupRun, RemoveExpiredMembersRun, ResourceType, WebhookNotification,
-};
+use shared::batches::adjourned_group_deletion::{AdjournedGroupDeletionRun, GroupCursor};
+use shared::batches::placeholder_user_cleanup::{DetailCursor, PlaceholderUserCleanupRun};
+use shared::batches::remove_expired_members::{MemberCursor, RemoveExpiredMembersRun};
+use shared::messages::{Envelope, FromMessage, Payload};
 use shared::notify::webhook::WebhookClient;
 use shared::notify::{Notifier, NotifyConfig};
 use shared::runtime::RecordOutcome;
+use shared::workers::delete_placeholder_user::DeletePlaceholderUserRun;
+use shared::workers::delete_user::DeleteUserRun;
+use shared::workers::deliver_notification::{EmailNotification, ResourceType, WebhookNotification};
+use shared::workers::group_destroy::GroupDestroyRun;
 use shared::Function;
 
 mod handler_fuzz;

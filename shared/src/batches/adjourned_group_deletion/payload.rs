@@ -1,12 +1,9 @@
-//! Payloads of adjourned-group-deletion and group-destroy (B51).
-//!
-//! Owns: [`AdjournedGroupDeletionRun`] with its keyset [`GroupCursor`], and
-//! [`GroupDestroyRun`], and their validating decoders.
+//! The payload of `adjourned-group-deletion` (B51): [`AdjournedGroupDeletionRun`] with
+//! its keyset [`GroupCursor`], and their validating decoders.
 
-use chrono::NaiveDate;
 use serde::Serialize;
 
-use super::fields::{index_within, Checked, Fields, Payload};
+use crate::messages::{cursor_run, index_within, validated_deserialize, Checked, Fields, Payload};
 
 /// `adjourned-group-deletion.run` payload (behaviour §B51.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -25,17 +22,6 @@ pub struct GroupCursor {
     pub index: u64,
 }
 
-/// `group-destroy.run` payload (behaviour §B51.4).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupDestroyRun {
-    /// The group to destroy.
-    pub group_id: i64,
-    /// The user who scheduled the deletion.
-    pub user_id: i64,
-    /// The schedule's `marked_for_deletion_on` when the message was sent.
-    pub marked_for_deletion_on: NaiveDate,
-}
-
 impl Payload for GroupCursor {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         let group_id = f.int("group_id", 0, i64::MAX)?;
@@ -45,12 +31,6 @@ impl Payload for GroupCursor {
     }
 }
 
-impl Payload for GroupDestroyRun {
-    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        Ok(GroupDestroyRun {
-            group_id: f.id("group_id")?,
-            user_id: f.id("user_id")?,
-            marked_for_deletion_on: f.date("marked_for_deletion_on")?,
-        })
-    }
-}
+cursor_run!(AdjournedGroupDeletionRun(GroupCursor));
+
+validated_deserialize!(AdjournedGroupDeletionRun, GroupCursor);

@@ -1,12 +1,9 @@
-//! Payloads of placeholder-user-cleanup and delete-placeholder-user (B70).
-//!
-//! Owns: [`PlaceholderUserCleanupRun`] with its keyset [`DetailCursor`],
-//! [`DeletePlaceholderUserRun`], the attempt bound [`ATTEMPT_MAX`], and their
-//! validating decoders.
+//! The payload of `placeholder-user-cleanup` (B70): [`PlaceholderUserCleanupRun`] with
+//! its keyset [`DetailCursor`], and their validating decoders.
 
 use serde::Serialize;
 
-use super::fields::{index_within, Checked, Fields, Payload};
+use crate::messages::{cursor_run, index_within, validated_deserialize, Checked, Fields, Payload};
 
 /// `placeholder-user-cleanup.run` payload (behaviour §B70.3).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -25,18 +22,6 @@ pub struct DetailCursor {
     pub index: u32,
 }
 
-/// `delete-placeholder-user.run` payload (behaviour §B70.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct DeletePlaceholderUserRun {
-    /// The placeholder user to delete.
-    pub placeholder_user_id: i64,
-    /// The detail's `deletion_attempts` after the claim (informational: logs and key).
-    pub attempt: i64,
-}
-
-/// `MAX_ATTEMPTS` of b70: an `attempt` is a claimed count, 1 to 15.
-pub const ATTEMPT_MAX: i64 = 15;
-
 impl Payload for DetailCursor {
     fn from_payload(f: &Fields<'_>) -> Checked<Self> {
         let detail_id = f.int("detail_id", 0, i64::MAX)?;
@@ -46,11 +31,6 @@ impl Payload for DetailCursor {
     }
 }
 
-impl Payload for DeletePlaceholderUserRun {
-    fn from_payload(f: &Fields<'_>) -> Checked<Self> {
-        Ok(DeletePlaceholderUserRun {
-            placeholder_user_id: f.id("placeholder_user_id")?,
-            attempt: f.int("attempt", 1, ATTEMPT_MAX)?,
-        })
-    }
-}
+cursor_run!(PlaceholderUserCleanupRun(DetailCursor));
+
+validated_deserialize!(PlaceholderUserCleanupRun, DetailCursor);

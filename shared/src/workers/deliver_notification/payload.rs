@@ -1,21 +1,19 @@
-//! Payloads of pat-expiring and its notifications (B28).
-//!
-//! Owns: [`PatExpiringRun`], the notification payloads [`EmailNotification`] (with
-//! [`ResourceType`]) and [`WebhookNotification`] (with [`SystemHookSubject`], the row a
-//! system hook reports removed), their bounds ([`DAYS_TO_EXPIRE`], [`TOKEN_NAMES_MAX`])
-//! and their validating decoders. Their keys are in
-//! [`crate::messages::keys`].
+//! The payloads of `deliver-notification` (B28, and a removal's system hooks):
+//! [`Notification`], one mail ([`EmailNotification`], with [`ResourceType`]) or one web
+//! hook ([`WebhookNotification`], a system hook's with the `gitlab::system_hooks`
+//! subject it reports removed), their bounds ([`DAYS_TO_EXPIRE`], [`TOKEN_NAMES_MAX`]),
+//! their validating decoders and their message types (the row's first and second).
+//! Their keys are in `crate::messages::keys`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::fields::{Checked, Fields, Payload, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS};
-use crate::messages::keys::valid_key;
-
-/// `pat-expiring.run` payload: empty; every invocation starts again at `seven_days`
-/// (behaviour §B28.4), because claimed tokens no longer match.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct PatExpiringRun {}
+use crate::function::Function;
+use crate::gitlab::SystemHookSubject;
+use crate::messages::{
+    unknown_type, valid_key, validated_deserialize, Addressed, Checked, Fields, FromMessage,
+    Payload, PayloadError, FULL_PATH_MAX_CHARS, NAME_MAX_CHARS,
+};
 
 /// The resource of a project or group bot (behaviour §B28.10.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,39 +113,10 @@ pub struct WebhookNotification {
     pub system_hook: Option<SystemHookSubject>,
 }
 
-/// The row a system hook reports removed: `table` (`members`, `namespaces`,
-/// `projects` or `users`) and `id`; for an EE group hook of the same removal, its
-/// trigger (`group_hook`: `member_hooks`, `subgroup_hooks` or `project_hooks`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SystemHookSubject {
-    /// The table: one of [`SystemHookSubject::TABLES`].
-    pub table: String,
-    /// The row's id.
-    pub id: i64,
-    /// An EE group hook's trigger, one of [`SystemHookSubject::GROUP_TRIGGERS`];
-    /// absent for a system hook.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_hook: Option<String>,
-}
-
-impl SystemHookSubject {
-    /// The tables a system hook's subject may be in.
-    pub const TABLES: [&'static str; 4] = ["members", "namespaces", "projects", "users"];
-    /// The group-hook triggers a removal fires (GitLab's `TriggerableHooks` scopes).
-    pub const GROUP_TRIGGERS: [&'static str; 3] =
-        ["member_hooks", "subgroup_hooks", "project_hooks"];
-}
-
 /// `days_to_expire` of behaviour §B28.10.2.
 pub const DAYS_TO_EXPIRE: [u32; 3] = [7, 30, 60];
 /// At most this many `token_names` (behaviour §B28.10.2).
 pub const TOKEN_NAMES_MAX: usize = 100;
-
-impl Payload for PatExpiringRun {
-    fn from_payload(_: &Fields<'_>) -> Checked<Self> {
-        Ok(PatExpiringRun {})
-    }
-}
 
 fn days_to_expire(f: &Fields<'_>) -> Checked<u32> {
     let d = f.required("days_to_expire")?.as_u64();
@@ -255,5 +224,51 @@ impl Payload for WebhookNotification {
             body,
             system_hook,
         })
+    }
+}
+
+impl Addressed for EmailNotification {
+    const RECEIVER: Function = Function::DeliverNotification;
+
+    fn kind(&self) -> &'static str {
+        Function::email_kind()
+    }
+}
+
+impl Addressed for WebhookNotification {
+    const RECEIVER: Function = Function::DeliverNotification;
+
+    fn kind(&self) -> &'static str {
+        Function::webhook_kind()
+    }
+}
+
+validated_deserialize!(EmailNotification, WebhookNotification);
+
+/// `deliver-notification`'s payload: one mail or one web hook.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notification {
+    /// One mail (the row's first message type).
+    Email(EmailNotification),
+    /// One web hook (the row's second).
+    Webhook(WebhookNotification),
+}
+
+impl FromMessage for Notification {
+    fn decode(kind: &str, payload: &Value) -> Result<Self, PayloadError> {
+        if kind == Function::email_kind() {
+            EmailNotification::from_value(payload).map(Self::Email)
+        } else if kind == Function::webhook_kind() {
+            WebhookNotification::from_value(payload).map(Self::Webhook)
+        } else {
+            Err(unknown_type())
+        }
+    }
+
+    fn payload_value(&self) -> Value {
+        match self {
+            Notification::Email(e) => e.payload_value(),
+            Notification::Webhook(w) => w.payload_value(),
+        }
     }
 }

@@ -1,12 +1,18 @@
-//! The rules a payload field is read by (behaviour §9.2).
+//! The rules a payload field is read by (behaviour §9.2), for every payload type (each
+//! lives in the module of the function that receives it).
 //!
 //! Owns: [`Fields`] (typed, range-checked reads of one payload object or a nested
 //! one), [`PayloadError`] (names the field and the rule, never the value), the
-//! [`Payload`] trait every payload type implements, the string bounds, and the rule
-//! that a cursor's `index` stays within the ids visited.
+//! [`Payload`] trait every payload type implements, the string bounds, the rule
+//! that a cursor's `index` stays within the ids visited, and the two macros a payload
+//! type's module uses: `validated_deserialize!` (its `Deserialize` goes through its
+//! decoder, strictly) and `cursor_run!` (a run whose one field is its cursor).
 
 use chrono::NaiveDate;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
+
+use super::strict::Strict;
 
 /// A payload field that breaks its rule: the field's path and the rule, never the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +29,8 @@ impl std::fmt::Display for PayloadError {
     }
 }
 
-pub(super) type Checked<T> = std::result::Result<T, PayloadError>;
+/// A decoder's result: the value, or the field and rule it breaks.
+pub type Checked<T> = std::result::Result<T, PayloadError>;
 
 /// The fields of one payload object (or a nested one), read by rule.
 pub struct Fields<'a> {
@@ -76,7 +83,8 @@ impl<'a> Fields<'a> {
         self.obj.get(name).filter(|v| !v.is_null())
     }
 
-    pub(super) fn required(&self, name: &str) -> Checked<&'a Value> {
+    /// The value of `name`, which must be present and not `null`.
+    pub fn required(&self, name: &str) -> Checked<&'a Value> {
         self.get(name).ok_or_else(|| self.err(name, "is required"))
     }
 
@@ -171,7 +179,7 @@ pub trait Payload: Sized {
 /// A cursor's run-wide `index` counts children of rows with ids up to the cursor's
 /// id (≥ 0; 0 reads from the start), each at most once, and row ids are ≥ 1: so
 /// `index <= id`. Anything larger is not a cursor this bundle wrote.
-pub(super) fn index_within(c: &Fields<'_>, index: u64, id: i64) -> Checked<()> {
+pub fn index_within(c: &Fields<'_>, index: u64, id: i64) -> Checked<()> {
     if i64::try_from(index).is_ok_and(|i| i <= id) {
         Ok(())
     } else {
@@ -181,3 +189,43 @@ pub(super) fn index_within(c: &Fields<'_>, index: u64, id: i64) -> Checked<()> {
         ))
     }
 }
+
+/// Decode a `T` through its validating decoder from a strict body (no repeated key):
+/// what `validated_deserialize!` makes a payload type's `Deserialize`.
+pub fn deserialize_validated<'de, T: Payload, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<T, D::Error> {
+    let Strict(v) = Strict::deserialize(d)?;
+    T::from_value(&v).map_err(serde::de::Error::custom)
+}
+
+/// `Deserialize` through the validating decoder, so no path decodes a payload unchecked.
+macro_rules! validated_deserialize {
+    ($($t:ty),* $(,)?) => {$(
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                $crate::messages::deserialize_validated(d)
+            }
+        }
+    )*};
+}
+pub(crate) use validated_deserialize;
+
+/// [`Payload`] of a run whose one field is its optional keyset `cursor`.
+macro_rules! cursor_run {
+    ($($run:ident($cursor:ident)),* $(,)?) => {$(
+        impl $crate::messages::Payload for $run {
+            fn from_payload(f: &$crate::messages::Fields<'_>) -> $crate::messages::Checked<Self> {
+                let cursor = f
+                    .opt_object("cursor")?
+                    .map(|c| <$cursor as $crate::messages::Payload>::from_payload(&c));
+                Ok($run { cursor: cursor.transpose()? })
+            }
+
+            fn cursor(&self) -> Option<serde_json::Value> {
+                self.cursor.and_then(|c| serde_json::to_value(c).ok())
+            }
+        }
+    )*};
+}
+pub(crate) use cursor_run;
