@@ -38,7 +38,7 @@ fn assert_failed(l: &Value, f: Function, outcome: &str, service: &str) {
     assert_eq!(l["function"], f.name(), "{l}");
     assert_eq!(l["records"], 1.0, "{l}");
     assert_eq!(l["records_failed"], 1.0, "{l}");
-    for (_, m) in shared::metrics::OutcomeKind::ALL {
+    for m in shared::metrics::OUTCOMES {
         let want = if m.name == outcome { 1.0 } else { 0.0 };
         assert_eq!(l[m.name], want, "{}: {l}", m.name);
     }
@@ -102,7 +102,7 @@ impl Handler for Panics {
         _client: &mut C,
         _env: &Envelope,
         _message: shared::handlers::Message,
-    ) -> shared::error::Result<shared::runtime::Ended>
+    ) -> shared::error::Result<shared::runtime::RecordOutcome>
     where
         C: tokio_postgres::GenericClient + Send + Sync,
     {
