@@ -1,10 +1,10 @@
 //! Local mode: the driver behind `hk run` (behaviour §11).
 //!
-//! Owns: delivering messages from the in-process [`LocalQueue`] to the same
-//! [`process_record_with`] pipeline Lambda uses, one fresh database session per
-//! handler run (or, with [`Runner::with_kept_sessions`], one session per function
-//! kept across runs as a warm Lambda keeps it), virtual time (`now` = `--now` +
-//! virtual time elapsed), the 30 s virtual visibility timeout and 5 receives before the local dead-letter list, the
+//! Owns: delivering messages from the in-process [`LocalQueue`] through the same
+//! per-record pipeline Lambda uses ([`deliver`]), one fresh database session per
+//! handler run ([`OneRecord`]; or, with [`Runner::with_kept_sessions`], one session
+//! per function kept across runs as a warm Lambda keeps it), virtual time
+//! (`now` = `--now` + virtual time elapsed), the 30 s virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
 //! rolled back, nothing delivered; with `--until-idle` the whole run, in `plan`).
 //! Tests drive batches "until idle" through it. What a run does not deliver (dead
@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::chaos::{Chaos, ChaosSpec, ChaosStats, PlannedCrash};
 use crate::local_queue::{LocalQueue, SentRecord};
@@ -37,7 +37,7 @@ use shared::handlers::{self, Dispatch};
 use shared::messages::Envelope;
 use shared::notify::Notifier;
 use shared::queue::OutMessage;
-use shared::runtime::{process_record_with, Invocation, RecordMeta, RecordOutcome, Report};
+use shared::runtime::{deliver, process_record_with, Invocation, RecordMeta, RecordOutcome};
 use tokio_postgres::GenericClient;
 
 mod budget;
@@ -46,12 +46,15 @@ mod exit;
 mod gated;
 pub mod handoff;
 mod plan;
+mod run;
 pub mod side_rows;
 pub use budget::{LockBudget, SequenceAdvance};
 use exit::{exit_code_of, items_failed_code};
 pub use exit::{worse_exit_code, EXIT_ITEMS_FAILED};
 pub use handoff::{state_dir, Backoff, DeadLetter, HandedOn, Handoff, Undelivered};
 pub use plan::{Plan, TableChange};
+use run::{run_of, OneRecord};
+pub use run::{sent_json, Run};
 
 /// Virtual visibility timeout of a failed message.
 pub const VISIBILITY_S: i64 = 30;
@@ -73,72 +76,6 @@ where
     C: GenericClient + Send + Sync,
 {
     process_record_with(dispatch, inv, client, body, meta).await
-}
-
-/// One handler run, as `hk` reports it.
-#[derive(Debug, Clone)]
-pub struct Run {
-    /// The function.
-    pub function: Function,
-    /// The message key, when the body parsed.
-    pub message_key: Option<String>,
-    /// The hop.
-    pub hop: Option<u64>,
-    /// The injected `now` of the run.
-    pub now: DateTime<Utc>,
-    /// `success`, `retryable` or `permanent`.
-    pub outcome: &'static str,
-    /// The handler's typed `done` result, if it produced one.
-    pub report: Option<Report>,
-    /// The error text of a failed run.
-    pub error: Option<String>,
-    /// Messages the run sent.
-    pub sent: Vec<SentRecord>,
-}
-
-impl Run {
-    /// Items that failed inside this run although it succeeded: its report's
-    /// `failed` metric ([`shared::metrics::FAILED`], the sum of the `Done`'s per-item
-    /// failure counters). 0 for a failed run: its message is redelivered whole.
-    pub fn items_failed(&self) -> u64 {
-        if self.outcome != "success" {
-            return 0;
-        }
-        self.report.as_ref().map_or(0, |r| {
-            r.metrics()
-                .iter()
-                .filter(|(m, _)| *m == shared::metrics::FAILED)
-                .map(|(_, v)| *v as u64)
-                .sum()
-        })
-    }
-
-    /// The run as one JSON object (`hk run --json`).
-    pub fn to_json(&self) -> Value {
-        json!({
-            "function": self.function.name(),
-            "message_key": self.message_key,
-            "hop": self.hop,
-            "now": shared::clock::rfc3339(self.now),
-            "outcome": self.outcome,
-            "report": self.report.as_ref().map(Report::to_json),
-            "error": self.error,
-            "sent": self.sent.iter().map(sent_json).collect::<Vec<_>>(),
-        })
-    }
-}
-
-/// The outbox form of a sent message (behaviour §11).
-pub fn sent_json(s: &SentRecord) -> Value {
-    let mut v = json!({
-        "receiver": s.message.receiver.name(),
-        "delay_seconds": s.message.delay_s,
-        "body": s.message.envelope,
-    });
-    if let Some(n) = &s.schedule_name {
-        v["schedule_name"] = Value::from(n.clone());
-    }
-    v
 }
 
 /// Called with every run as it ends ([`Runner::with_observer`]).
@@ -359,25 +296,16 @@ impl Runner {
             aws_request_id: None,
         };
         let before = self.queue.sent().len();
+        // Each record is an invocation here, its first.
         let outcome = match kept {
             None => {
-                let mut client = self.connector.connect(function.name()).await?;
-                process_record(&self.dispatch, &inv, &mut client, body, &meta).await
+                let session = OneRecord::new(&self.connector, function);
+                deliver(&self.dispatch, &inv, session, body, &meta, true).await
             }
             Some(session) => {
-                let outcome = {
-                    // Each record is an invocation here: its kept session is pinged.
-                    session.invocation_started();
-                    let mut client = session.client().await?;
-                    process_record(&self.dispatch, &inv, &mut *client, body, &meta).await
-                };
-                if let RecordOutcome::Retryable {
-                    discard_session, ..
-                } = &outcome
-                {
-                    session.reset(*discard_session).await;
-                }
-                outcome
+                // A new invocation: its kept session is pinged.
+                session.invocation_started();
+                deliver(&self.dispatch, &inv, session, body, &meta, true).await
             }
         };
         self.finish_run(function, now, body, before, outcome)
@@ -540,34 +468,5 @@ impl Runner {
             self.invoked.iter().map(|&i| self.runs[i].clone()).collect()
         };
         worse_exit_code(left, exit_code_of(&tops, &[], true))
-    }
-}
-
-fn run_of(
-    function: Function,
-    now: DateTime<Utc>,
-    env: Option<&Value>,
-    outcome: &RecordOutcome,
-    sent: Vec<SentRecord>,
-) -> Run {
-    let (label, report, error) = match outcome {
-        RecordOutcome::Success(r) => ("success", Some(r.clone()), None),
-        RecordOutcome::Retryable { error, report, .. } => {
-            ("retryable", report.clone(), Some(error.clone()))
-        }
-        RecordOutcome::Permanent { error } => ("permanent", None, Some(error.clone())),
-    };
-    Run {
-        function,
-        message_key: env
-            .and_then(|e| e.get("message_key"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        hop: env.and_then(|e| e.get("hop")).and_then(Value::as_u64),
-        now,
-        outcome: label,
-        report,
-        error,
-        sent,
     }
 }

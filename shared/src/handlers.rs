@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::function::Function;
 use crate::job::{drive, FromConfig, Job};
 use crate::messages::{unknown_type, Envelope, FromMessage, Malformed, PayloadError};
-use crate::runtime::{Ended, Handler, Invocation};
+use crate::runtime::{Handler, Invocation, RecordOutcome};
 
 /// Re-exports each function's [`Job`] under the name of its [`Function`] variant and
 /// builds [`Message`] and [`Dispatch`], from the function table.
@@ -98,7 +98,7 @@ macro_rules! handlers {
                 client: &mut C,
                 env: &Envelope,
                 message: Message,
-            ) -> impl Future<Output = Result<Ended>> + Send
+            ) -> impl Future<Output = Result<RecordOutcome>> + Send
             where
                 C: GenericClient + Send + Sync,
             {

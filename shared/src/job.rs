@@ -20,7 +20,7 @@ use crate::function::Function;
 use crate::locks;
 use crate::messages::{Envelope, FromMessage};
 use crate::queue::OutMessage;
-use crate::runtime::{beyond_hop_limit, Done, Ended, Handler, Invocation, Report, Skipped};
+use crate::runtime::{beyond_hop_limit, Done, Handler, Invocation, RecordOutcome, Report, Skipped};
 
 /// Which overlap lock (a session-level advisory try-lock) guards a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +146,7 @@ pub async fn drive<J, C>(
     client: &mut C,
     env: &Envelope,
     payload: J::Payload,
-) -> Result<Ended>
+) -> Result<RecordOutcome>
 where
     J: Job,
     C: GenericClient + Send + Sync,
@@ -188,10 +188,9 @@ where
     unlocked?;
     Ok(match step {
         Step::Done(outcome) => Report::new(outcome).into(),
-        Step::Retry { outcome, error } | Step::Backoff { outcome, error } => Ended {
-            report: Report::new(outcome),
-            retry: Some(error),
-        },
+        Step::Retry { outcome, error } | Step::Backoff { outcome, error } => {
+            RecordOutcome::retry(Report::new(outcome), &error)
+        }
         Step::Continue {
             outcome,
             next,
@@ -260,7 +259,7 @@ impl<J: Job> Handler for Ready<J> {
         client: &mut C,
         env: &Envelope,
         message: J::Payload,
-    ) -> impl Future<Output = Result<Ended>> + Send
+    ) -> impl Future<Output = Result<RecordOutcome>> + Send
     where
         C: GenericClient + Send + Sync,
     {

@@ -2,18 +2,19 @@
 //! types (behaviour §9.6).
 //!
 //! Owns: cold-start wiring ([`Environment`], the job's [`crate::job::FromConfig`]), the schema check before the first event
-//! ([`SchemaGate`]), an `SqsEvent` turned into one [`process_record_with`] call per
-//! record, in order, and an `SqsBatchResponse` with partial batch failures: a record
-//! never fails the batch (a missing `messageId` does, as Lambda would anyway), a failed
-//! one resets the session (behaviour §7.1), one left at the deadline is not started.
+//! ([`SchemaGate`]), an `SqsEvent` turned into one [`deliver`] call per record, in
+//! order (the runtime's pipeline, which `hk run` shares: the deadline, the session,
+//! its reset), and an `SqsBatchResponse` with partial batch failures from each
+//! record's outcome: a record never fails the batch (a missing `messageId` does, as
+//! Lambda would anyway).
 //! [`run`] and [`run_invoked`] (`hk-check`) are a function binary's whole `main`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{service_fn, Diagnostic, LambdaEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::{service_fn, Context, Diagnostic, LambdaEvent};
 
 use crate::aws;
 use crate::clock::{Clock, SystemClock};
@@ -27,7 +28,7 @@ use crate::metrics;
 use crate::preflight;
 use crate::queue::sqs::SqsQueue;
 use crate::queue::Queue;
-use crate::runtime::{process_record_with, Handler, Invocation, RecordMeta, RecordOutcome};
+use crate::runtime::{deliver, Ending, Handler, Invocation, RecordMeta, RecordOutcome};
 use crate::telemetry;
 
 /// What every function builds once per execution environment (its job's own
@@ -304,24 +305,46 @@ pub async fn handle_event_checked<H: Handler>(
     environment.session.invocation_started();
     match gate.check(environment).await? {
         Gate::Open => handle_records(handler, environment, event).await,
-        Gate::Busy(_) => {
+        Gate::Busy(reason) => {
             let sqs = event.payload;
             if sqs.records.iter().any(|r| r.message_id.is_none()) {
                 return Err(InvokeError::MissingMessageId);
             }
             let mut response = SqsBatchResponse::default();
             for rec in &sqs.records {
-                failed_record(environment.function, metrics::OutcomeKind::Retryable, 0.0);
-                response.add_failure(rec.message_id.clone().expect("checked above"));
+                let id = rec.message_id.clone().expect("checked above");
+                let meta = record_meta(rec, id.clone(), &event.context);
+                let outcome = RecordOutcome::DatabaseBusy {
+                    error: reason.clone(),
+                };
+                outcome.finish(&Ending::undecoded(environment.function, &meta, 0.0));
+                respond(&mut response, id, &outcome);
             }
             Ok(response)
         }
     }
 }
 
-/// The EMF line of a record that failed before the runtime processed it.
-fn failed_record(function: Function, outcome: metrics::OutcomeKind, duration_s: f64) {
-    metrics::emit_record_metrics(function, outcome, true, duration_s, None, Vec::new());
+/// What the glue knows of record `rec` (its `messageId` is `id`) of the invocation
+/// `ctx`.
+fn record_meta(rec: &SqsMessage, id: String, ctx: &Context) -> RecordMeta {
+    RecordMeta {
+        sqs_message_id: Some(id),
+        receive_count: rec
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1),
+        aws_request_id: Some(ctx.request_id.clone()),
+    }
+}
+
+/// Record `id`'s part of the batch response: a batch-item failure unless its outcome
+/// acknowledges it.
+fn respond(response: &mut SqsBatchResponse, id: String, outcome: &RecordOutcome) {
+    if outcome.is_item_failure() {
+        response.add_failure(id);
+    }
 }
 
 /// Time left before Lambda's deadline. A deadline more than a day in the past is not
@@ -366,17 +389,9 @@ async fn handle_records<H: Handler>(
         return Err(InvokeError::MissingMessageId);
     }
     let mut response = SqsBatchResponse::default();
-    for rec in &sqs.records {
+    for (i, rec) in sqs.records.iter().enumerate() {
         let id = rec.message_id.clone().expect("checked above");
-        let meta = RecordMeta {
-            sqs_message_id: Some(id.clone()),
-            receive_count: rec
-                .attributes
-                .get("ApproximateReceiveCount")
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(1),
-            aws_request_id: Some(ctx.request_id.clone()),
-        };
+        let meta = record_meta(rec, id.clone(), &ctx);
         let inv = Invocation::new(
             environment.function,
             environment.clock.now(),
@@ -385,58 +400,9 @@ async fn handle_records<H: Handler>(
         )
         .with_deadline(remaining(ctx.deadline, environment.function));
         let body = rec.body.as_deref().unwrap_or("");
-        if inv.deadline.reached() {
-            // Back to the queue rather than cut off by Lambda's timeout (the whole batch).
-            tracing::warn!(
-                function = environment.function.name(),
-                class = environment.function.gitlab_class(),
-                sqs_message_id = id.as_str(),
-                job_status = "fail",
-                error_class = "deadline",
-                "record not started: deadline reached"
-            );
-            failed_record(environment.function, metrics::OutcomeKind::Deadline, 0.0);
-            response.add_failure(id);
-            continue;
-        }
-        let started = std::time::Instant::now();
-        let outcome = match environment.session.client().await {
-            Ok(mut client) => process_record_with(handler, &inv, &mut *client, body, &meta).await,
-            Err(e) => {
-                tracing::error!(
-                    function = environment.function.name(),
-                    sqs_message_id = id.as_str(),
-                    receive_count = meta.receive_count,
-                    error = %e,
-                    error_class = e.class(),
-                    class = environment.function.gitlab_class(),
-                    job_status = "fail",
-                    "database unavailable"
-                );
-                let elapsed = started.elapsed().as_secs_f64();
-                failed_record(
-                    environment.function,
-                    metrics::OutcomeKind::Retryable,
-                    elapsed,
-                );
-                RecordOutcome::Retryable {
-                    error_class: e.class().into(),
-                    error: e.to_string(),
-                    discard_session: true,
-                    report: None,
-                }
-            }
-        };
-        match outcome {
-            RecordOutcome::Success(_) => {}
-            RecordOutcome::Permanent { .. } => response.add_failure(id),
-            RecordOutcome::Retryable {
-                discard_session, ..
-            } => {
-                response.add_failure(id);
-                environment.session.reset(discard_session).await;
-            }
-        }
+        let first = i == 0;
+        let outcome = deliver(handler, &inv, &environment.session, body, &meta, first).await;
+        respond(&mut response, id, &outcome);
     }
     Ok(response)
 }

@@ -3,9 +3,10 @@
 //!
 //! Owns: the metric names, units and emitters ([`CATALOGUE`]), the namespace and the
 //! dimension set (`Service`, `function`), the EMF line ([`emit`], written through the
-//! log pipeline) and the one line every record produces whatever happens
-//! ([`emit_record_metrics`], [`OutcomeKind`]). The template's alarms and dashboard read
-//! these metrics; a test checks they name only what the code emits.
+//! log pipeline) and the layout of the one line every record produces whatever
+//! happens ([`record_metrics`], its [`OUTCOMES`] counters; which counter a record
+//! counts in is its `runtime::RecordOutcome`'s). The template's alarms and dashboard
+//! read these metrics; a test checks they name only what the code emits.
 
 use serde_json::{json, Map, Value};
 
@@ -281,64 +282,42 @@ pub fn emit(function: Function, metrics: &[(Metric, f64)]) {
     tracing::info!(target: crate::telemetry::METRICS_TARGET, _flatten = %line, "metrics");
 }
 
-/// How one record ended, for its EMF line: exactly one `outcome_*` counter is 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutcomeKind {
-    /// Work done (any `done` status but stale and skipped).
-    Done,
-    /// Stale: the database no longer wants the work.
-    Stale,
-    /// Skipped: locked elsewhere, disabled, hop limit.
-    Skipped,
-    /// Failed, retried.
-    Retryable,
-    /// Malformed (including a body that does not parse).
-    Permanent,
-    /// The handler panicked.
-    Panic,
-    /// Not started or stopped at the invocation's deadline.
-    Deadline,
-}
+/// The `outcome_*` counters of a record's EMF line, in the line's order: exactly one
+/// is 1, the one its [`crate::runtime::RecordOutcome`] maps to.
+pub const OUTCOMES: [Metric; 7] = [
+    OUTCOME_DONE,
+    OUTCOME_STALE,
+    OUTCOME_SKIPPED,
+    OUTCOME_RETRYABLE,
+    OUTCOME_PERMANENT,
+    OUTCOME_PANIC,
+    OUTCOME_DEADLINE,
+];
 
-impl OutcomeKind {
-    /// Every outcome with its counter.
-    pub const ALL: [(OutcomeKind, Metric); 7] = [
-        (OutcomeKind::Done, OUTCOME_DONE),
-        (OutcomeKind::Stale, OUTCOME_STALE),
-        (OutcomeKind::Skipped, OUTCOME_SKIPPED),
-        (OutcomeKind::Retryable, OUTCOME_RETRYABLE),
-        (OutcomeKind::Permanent, OUTCOME_PERMANENT),
-        (OutcomeKind::Panic, OUTCOME_PANIC),
-        (OutcomeKind::Deadline, OUTCOME_DEADLINE),
-    ];
-}
-
-/// One record's EMF line (behaviour §8): `records` = 1, `records_failed` (1 when the
-/// record is reported as a batch-item failure), `duration_s`, one `outcome_*` = 1,
-/// `run_started` for a cron function (1 on its cron message, hop 0), and the report's
-/// own metrics ([`crate::runtime::Done::metrics`]). Every way a record ends calls it exactly once.
-pub fn emit_record_metrics(
+/// One record's EMF metrics (behaviour §8): `records` = 1, `records_failed` (1 when
+/// the record is reported as a batch-item failure), `duration_s`, every `outcome_*`
+/// counter ([`OUTCOMES`]) with `outcome` = 1, `run_started` for a cron function (1 on
+/// its cron message, hop 0), and the report's own metrics
+/// ([`crate::runtime::Done::metrics`]). `RecordOutcome::finish` emits them, once per
+/// record whatever happens.
+pub(crate) fn record_metrics(
     function: Function,
-    outcome: OutcomeKind,
+    outcome: Metric,
     failed: bool,
     duration_s: f64,
     run_started: Option<bool>,
     report_metrics: Vec<(Metric, f64)>,
-) {
+) -> Vec<(Metric, f64)> {
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let mut m = vec![
         (RECORDS, 1.0),
         (RECORDS_FAILED, flag(failed)),
         (DURATION_S, duration_s),
     ];
-    m.extend(
-        OutcomeKind::ALL
-            .iter()
-            .map(|(k, c)| (*c, flag(*k == outcome))),
-    );
+    m.extend(OUTCOMES.iter().map(|c| (*c, flag(*c == outcome))));
     if function.cron().is_some() {
         m.push((RUN_STARTED, flag(run_started.unwrap_or(false))));
     }
     m.extend(report_metrics);
-    emit(function, &m);
+    m
 }

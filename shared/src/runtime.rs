@@ -1,31 +1,31 @@
 //! The handler contract shared by Lambda and `hk` (behaviour §6, §8, §9.6, §9.8).
 //!
-//! Owns: [`Invocation`], [`Handler`] and [`process_record_with`], the one per-record
-//! pipeline (parse, span, `start` line, the hop-limit case on receipt, the handler
-//! under `catch_unwind`, `done` line, outcome); its submodule `report` owns how an
-//! invocation ended. It names no Lambda type: the Lambda glue and the local runner
-//! both call it.
+//! Owns: [`Invocation`] (with its [`Deadline`], [`Budget`] and [`Decisions`]),
+//! [`Handler`] and the one hop-limit rule. Its submodules: `pipeline`, the one
+//! per-record pipeline ([`deliver`], [`process_record_with`]); `outcome`, how a record
+//! ended ([`RecordOutcome`]) and what that decides; `report`, a job's typed result
+//! ([`Report`], [`Done`], [`Status`]). It names no Lambda type: the Lambda glue and the
+//! local runner both call it.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use futures::FutureExt;
-use serde_json::Value;
 use tokio_postgres::GenericClient;
-use tracing::{field::Empty, Instrument};
 
-use crate::clock::rfc3339;
 use crate::config::Settings;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::function::Function;
 use crate::messages::{Envelope, FromMessage};
-use crate::metrics::{emit_record_metrics, OutcomeKind};
 use crate::queue::Queue;
 
+mod outcome;
+mod pipeline;
 mod report;
-pub use report::{Done, Ended, HopLimitReached, Report, Skipped, Status};
+pub(crate) use outcome::Ending;
+pub use outcome::RecordOutcome;
+pub use pipeline::{deliver, process_record_with, RecordMeta, RecordSession};
+pub use report::{Done, HopLimitReached, Report, Skipped, Status};
 
 /// The monotonic deadline of one invocation (behaviour §6).
 #[derive(Debug, Clone, Copy)]
@@ -169,14 +169,16 @@ pub trait Handler: Sync {
     /// The payload it serves, decoded once on receipt.
     type Message: FromMessage;
 
-    /// Handle one decoded, validated message of `inv.function`.
+    /// Handle one decoded, validated message of `inv.function`: acknowledged with its
+    /// report ([`RecordOutcome::Success`]), or its report with the error it is still
+    /// retried for ([`RecordOutcome::retry`]); an error is the record's failure.
     fn handle<C>(
         &self,
         inv: &Invocation<'_>,
         client: &mut C,
         env: &Envelope,
         message: Self::Message,
-    ) -> impl Future<Output = Result<Ended>> + Send
+    ) -> impl Future<Output = Result<RecordOutcome>> + Send
     where
         C: GenericClient + Send + Sync;
 }
@@ -196,204 +198,4 @@ pub(crate) fn beyond_hop_limit(function: Function, hop: u64, at: u64) -> bool {
         "continuation not sent: hop limit reached"
     );
     true
-}
-
-/// Facts about a delivered record that the handler does not see.
-#[derive(Debug, Clone, Default)]
-pub struct RecordMeta {
-    /// SQS `messageId` (the batch item identifier).
-    pub sqs_message_id: Option<String>,
-    /// `ApproximateReceiveCount`.
-    pub receive_count: u32,
-    /// Lambda's request id, when under Lambda.
-    pub aws_request_id: Option<String>,
-}
-
-/// How a record ended (behaviour §9.6).
-#[derive(Debug)]
-pub enum RecordOutcome {
-    /// Work done, stale, skipped or hop limit reached: acknowledged.
-    Success(Report),
-    /// Reported as a batch-item failure; redelivered after the visibility timeout.
-    Retryable {
-        /// `error_class` of the failure.
-        error_class: String,
-        /// The error text.
-        error: String,
-        /// Whether the database session must be dropped (connection lost, panic).
-        discard_session: bool,
-        /// The report, when the handler produced one.
-        report: Option<Report>,
-    },
-    /// Malformed: reported every time until it reaches the DLQ.
-    Permanent {
-        /// Why it is malformed.
-        error: String,
-    },
-}
-
-impl RecordOutcome {
-    /// Whether the record is acknowledged.
-    pub fn is_success(&self) -> bool {
-        matches!(self, RecordOutcome::Success(_))
-    }
-}
-
-fn log_malformed(meta: &RecordMeta, error: &str, key: Option<&str>) {
-    tracing::error!(
-        sqs_message_id = meta.sqs_message_id.as_deref().unwrap_or(""),
-        receive_count = meta.receive_count,
-        error,
-        error_class = "malformed",
-        message_key = key,
-        job_status = "fail",
-        "malformed message"
-    );
-}
-
-/// Process one record end to end, with `handler` serving the parsed message.
-pub async fn process_record_with<H, C>(
-    handler: &H,
-    inv: &Invocation<'_>,
-    client: &mut C,
-    body: &str,
-    meta: &RecordMeta,
-) -> RecordOutcome
-where
-    H: Handler,
-    C: GenericClient + Send + Sync,
-{
-    let span = tracing::info_span!(
-        "record",
-        function = inv.function.name(),
-        class = inv.function.gitlab_class(),
-        run_id = Empty,
-        message_key = Empty,
-        hop = Empty,
-        aws_request_id = meta.aws_request_id.as_deref(),
-    );
-    async move {
-        let started = Instant::now();
-        let function = inv.function;
-        let (env, message) = match Envelope::decode_as::<H::Message>(body, function) {
-            Ok(e) => e,
-            Err(m) => {
-                log_malformed(meta, &m.error, m.message_key.as_deref());
-                let d = started.elapsed().as_secs_f64();
-                emit_record_metrics(function, OutcomeKind::Permanent, true, d, None, Vec::new());
-                return RecordOutcome::Permanent { error: m.error };
-            }
-        };
-        let class = function.gitlab_class_for(&env.kind);
-        let span = tracing::Span::current();
-        span.record("class", class);
-        span.record("run_id", env.run_id.as_str());
-        span.record("message_key", env.message_key.as_str());
-        span.record("hop", env.hop);
-        let run_started = Some(env.hop == 0);
-        // Validated on decoding and rebuilt from its type: bounded.
-        let cursor = message.cursor().unwrap_or(Value::Null);
-        tracing::info!(
-            now = %rfc3339(inv.now),
-            message_type = env.kind.as_str(),
-            job_status = "start",
-            _flatten = %serde_json::json!({ "cursor": cursor }),
-            "start"
-        );
-        if beyond_hop_limit(function, env.hop, env.hop) {
-            // Received above the limit (no sender of this bundle sends one): the
-            // hop-limit case of behaviour §9.8, before any work, so nothing is sent.
-            let report = Report::new(HopLimitReached);
-            let duration_s = started.elapsed().as_secs_f64();
-            tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status = "done", "done");
-            emit_record_metrics(
-                function,
-                OutcomeKind::Skipped,
-                false,
-                duration_s,
-                run_started,
-                report.metrics(),
-            );
-            return RecordOutcome::Success(report);
-        }
-        let result = AssertUnwindSafe(handler.handle(inv, client, &env, message))
-            .catch_unwind()
-            .await;
-        let duration_s = started.elapsed().as_secs_f64();
-        let emit = |kind, failed, report: Option<&Report>| {
-            let extra = report.map(Report::metrics).unwrap_or_default();
-            emit_record_metrics(function, kind, failed, duration_s, run_started, extra)
-        };
-        match result {
-            Ok(Ok(Ended { report, retry })) => {
-                let job_status = if retry.is_some() { "fail" } else { "done" };
-                tracing::info!(_flatten = %report.done_fields(class), duration_s, job_status, "done");
-                match retry {
-                    None => {
-                        emit(report.status().outcome(), false, Some(&report));
-                        RecordOutcome::Success(report)
-                    }
-                    Some(e) => {
-                        let (error_class, error) = (e.class().to_string(), e.to_string());
-                        tracing::error!(
-                            error = error.as_str(),
-                            error_class = error_class.as_str(),
-                            receive_count = meta.receive_count,
-                            job_status = "fail",
-                            "record failed"
-                        );
-                        emit(OutcomeKind::Retryable, true, Some(&report));
-                        RecordOutcome::Retryable {
-                            error_class,
-                            error,
-                            discard_session: false,
-                            report: Some(report),
-                        }
-                    }
-                }
-            }
-            Ok(Err(Error::Malformed(e))) => {
-                log_malformed(meta, &e, Some(&env.message_key));
-                tracing::info!(status = "malformed", duration_s, job_status = "fail", "done");
-                emit(OutcomeKind::Permanent, true, None);
-                RecordOutcome::Permanent { error: e }
-            }
-            Ok(Err(e)) => {
-                tracing::error!(
-                    error = %e,
-                    error_class = e.class(),
-                    receive_count = meta.receive_count,
-                    job_status = "fail",
-                    "record failed"
-                );
-                tracing::info!(status = "failed", duration_s, job_status = "fail", "done");
-                emit(OutcomeKind::Retryable, true, None);
-                RecordOutcome::Retryable {
-                    error_class: e.class().to_string(),
-                    error: e.to_string(),
-                    discard_session: e.is_connection_lost(),
-                    report: None,
-                }
-            }
-            Err(panic) => {
-                let msg = crate::telemetry::panic_message(&*panic);
-                tracing::error!(
-                    error = msg.as_str(),
-                    error_class = "panic",
-                    receive_count = meta.receive_count,
-                    job_status = "fail",
-                    "record failed: handler panicked"
-                );
-                emit(OutcomeKind::Panic, true, None);
-                RecordOutcome::Retryable {
-                    error_class: "panic".into(),
-                    error: msg,
-                    discard_session: true,
-                    report: None,
-                }
-            }
-        }
-    }
-    .instrument(span)
-    .await
 }

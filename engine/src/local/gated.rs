@@ -1,5 +1,6 @@
 //! The chaos-gated delivery of [`Runner`] (`--chaos`, or a planned crash in tests):
-//! the session is tapped and the transport gated by a [`crate::chaos::CrashGate`];
+//! the same per-record pipeline as Lambda's ([`deliver`]) on a session tapped and a
+//! transport gated by a [`crate::chaos::CrashGate`];
 //! when the gate fires, the handler future is dropped mid-flight, the message is not
 //! acknowledged, and the runner waits until PostgreSQL has ended the dead session
 //! before anything is redelivered.
@@ -8,11 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{process_record, Run, Runner};
+use super::{OneRecord, Run, Runner};
 use crate::chaos::{CrashGate, GatedQueue, TappedStream};
 use shared::error::{Error, Result};
 use shared::function::Function;
-use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{deliver, Invocation, RecordMeta, RecordOutcome};
 
 impl Runner {
     /// One delivery behind a crash gate (chaos or a planned crash).
@@ -35,7 +36,7 @@ impl Runner {
         let gate = CrashGate::new(target);
         let tap = gate.clone();
         let now = self.queue.now();
-        let mut client = self
+        let client = self
             .connector
             .connect_through(function.name(), move |s| TappedStream::new(s, tap))
             .await?;
@@ -53,7 +54,10 @@ impl Runner {
         };
         let before = self.queue.sent().len();
         let outcome = {
-            let record = process_record(&self.dispatch, &inv, &mut client, body, &meta);
+            // The tapped session is this record's only, dropped with it (a crash drops
+            // it mid-flight, as a dead Lambda environment's).
+            let session = OneRecord::connected(&self.connector, function, client);
+            let record = deliver(&self.dispatch, &inv, session, body, &meta, true);
             tokio::select! {
                 biased;
                 _ = gate.wait() => None,
@@ -74,7 +78,6 @@ impl Runner {
             }
             _ => None,
         };
-        drop(client);
         // A planned crash is used up once it fired; until then it waits for the next
         // delivery of its function that reaches the point.
         if let (Some(i), Some(_)) = (planned_at, gate.fired()) {

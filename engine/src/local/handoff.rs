@@ -90,13 +90,10 @@ impl Backoff {
 
     /// The real delay after the `receive_count`-th receive failed with `outcome`.
     pub fn after(&self, outcome: &RecordOutcome, receive_count: u32) -> Option<Duration> {
-        match outcome {
-            RecordOutcome::Retryable { error_class, .. } if error_class != "crash" => {
-                let n = receive_count.clamp(1, 16) - 1;
-                Some(self.first * 2u32.pow(n))
-            }
-            _ => None,
-        }
+        // A crash is redelivered after the visibility timeout alone, as in AWS; a
+        // permanent failure is never retried.
+        let retried = outcome.label() == "retryable" && outcome.error_class() != Some("crash");
+        retried.then(|| self.first * 2u32.pow(receive_count.clamp(1, 16) - 1))
     }
 }
 
@@ -313,11 +310,7 @@ impl Runner {
         run: &Run,
         outcome: &RecordOutcome,
     ) -> Result<()> {
-        let error_class = match outcome {
-            RecordOutcome::Retryable { error_class, .. } => error_class.clone(),
-            RecordOutcome::Permanent { .. } => "malformed".into(),
-            RecordOutcome::Success(_) => String::new(),
-        };
+        let error_class = outcome.error_class().unwrap_or_default().to_string();
         let d = DeadLetter {
             message: p.message,
             receives: p.receive_count,
@@ -392,6 +385,8 @@ mod tests {
         assert_eq!(b.after(&retryable("crash"), 1), None);
         let permanent = RecordOutcome::Permanent { error: "x".into() };
         assert_eq!(b.after(&permanent, 1), None);
+        let panic = RecordOutcome::Panic { error: "p".into() };
+        assert_eq!(b.after(&panic, 2).map(|d| d.as_secs()), Some(2));
     }
 
     #[test]

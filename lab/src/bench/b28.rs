@@ -41,7 +41,7 @@ use shared::messages::{user_email_key, Envelope};
 use shared::notify::Instance;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue, QueueError, SQS_BATCH};
-use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta};
 use shared::workers::deliver_notification::EmailNotification;
 
 const F: Function = Function::PatExpiring;
@@ -171,11 +171,9 @@ pub async fn ours(
             receive_count: 1,
             aws_request_id: None,
         };
-        match process_record(&dispatch, &inv, &mut *client, &env.to_body(), &meta).await {
-            RecordOutcome::Success(_) => {}
-            RecordOutcome::Retryable { error, .. } | RecordOutcome::Permanent { error } => {
-                return Err(Error::Invariant(format!("b28: a run failed: {error}")))
-            }
+        let outcome = process_record(&dispatch, &inv, &mut *client, &env.to_body(), &meta).await;
+        if let Some(error) = outcome.error() {
+            return Err(Error::Invariant(format!("b28: a run failed: {error}")));
         }
         runs += 1;
         next = sink.take_continuation().map(|m| {

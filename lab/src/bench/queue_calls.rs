@@ -25,7 +25,7 @@ use shared::handlers::Dispatch;
 use shared::messages::Envelope;
 use shared::queue::sqs::SqsQueue;
 use shared::queue::{OutMessage, Queue};
-use shared::runtime::{Invocation, RecordMeta, RecordOutcome};
+use shared::runtime::{Invocation, RecordMeta};
 use shared::workers::delete_user::DeleteUserRun;
 
 /// The moto resources of one run (also the `b28` bench's queues).
@@ -129,11 +129,12 @@ async fn produce(
         aws_request_id: None,
     };
     let before = queue.api_calls();
-    match process_record(&Dispatch::new(), &inv, client, &body, &meta).await {
-        RecordOutcome::Success(_) => Ok(queue.api_calls() - before),
-        RecordOutcome::Retryable { error, .. } | RecordOutcome::Permanent { error } => Err(
-            Error::Invariant(format!("queue-calls: {function} failed: {error}")),
-        ),
+    let outcome = process_record(&Dispatch::new(), &inv, client, &body, &meta).await;
+    match outcome.error() {
+        None => Ok(queue.api_calls() - before),
+        Some(error) => Err(Error::Invariant(format!(
+            "queue-calls: {function} failed: {error}"
+        ))),
     }
 }
 

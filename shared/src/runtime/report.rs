@@ -1,16 +1,15 @@
-//! How one invocation of a function ended, as its `done` line, its metrics and `hk`
+//! What one invocation of a function did, as its `done` line, its metrics and `hk`
 //! report it (behaviour §8, §9.6).
 //!
 //! Owns: [`Status`] (the `done` line's `status`), [`Done`] (a job's typed result, its
-//! fields and metrics), [`Report`] (any job's result with its status), the two results
-//! the runtime itself reports ([`Skipped`], [`HopLimitReached`]) and [`Ended`] (a
-//! report and the error its record is still retried for).
+//! fields and metrics), [`Report`] (any job's result with its status) and the two
+//! results the runtime itself reports ([`Skipped`], [`HopLimitReached`]). How the
+//! record carrying it ended is `outcome`'s `RecordOutcome`.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::Error;
-use crate::metrics::{Metric, OutcomeKind};
+use crate::metrics::Metric;
 
 /// The `status` of a `done` line: how one invocation of a function ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,15 +53,6 @@ impl Status {
             Status::Restored => "restored",
             Status::Stopped => "stopped",
             Status::Failed => "failed",
-        }
-    }
-
-    /// The record outcome an acknowledged record with this status counts as.
-    pub fn outcome(self) -> OutcomeKind {
-        match self {
-            Status::Stale => OutcomeKind::Stale,
-            Status::Skipped | Status::HopLimitReached => OutcomeKind::Skipped,
-            _ => OutcomeKind::Done,
         }
     }
 }
@@ -209,23 +199,5 @@ impl Report {
         m.insert("status".into(), Value::from(self.status.name()));
         m.extend(self.done.fields());
         Value::Object(m)
-    }
-}
-
-/// How a handler ended: its report, and the error the record is still retried for.
-#[derive(Debug)]
-pub struct Ended {
-    /// What it did.
-    pub report: Report,
-    /// Set when the record must still be reported as a failure.
-    pub retry: Option<Error>,
-}
-
-impl From<Report> for Ended {
-    fn from(report: Report) -> Ended {
-        Ended {
-            report,
-            retry: None,
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! The Lambda glue (`shared::lambda::handle_event`) on real SQS event JSON: partial
-//! batch failures, malformed records, per-record panics, receive counts.
+//! batch failures, malformed records, per-record panics, records left at the deadline,
+//! receive counts.
 
 use integration_tests::environment;
 use std::sync::Arc;
@@ -224,6 +225,58 @@ async fn a_panic_fails_only_its_record_and_releases_the_session_lock() {
     assert!(
         db.scalar::<bool>(&format!("SELECT pg_try_advisory_lock({key})"))
             .await
+    );
+}
+
+/// A deadline margin past the function's timeout: Lambda's deadline is reached from
+/// the start. The invocation's first record still runs (the progress rule, behaviour
+/// §9.8); the next is not started, reported as a batch-item failure with its line and
+/// its `outcome_deadline` metric.
+#[tokio::test]
+async fn a_record_after_the_first_left_at_the_deadline_is_not_started() {
+    let db = fixture().await;
+    let deps = environment(Function::RemoveExpiredMembers, &db.url, t(NOW))
+        .queue(Arc::new(LocalQueue::new(t(NOW))))
+        .var("DEADLINE_MARGIN_S", "100000")
+        .build();
+    let mut ev = event("events/remove-expired-members.json");
+    let mut second = ev.records[0].clone();
+    second.message_id = Some("second".into());
+    ev.records.push(second);
+    let (log, _g) = capture();
+    let resp = handle_event(&deps, LambdaEvent::new(ev, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(failures(&resp), vec!["second"], "{}", log.dump());
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "the first record ran"
+    );
+    assert_eq!(log.with_message("start").len(), 1, "{}", log.dump());
+    assert_fields(
+        &log.one("record not started: deadline reached"),
+        json!({
+            "function": "remove-expired-members",
+            "class": "RemoveExpiredMembersWorker",
+            "sqs_message_id": "second",
+            "error_class": "deadline",
+            "job_status": "fail",
+            "level": "warn",
+        }),
+    );
+    let emf: Vec<_> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.get("_aws").is_some())
+        .collect();
+    assert_eq!(emf.len(), 2, "one EMF line per record: {}", log.dump());
+    assert_fields(
+        &emf[1],
+        json!({
+            "records": 1.0, "records_failed": 1.0, "duration_s": 0.0,
+            "outcome_deadline": 1.0, "outcome_retryable": 0.0, "outcome_done": 0.0,
+            "run_started": 0.0,
+        }),
     );
 }
 

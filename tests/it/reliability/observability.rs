@@ -6,15 +6,17 @@
 use integration_tests::environment;
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use engine::local::Runner;
 use engine::local_queue::LocalQueue;
 use integration_tests::logs::capture;
 use integration_tests::{t, TestDb};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{json, Value};
 use shared::config::Settings;
+use shared::db::Connector;
 use shared::messages::Envelope;
 use shared::metrics::{self, CATALOGUE};
-use shared::runtime::{Handler, Invocation, RecordMeta};
+use shared::runtime::{Handler, Invocation, RecordMeta, RecordOutcome};
 use shared::telemetry::gitlab_extra_prefix;
 use shared::Function;
 
@@ -38,7 +40,7 @@ fn assert_failed(l: &Value, f: Function, outcome: &str, service: &str) {
     assert_eq!(l["function"], f.name(), "{l}");
     assert_eq!(l["records"], 1.0, "{l}");
     assert_eq!(l["records_failed"], 1.0, "{l}");
-    for (_, m) in shared::metrics::OutcomeKind::ALL {
+    for m in shared::metrics::OUTCOMES {
         let want = if m.name == outcome { 1.0 } else { 0.0 };
         assert_eq!(l[m.name], want, "{}: {l}", m.name);
     }
@@ -91,6 +93,33 @@ async fn an_unreachable_database_fails_a_record_of_every_function_with_the_stack
     }
 }
 
+/// `hk run` delivers through the same pipeline: a session it cannot open fails the
+/// record as retryable, with Lambda's line and metric, instead of stopping the run.
+#[tokio::test]
+async fn an_unreachable_database_fails_a_local_record_the_same_way() {
+    let f = Function::RemoveExpiredMembers;
+    let connector = Connector::from_url("postgres://hk@127.0.0.1:1/none").unwrap();
+    let mut r = Runner::new(connector, Settings::default(), t(NOW));
+    let (log, _g) = capture();
+    let body = Envelope::cron(f, "r-1", t(NOW)).to_body();
+    let (run, outcome) = r.invoke(f, &body, 1).await.unwrap();
+    assert_eq!(run.outcome, "retryable");
+    assert!(
+        matches!(outcome, RecordOutcome::DatabaseUnavailable { .. }),
+        "{outcome:?}"
+    );
+    assert_failed(
+        &emf(&log.lines()),
+        f,
+        "outcome_retryable",
+        &metrics::service(),
+    );
+    assert_fields(
+        &log.one("database unavailable"),
+        json!({"class": f.gitlab_class(), "job_status": "fail", "sqs_message_id": "local-1"}),
+    );
+}
+
 struct Panics;
 
 impl Handler for Panics {
@@ -102,7 +131,7 @@ impl Handler for Panics {
         _client: &mut C,
         _env: &Envelope,
         _message: shared::handlers::Message,
-    ) -> shared::error::Result<shared::runtime::Ended>
+    ) -> shared::error::Result<shared::runtime::RecordOutcome>
     where
         C: tokio_postgres::GenericClient + Send + Sync,
     {
