@@ -2,7 +2,7 @@
 //!
 //! Owns: delivering messages from the in-process [`LocalQueue`] through the same
 //! per-record pipeline Lambda uses ([`deliver`]), one fresh database session per
-//! handler run ([`OneRecord`]; or, with [`Runner::with_kept_sessions`], one session
+//! handler run (`OneRecord`; or, with [`Runner::with_kept_sessions`], one session
 //! per function kept across runs as a warm Lambda keeps it), virtual time
 //! (`now` = `--now` + virtual time elapsed), the 30 s virtual visibility timeout and 5 receives before the local dead-letter list, the
 //! `--outbox` files, and `--dry-run` (one invocation inside a transaction that is
