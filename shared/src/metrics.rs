@@ -4,7 +4,7 @@
 //! Owns: the metric names, units and emitters ([`CATALOGUE`]), the namespace and the
 //! dimension set (`Service`, `function`), the EMF line ([`emit`], written through the
 //! log pipeline) and the layout of the one line every record produces whatever
-//! happens ([`record_metrics`], its [`OUTCOMES`] counters; which counter a record
+//! happens (`record_metrics`, its [`OUTCOMES`] counters; which counter a record
 //! counts in is its `runtime::RecordOutcome`'s). The template's alarms and dashboard
 //! read these metrics; a test checks they name only what the code emits.
 
