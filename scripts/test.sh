@@ -153,9 +153,6 @@ step "unit and integration tests"
 # quarter of the CPU stayed idle (issue 52). The suite passes on a machine this loaded;
 # .config/nextest.toml starts the longest tests first. Every nextest pass below too.
 export NEXTEST_TEST_THREADS="${NEXTEST_TEST_THREADS:-$(($(nproc) * 2))}"
-# Every nextest pass below selects its tests with a filter over `--workspace`, never
-# with `-p`: a `-p` build unifies the crates' features differently, so each pass
-# recompiled the workspace's crates (80 s at the PostgreSQL 17 pass; issue 52).
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast
 else
@@ -172,8 +169,8 @@ echo "DATABASE_URL=$url17 (PostgreSQL 17)"
 # point tests and the CLI's end-to-end runs of every batch carry the protocol.
 PG17_FILTER='test(/^(schema|architecture|reliability::(glue|chaos|cold_start))::/) and not test(/every_batch_reaches_the_clean_end_state/)'
 if cargo nextest --version >/dev/null 2>&1; then
-  DATABASE_URL="$url17" cargo nextest run --workspace --no-fail-fast -E "package(integration-tests) and ($PG17_FILTER)"
-  DATABASE_URL="$url17" cargo nextest run --workspace --no-fail-fast -E "package(hk) and (binary(check) or binary(cli))"
+  DATABASE_URL="$url17" cargo nextest run -p integration-tests --no-fail-fast -E "$PG17_FILTER"
+  DATABASE_URL="$url17" cargo nextest run -p hk --test check --test cli --no-fail-fast
 else
   DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: reliability::glue:: reliability::chaos:: reliability::cold_start:: --skip every_batch_reaches_the_clean_end_state
   DATABASE_URL="$url17" cargo test -p hk --test check --test cli --no-fail-fast
@@ -194,8 +191,8 @@ step "GitLab 18.2 model: schema, catalogue and the release-dependent scenarios (
 # storage tests run here.
 GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit|ee_rows)::/)) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
-  HK_TEST_GITLAB=18.2 cargo nextest run --workspace --no-fail-fast -E "package(integration-tests) and binary(it) and ($GL182_FILTER)"
-  HK_TEST_GITLAB=18.2 cargo nextest run --workspace --no-fail-fast -E "package(hk) and (binary(check) or binary(parity))"
+  HK_TEST_GITLAB=18.2 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL182_FILTER"
+  HK_TEST_GITLAB=18.2 cargo nextest run -p hk --test check --test parity --no-fail-fast
 else
   HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: placeholder_user_cleanup:: delete_user:: storage:: system_hooks:: side_effects:: audit:: ee_rows::
   HK_TEST_GITLAB=18.2 cargo test -p hk --test check --test parity --no-fail-fast
@@ -209,8 +206,8 @@ step "GitLab 18.11 model: schema and the acceptance scenarios (HK_TEST_GITLAB=18
 # scenarios, and `hk check` (budget: about 3 minutes).
 GL1811_FILTER='test(/^(schema|shares|group_deletion|delete_user|storage)::/) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
-  HK_TEST_GITLAB=18.11 cargo nextest run --workspace --no-fail-fast -E "package(integration-tests) and binary(it) and ($GL1811_FILTER)"
-  HK_TEST_GITLAB=18.11 cargo nextest run --workspace --no-fail-fast -E "package(hk) and binary(check)"
+  HK_TEST_GITLAB=18.11 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL1811_FILTER"
+  HK_TEST_GITLAB=18.11 cargo nextest run -p hk --test check --no-fail-fast
 else
   HK_TEST_GITLAB=18.11 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: delete_user:: storage::
   HK_TEST_GITLAB=18.11 cargo test -p hk --test check --no-fail-fast
