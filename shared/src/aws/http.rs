@@ -51,6 +51,7 @@ pub fn client(trust: Trust) -> SharedHttpClient {
     SharedHttpClient::new(NativeTlsClient {
         trust,
         tls: std::sync::OnceLock::new(),
+        connectors: std::sync::Mutex::new(Vec::new()),
     })
 }
 
@@ -58,7 +59,14 @@ pub fn client(trust: Trust) -> SharedHttpClient {
 struct NativeTlsClient {
     trust: Trust,
     tls: std::sync::OnceLock<Option<tokio_native_tls::TlsConnector>>,
+    /// One connector (one connection pool) per timeout settings: the SDK asks for a
+    /// connector on every request attempt, and a new one per attempt would open a new
+    /// connection (TCP and TLS) for every AWS call.
+    connectors: std::sync::Mutex<Vec<(Timeouts, SharedHttpConnector)>>,
 }
+
+/// The connect and read timeouts a connector was built with.
+type Timeouts = (Option<Duration>, Option<Duration>);
 
 impl HttpClient for NativeTlsClient {
     fn http_connector(
@@ -66,8 +74,19 @@ impl HttpClient for NativeTlsClient {
         settings: &HttpConnectorSettings,
         _components: &RuntimeComponents,
     ) -> SharedHttpConnector {
-        // The SDK asks once per client and settings (its own cache); a connector built
-        // now serves every call of that client.
+        let key = (settings.connect_timeout(), settings.read_timeout());
+        let mut connectors = self.connectors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = connectors.iter().find(|(k, _)| *k == key) {
+            return c.clone();
+        }
+        let connector = self.new_connector(key);
+        connectors.push((key, connector.clone()));
+        connector
+    }
+}
+
+impl NativeTlsClient {
+    fn new_connector(&self, (connect_timeout, read_timeout): Timeouts) -> SharedHttpConnector {
         let tls = self
             .tls
             .get_or_init(|| match tls_connector(&self.trust) {
@@ -81,15 +100,12 @@ impl HttpClient for NativeTlsClient {
         let mut tcp = Tcp::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
-        tcp.set_connect_timeout(settings.connect_timeout());
+        tcp.set_connect_timeout(connect_timeout);
         let connector = Connect { tcp, tls };
         let pool = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .build(connector);
-        SharedHttpConnector::new(Connector {
-            pool,
-            read_timeout: settings.read_timeout(),
-        })
+        SharedHttpConnector::new(Connector { pool, read_timeout })
     }
 }
 

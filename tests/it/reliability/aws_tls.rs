@@ -1,9 +1,12 @@
 //! The AWS SDK clients' HTTPS client (`shared::aws::http`, issue 48: hyper over the
 //! OpenSSL every function links, instead of the SDK's rustls stack). Against moto
 //! behind a TLS terminator whose certificate the test CA signs: a real SQS exchange
-//! when the CA is trusted, a TLS refusal when only the Amazon roots are, and a server
-//! that never answers classified as a timeout, which the SDK retries.
+//! when the CA is trusted, a TLS refusal when only the Amazon roots are, calls of one
+//! client on one kept connection, and a server that never answers classified as a
+//! timeout, which the SDK retries.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
@@ -11,6 +14,7 @@ use aws_sdk_sqs::config::{Credentials, SharedHttpClient};
 use integration_tests::aws::moto_endpoint;
 use integration_tests::sinks::certs::TestCa;
 use shared::aws::http::{client, Trust};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// A TLS terminator on 127.0.0.1 in front of moto; its address.
@@ -145,4 +149,74 @@ async fn a_server_that_never_answers_is_a_timeout_the_sdk_retries() {
         panic!("a dispatch failure: {err:?}");
     };
     assert!(dispatch.is_io(), "classified as I/O: {err:?}");
+}
+
+/// An HTTPS server on 127.0.0.1 answering every request `{}` (an empty SQS JSON
+/// response) and keeping the connection open; its address and the connections it
+/// accepted.
+async fn keep_alive_server() -> (String, Arc<AtomicUsize>) {
+    let acceptor = TestCa::get()
+        .issue(&["localhost"], &["127.0.0.1"])
+        .acceptor();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One request: its head, then Content-Length bytes of body.
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match tls.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map(|v| v.trim().parse().unwrap())
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        match tls.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + len);
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: 2\r\n\r\n{}";
+                    if tls.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("https://localhost:{port}"), accepted)
+}
+
+#[tokio::test]
+async fn the_calls_of_one_client_share_one_kept_connection() {
+    let (endpoint, accepted) = keep_alive_server().await;
+    let client = sqs(trusting(TestCa::get().cert_pem()), &endpoint, None);
+    for _ in 0..3 {
+        client.list_queues().send().await.expect("list_queues");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "three calls, one TCP and TLS connection (the SDK asks for a connector per attempt)"
+    );
 }
