@@ -151,7 +151,7 @@ impl HttpConnector for Connector {
 
 /// A transport failure as the SDK's retry strategy reads it: timeouts and I/O failures
 /// (refused, reset, closed, a TLS failure while connecting) are retried as transient.
-pub(crate) fn classify(err: hyper_util::client::legacy::Error) -> ConnectorError {
+fn classify(err: hyper_util::client::legacy::Error) -> ConnectorError {
     let timed_out = source::<io::Error>(&err).is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
         || source::<hyper::Error>(&err).is_some_and(hyper::Error::is_timeout);
     if timed_out {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
 use aws_sdk_sqs::config::{Credentials, SharedHttpClient};
-use integration_tests::aws::moto_endpoint;
+use integration_tests::aws::{create_queue, moto_endpoint};
 use integration_tests::sinks::certs::TestCa;
 use shared::aws::http::{client, Trust};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,15 +73,8 @@ fn trusting(pem: Vec<u8>) -> SharedHttpClient {
 async fn an_sqs_exchange_over_tls_works_when_the_ca_is_trusted_and_is_refused_otherwise() {
     let endpoint = tls_front_of_moto().await;
     let trusted = sqs(trusting(TestCa::get().cert_pem()), &endpoint, None);
-    let name = format!("tls-{}", uuid::Uuid::new_v4().simple());
-    let url = trusted
-        .create_queue()
-        .queue_name(&name)
-        .send()
-        .await
-        .expect("create_queue over TLS")
-        .queue_url
-        .unwrap();
+    let (url, _) = create_queue(&trusted, "tls").await;
+    let name = url.rsplit('/').next().unwrap().to_string();
     trusted
         .send_message()
         .queue_url(&url)
