@@ -468,6 +468,7 @@ async fn every_bench_runs_at_a_tiny_scale_with_sane_figures() {
         "b38-impact",
         "b38-trips",
         "b28",
+        "b28-pages",
         "keyset",
         "keyset-one-date",
         "queue-calls",
@@ -573,7 +574,7 @@ async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
     let opts = bench_options(&db);
     let scale = lab::bench::Scale::parse("400").unwrap();
     let rows = lab::bench::run("b28", &scale, &opts).await.unwrap();
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
     let r = &rows[0];
     assert_eq!(r.bench, "b28");
     assert!(r.value.is_finite() && r.value > 0.0, "{r:?}");
@@ -590,4 +591,14 @@ async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
     assert!(r
         .compares
         .starts_with("ours ÷ floor, 400 tokens over 120 users"));
+    // The page-bounded floor claims the same rows and sends the same notices, a page
+    // per transaction.
+    let p = &rows[1];
+    assert_eq!(p.bench, "b28-pages");
+    assert!(p.value.is_finite() && p.value > 0.0, "{p:?}");
+    assert!(
+        p.measured.contains("same rows and messages afterwards"),
+        "{p:?}"
+    );
+    assert!(p.measured.contains(" pages, "), "{p:?}");
 }

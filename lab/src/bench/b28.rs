@@ -1,5 +1,5 @@
-//! The B28 bench: `b28` (ours ÷ the set-based floor) on personal access tokens of
-//! humans and bots.
+//! The B28 bench: `b28` (ours ÷ the set-based floor) and `b28-pages` (ours ÷ the
+//! page-bounded floor) on personal access tokens of humans and bots.
 //!
 //! Owns: the producer's transport of the bench ([`Sink`]: `deliver-notification`
 //! messages go to the SQS adapter on moto with `--b28-on-moto`, else to an
@@ -10,9 +10,10 @@
 //! sent), and the floor: one set-based `UPDATE … RETURNING` of the same tokens with
 //! the same columns, one set-based read of the claimed bots' resources, hooks and
 //! recipients (the statement ours uses for a page of bots), and the same messages
-//! sent in `SendMessageBatch` calls of ten. Both
-//! sides run on clones of one data set and must leave the same token rows and send
-//! the same message keys (checksums compared and reported).
+//! sent in `SendMessageBatch` calls of ten; and the page-bounded floor
+//! ([`page_floor`]), the floor's work a page per transaction. All three run on clones
+//! of one data set and must leave the same token rows and send the same message keys
+//! (checksums compared and reported).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
@@ -29,8 +30,11 @@ use super::data::{self, B28Sizes};
 use super::queue_calls::Moto;
 use super::{prewarm, ratio, secs, BenchDbs, Options, Row, Scale, Target};
 use engine::local::process_record;
+mod page_floor;
+
+use page_floor::page_floor;
 use shared::batches::pat_expiring::{
-    bot_contexts, bot_notices, ClaimedToken, Interval, MAX_TOKENS,
+    bot_contexts, bot_notices, ClaimedToken, Interval, BATCH_SIZE, MAX_TOKENS,
 };
 use shared::config::Settings;
 use shared::db::{Connector, Session};
@@ -261,23 +265,61 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
             ],
         )
         .await?;
+    let claimed = rows.iter().map(claimed_row).collect();
+    let out = notices(&tx, claimed, &instance, opts).await?;
+    for part in out.chunks(SQS_BATCH) {
+        sink.send(part).await?;
+    }
+    tx.commit().await?;
+    let time = start.elapsed();
+    Ok(Side {
+        time,
+        invocations: 1,
+        messages: sink.messages(),
+        calls: sink.calls(),
+        keys: sink.keys(),
+        checksum: data::b28_checksum(c).await?,
+    })
+}
+
+/// One row of a floor's claim: `(user, id, name, expires_at, created_at, last_used_at,
+/// user_type, can_receive)` from the first column on.
+fn claimed_row(r: &tokio_postgres::Row) -> (Claimed, bool, bool) {
+    claimed_at(r, 0)
+}
+
+/// [`claimed_row`] from column `at` on.
+fn claimed_at(r: &tokio_postgres::Row, at: usize) -> (Claimed, bool, bool) {
+    let t = Claimed {
+        user_id: r.get(at),
+        id: r.get(at + 1),
+        name: r.get(at + 2),
+        expires_at: r.get(at + 3),
+        created_at: r.get(at + 4),
+        last_used_at: r.get(at + 5),
+    };
+    let kind: i32 = r.get(at + 6);
+    (t, kind == 6, r.get(at + 7))
+}
+
+/// The notices of claimed tokens, built as ours builds them: one email per human
+/// who can receive it, per interval; for each bot, its resource's notices about its
+/// reported token (the bots' resources read in one statement).
+async fn notices<C: tokio_postgres::GenericClient>(
+    c: &C,
+    claimed: Vec<(Claimed, bool, bool)>,
+    instance: &Instance,
+    opts: &Options,
+) -> Result<Vec<OutMessage>> {
+    let (now, today) = (opts.now, opts.today());
     // (user, interval) → (can_receive, is_bot, tokens)
     let mut subjects: BTreeMap<(i64, usize), (bool, bool, Vec<Claimed>)> = BTreeMap::new();
-    for r in &rows {
-        let t = Claimed {
-            user_id: r.get(0),
-            id: r.get(1),
-            name: r.get(2),
-            expires_at: r.get(3),
-            created_at: r.get(4),
-            last_used_at: r.get(5),
-        };
-        let kind: i32 = r.get(6);
+    for (t, is_bot, can_receive) in claimed {
         let iv = interval_of(t.expires_at, today);
         let idx = Interval::ALL.iter().position(|x| *x == iv).unwrap_or(0);
         subjects
             .entry((t.user_id, idx))
-            .or_insert_with(|| (r.get(7), kind == 6, Vec::new()))
+            .or_insert_with(|| (can_receive, is_bot, Vec::new()))
             .2
             .push(t);
     }
@@ -286,9 +328,11 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
         .filter(|(_, v)| v.1)
         .map(|(k, _)| k.0)
         .collect();
-    // The claimed bots' resources, hooks and recipients: the same set-based read as
-    // ours (one statement).
-    let bots = bot_contexts(&tx, &bot_ids).await?;
+    let bots = if bot_ids.is_empty() {
+        Default::default()
+    } else {
+        bot_contexts(c, &bot_ids).await?
+    };
     let email = |key: String, n: &EmailNotification| OutMessage::to(key, "bench", now, n);
     let mut out: Vec<OutMessage> = Vec::new();
     for ((user_id, idx), (can_receive, is_bot, mut tokens)) in subjects {
@@ -326,22 +370,10 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
             user_id,
         };
         out.extend(bot_notices(
-            iv, user_id, &reported, ctx, &instance, "bench", now,
+            iv, user_id, &reported, ctx, instance, "bench", now,
         ));
     }
-    for part in out.chunks(SQS_BATCH) {
-        sink.send(part).await?;
-    }
-    tx.commit().await?;
-    let time = start.elapsed();
-    Ok(Side {
-        time,
-        invocations: 1,
-        messages: sink.messages(),
-        calls: sink.calls(),
-        keys: sink.keys(),
-        checksum: data::b28_checksum(c).await?,
-    })
+    Ok(out)
 }
 
 /// A sink on fresh moto queues (when an endpoint is given) or in-process.
@@ -382,6 +414,18 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         side?
     };
     dbs.drop_db("b28_floor").await?;
+    dbs.clone_db("b28_src", "b28_pages").await?;
+    let pages_side = {
+        let mut c = dbs.connector("b28_pages")?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        let (sink, moto) = sink(opts).await?;
+        let side = page_floor(&mut c, &sink, opts).await;
+        if let Some(m) = moto {
+            m.cleanup().await;
+        }
+        side?
+    };
+    dbs.drop_db("b28_pages").await?;
     dbs.clone_db("b28_src", "b28_ours").await?;
     let ours_side = {
         let check = dbs.connector("b28_ours")?.connect("hk-bench").await?;
@@ -395,9 +439,11 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
     };
     dbs.drop_db("b28_ours").await?;
     dbs.drop_db("b28_src").await?;
-    let same = ours_side.checksum == floor_side.checksum
-        && ours_side.keys == floor_side.keys
-        && ours_side.messages == floor_side.messages;
+    let same_as = |a: &Side, b: &Side| {
+        a.checksum == b.checksum && a.keys == b.keys && a.messages == b.messages
+    };
+    let same = same_as(&ours_side, &floor_side);
+    let pages_same = same_as(&pages_side, &floor_side);
     let queue = if opts.moto_endpoint.is_some() && opts.b28_on_moto {
         "SQS adapter on moto"
     } else {
@@ -430,6 +476,35 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
         "×",
         Some(Target::le(1.5)),
     );
+    let pages_row = Row::new(
+        "b28-pages",
+        format!(
+            "ours ÷ the page-bounded floor (the floor's set-based work in ours' units: \
+             a page of {BATCH_SIZE} tokens per transaction, read and claimed in one statement), \
+             the same data set"
+        ),
+        format!(
+            "page-bounded floor {} ({} pages, {:.2}× the floor); ours {}; {}",
+            secs(pages_side.time),
+            pages_side.invocations,
+            ratio(pages_side.time, floor_side.time),
+            secs(ours_side.time),
+            if pages_same {
+                "same rows and messages afterwards"
+            } else {
+                "ROWS OR MESSAGES DIFFER"
+            }
+        ),
+        ratio(ours_side.time, pages_side.time),
+        "×",
+        None,
+    );
+    if !pages_same {
+        return Err(Error::Invariant(format!(
+            "b28: the page-bounded floor and the floor differ: {} / {} messages; rows {} vs {}",
+            pages_side.messages, floor_side.messages, pages_side.checksum, floor_side.checksum
+        )));
+    }
     if !same {
         return Err(Error::Invariant(format!(
             "b28: ours and the floor differ: {} / {} messages ({:x} / {:x}); rows {} vs {}",
@@ -441,5 +516,5 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
             floor_side.checksum
         )));
     }
-    Ok(vec![row])
+    Ok(vec![row, pages_row])
 }

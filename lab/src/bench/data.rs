@@ -311,7 +311,9 @@ impl B28Sizes {
 ///   `expires_at` spread uniformly over `today − 10 .. today + 89` (so every interval,
 ///   the past and the future beyond 60 days are all present); 3 % revoked, 1 %
 ///   impersonation, 2 % with the legacy `expire_notification_delivered`, 2 % with
-///   the 30-day notice already sent.
+///   the 30-day notice already sent; each a unique `token_digest` (a SHA-256 in
+///   base64, as GitLab stores every token's), so the unique digest index has one entry
+///   per token as in production, not a million-entry run of NULLs.
 pub async fn b28(c: &Client, today: NaiveDate, s: B28Sizes) -> Result<()> {
     load(c, &b28_sql(today, s), false).await?;
     c.batch_execute("VACUUM ANALYZE").await?;
@@ -367,13 +369,14 @@ pub fn b28_sql(today: NaiveDate, s: B28Sizes) -> String {
            SELECT g, 'GroupHook', true, '{today}', '{today}' FROM generate_series(1, {t}) g WHERE g % 2 = 0;
          INSERT INTO personal_access_tokens (id, user_id, name, revoked, expires_at, created_at, updated_at,
                                              impersonation, expire_notification_delivered,
-                                             thirty_days_notification_sent_at, organization_id)
+                                             thirty_days_notification_sent_at, organization_id, token_digest)
            SELECT i,
                   CASE WHEN i <= {bot_tokens} THEN {h} + 1 + (i - 1) % {b} ELSE 1 + floor(r_user * {h}) END,
                   'token-' || i, r_flag < 0.03, date '{today}' - 10 + floor(r_date * 100)::int,
                   timestamp '{today}' - interval '100 days', '{today}',
                   r_flag >= 0.03 AND r_flag < 0.04, r_flag >= 0.04 AND r_flag < 0.06,
-                  CASE WHEN r_flag >= 0.06 AND r_flag < 0.08 THEN timestamptz '{today}' - interval '5 days' END, 1
+                  CASE WHEN r_flag >= 0.06 AND r_flag < 0.08 THEN timestamptz '{today}' - interval '5 days' END, 1,
+                  encode(sha256(('token-' || i)::bytea), 'base64')
            FROM (SELECT i, random() r_user, random() r_date, random() r_flag
                  FROM generate_series(1, {n}) i) x;"
     );
