@@ -151,10 +151,20 @@ impl Environment {
         if let Some(gate) = early {
             gate.start(session.clone(), function, config.schema_accepted.clone());
         }
-        let aws = aws.unwrap_or_else(|| aws::from_env(env));
+        // The AWS configuration (its HTTPS client) and the queue's clients on a thread of
+        // their own: this task yields meanwhile, so the session opening on this
+        // current-thread runtime goes on beside them instead of after them.
+        let (aws, sqs, scheduler) = tokio::task::spawn_blocking(move || {
+            let aws = aws.unwrap_or_else(|| aws::from_env(env));
+            let sqs = aws::sqs_client(&aws, env);
+            let scheduler = aws::scheduler_client(&aws, env);
+            (aws, sqs, scheduler)
+        })
+        .await
+        .map_err(|e| Error::Invariant(format!("building the AWS clients: {e}")))?;
         let queue = SqsQueue::new(
-            aws::sqs_client(&aws, env),
-            aws::scheduler_client(&aws, env),
+            sqs,
+            scheduler,
             config.queues.clone(),
             config.scheduler.clone(),
             Arc::new(SystemClock),
