@@ -474,6 +474,12 @@ impl Session {
         self.checked.store(false, Ordering::Release);
     }
 
+    /// The kept client, if any, was connected for this invocation (by the schema check
+    /// an on-demand init started right before it): it is not pinged in it.
+    pub fn connected_for_invocation(&self) {
+        self.checked.store(true, Ordering::Release);
+    }
+
     /// Borrow a live client with the session settings applied: the kept one (pinged
     /// once per invocation, [`Session::invocation_started`]: a frozen environment can
     /// thaw with a dead socket, hence the check), otherwise a new one.

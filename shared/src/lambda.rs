@@ -41,8 +41,9 @@ pub struct Environment {
     pub config: Config,
     /// The transport.
     pub queue: Arc<dyn Queue>,
-    /// The database session kept across warm invocations.
-    pub session: Session,
+    /// The database session kept across warm invocations (shared with the schema
+    /// check an on-demand init starts early, [`SchemaGate::start`]).
+    pub session: Arc<Session>,
     /// The clock (the system clock in Lambda).
     pub clock: Arc<dyn Clock>,
 }
@@ -86,7 +87,7 @@ impl Environment {
     ) -> Environment {
         Environment {
             function,
-            session: Session::new(connector, function.name()),
+            session: Arc::new(Session::new(connector, function.name())),
             config,
             queue,
             clock: Arc::new(SystemClock),
@@ -111,8 +112,15 @@ impl Environment {
     }
 
     /// Build the environment of `H`'s function and `H`'s own dependencies from
-    /// configuration (cold start).
-    pub async fn build<H: Job>(config: Config) -> Result<(Environment, H::Deps), Error> {
+    /// configuration (cold start). With `early`, the session is opened and the schema
+    /// check started ([`SchemaGate::start`]) as soon as the connector is built, so
+    /// connecting and the check overlap the AWS clients, the job's dependencies and the
+    /// Runtime API's first call (issue 52); every refusal of the configuration is still
+    /// returned from here, naming its variable.
+    pub async fn build<H: Job>(
+        config: Config,
+        early: Option<&SchemaGate>,
+    ) -> Result<(Environment, H::Deps), Error> {
         let function = H::FUNCTION;
         if config.transport != TransportKind::Sqs {
             return Err(Error::Config(
@@ -122,30 +130,54 @@ impl Environment {
         config.require_queues(function.sends_to())?;
         metrics::set_service(&config.service);
         let env = |k: &str| std::env::var(k).ok();
-        let aws = aws::from_env(env);
-        let connector = match &config.database.source {
+        // With DATABASE_URL the connector needs no AWS call: it is built first, and the
+        // AWS configuration (an HTTPS client) while the session connects.
+        let (connector, aws) = match &config.database.source {
             // The secret is re-read (bounded) when the database refuses its credentials:
             // a rotation must not break warm containers (issue 20).
             crate::config::DatabaseSource::SecretArn(arn) => {
+                let aws = aws::from_env(env);
                 let source = aws::SecretSource::new(aws.clone(), "DATABASE_SECRET_ARN", arn);
                 let pg = crate::config::pg_config_from_secret(&source.read().await?)?;
-                Connector::new(pg, &config.database)?.with_secret(Arc::new(source))
+                let connector = Connector::new(pg, &config.database)?.with_secret(Arc::new(source));
+                (connector, Some(aws))
             }
-            source => Connector::new(
-                aws::database_config(source, Some(&aws)).await?,
-                &config.database,
-            )?,
+            source => (
+                Connector::new(aws::database_config(source, None).await?, &config.database)?,
+                None,
+            ),
         };
+        let session = Arc::new(Session::new(connector, function.name()));
+        if let Some(gate) = early {
+            gate.start(session.clone(), function, config.schema_accepted.clone());
+        }
+        // The AWS configuration (its HTTPS client) and the queue's clients on a thread of
+        // their own: this task yields meanwhile, so the session opening on this
+        // current-thread runtime goes on beside them instead of after them.
+        let (aws, sqs, scheduler) = tokio::task::spawn_blocking(move || {
+            let aws = aws.unwrap_or_else(|| aws::from_env(env));
+            let sqs = aws::sqs_client(&aws, env);
+            let scheduler = aws::scheduler_client(&aws, env);
+            (aws, sqs, scheduler)
+        })
+        .await
+        .map_err(|e| Error::Invariant(format!("building the AWS clients: {e}")))?;
         let queue = SqsQueue::new(
-            aws::sqs_client(&aws, env),
-            aws::scheduler_client(&aws, env),
+            sqs,
+            scheduler,
             config.queues.clone(),
             config.scheduler.clone(),
             Arc::new(SystemClock),
         );
         let job_deps = <H::Deps as FromConfig>::build(&config, &aws).await?;
         Ok((
-            Environment::new(function, config, connector, Arc::new(queue)),
+            Environment {
+                function,
+                session,
+                config,
+                queue: Arc::new(queue),
+                clock: Arc::new(SystemClock),
+            },
             job_deps,
         ))
     }
@@ -161,16 +193,54 @@ impl Environment {
 /// poller backs off on function errors, so the batch stays on the queue, untouched,
 /// while the `schema_incompatible` alarm calls an operator (past `maxReceiveCount`
 /// receives it reaches the DLQ, and `hk replay dlq` returns it). A pass is kept for the
-/// environment's life; a failure is checked again on the next invocation.
+/// environment's life; a failure is checked again on the next invocation. An
+/// on-demand init starts the check early ([`SchemaGate::start`]); the first invocation
+/// then awaits that check instead of running its own.
 #[derive(Debug, Default)]
 pub struct SchemaGate {
     compatible: AtomicBool,
+    early: std::sync::Mutex<Option<tokio::task::JoinHandle<Verdict>>>,
+}
+
+/// What one schema check found.
+#[derive(Debug)]
+enum Verdict {
+    /// Every statement prepared: kept for the environment's life. The prepared
+    /// statements are dropped by [`SchemaGate::check`], so that their Closes go out
+    /// with its invocation's first statements rather than alone.
+    Passed(Vec<tokio_postgres::Statement>),
+    /// The database could not be asked (unreachable, the settings failed): the records
+    /// report the outage, and the next invocation checks again.
+    Unchecked,
+    /// A lock held elsewhere ([`Gate::Busy`]).
+    Busy(String),
+    /// The release or the schema is refused: nothing is processed.
+    Refused(InvokeError),
+}
+
+/// Whether this execution environment's init runs right before its first invocation
+/// (`AWS_LAMBDA_INITIALIZATION_TYPE` `on-demand`, or unset outside Lambda): only then
+/// may init open the session and check the schema for it. A provisioned-concurrency or
+/// SnapStart init can precede the first invocation by hours.
+pub fn init_is_on_demand() -> bool {
+    std::env::var("AWS_LAMBDA_INITIALIZATION_TYPE").map_or(true, |t| t == "on-demand")
 }
 
 impl SchemaGate {
     /// A gate that has not checked yet.
     pub fn new() -> SchemaGate {
         SchemaGate::default()
+    }
+
+    /// Start the check during an on-demand init, on its own task (issue 52): `session`
+    /// connects and is checked while init goes on; the first [`SchemaGate::check`]
+    /// awaits this check (and does not ping the session it opened). A check that could
+    /// not ask the database is run again by that first invocation, so no record is
+    /// processed unchecked.
+    pub fn start(&self, session: Arc<Session>, function: Function, accepted: Option<String>) {
+        let task =
+            tokio::spawn(async move { verdict(&session, function, accepted.as_deref()).await });
+        *self.early.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
     /// Check the schema unless a previous check passed. An unreachable database says
@@ -180,108 +250,135 @@ impl SchemaGate {
         if self.compatible.load(Ordering::Acquire) {
             return Ok(Gate::Open);
         }
-        let failed = {
-            let (client, unsettled) = match environment.session.client_unsettled().await {
-                Ok(c) => c,
-                Err(_) => return Ok(Gate::Open),
-            };
-            let accepted = environment.config.schema_accepted.as_deref();
-            // A new session's settings, the release and the schema probes in one round
-            // trip (the settings first: the probes only read the catalogue), then the
-            // function's statements in one more, under the settings' lock_timeout
-            // (issue 52).
-            let settle = async {
-                match unsettled {
-                    Some(s) => s.run(&client).await,
-                    None => Ok(()),
-                }
-            };
-            let (settled, read, probed) = futures::join!(
-                settle,
-                release::read(&*client),
-                preflight::probe_all(&*client)
-            );
-            if settled.is_err() {
-                // The record's checkout applies them again and reports the failure.
-                return Ok(Gate::Open);
+        let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = early {
+            let found = task.await;
+            // Opened by this init, right before this first invocation: no ping.
+            environment.session.connected_for_invocation();
+            match found {
+                Ok(Verdict::Unchecked) | Err(_) => {}
+                Ok(v) => return self.settle(v),
             }
-            let refusal = match read {
-                Err(_) => return Ok(Gate::Open),
-                Ok(release::Read::Version(v)) => release::classify(&v, accepted).refusal(&v),
-                Ok(release::Read::Empty) => Some(
-                    "schema_migrations holds no migration version: not a migrated GitLab database"
-                        .into(),
-                ),
-                Ok(release::Read::NoTable) => Some(
-                    "no schema_migrations: not a GitLab database (check DATABASE_SECRET_ARN)"
-                        .into(),
-                ),
-                Ok(release::Read::NotPermitted) => Some(
-                    "the role may not read schema_migrations, so GitLab's release is unknown: \
-                     run the GRANT `hk grants` prints"
-                        .into(),
-                ),
-            };
-            if let Some(reason) = refusal {
-                tracing::error!(
-                    function = environment.function.name(),
-                    error = reason.as_str(),
-                    error_class = "release_refused",
-                    "release refused: {reason}; processing nothing, the messages stay on the queue"
-                );
-                metrics::emit(environment.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
-                return Err(InvokeError::ReleaseRefused(reason));
-            }
-            let Ok((model, has)) = probed else {
-                return Ok(Gate::Open);
-            };
-            let statements = crate::catalogue::for_function(environment.function, model, &has);
-            match preflight::prepare_all(&client, &statements).await {
-                Ok(failed) => failed,
-                Err(_) => return Ok(Gate::Open),
-            }
-        };
-        if failed.is_empty() {
-            self.compatible.store(true, Ordering::Release);
-            return Ok(Gate::Open);
         }
-        let list = |f: &mut dyn Iterator<Item = &preflight::Incompatible>| {
-            f.map(|f| format!("{}::{} ({})", f.module, f.name, f.object))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if let Some(busy) = failed
-            .iter()
-            .find(|f| f.problem == preflight::Problem::Busy)
-        {
-            let statement = format!("{}::{}", busy.module, busy.name);
-            tracing::warn!(
-                function = environment.function.name(),
-                statement = statement.as_str(),
-                error = busy.message.as_str(),
-                error_class = "db_busy",
-                "database busy: a catalogue statement waited too long for a lock held by \
-                 another session; the records are retried, the schema check runs again"
-            );
-            return Ok(Gate::Busy(format!("{statement}: {}", busy.message)));
-        }
-        let statements = list(&mut failed.iter());
-        let grants = list(
-            &mut failed
-                .iter()
-                .filter(|f| f.problem == preflight::Problem::Permission),
-        );
-        tracing::error!(
-            function = environment.function.name(),
-            failed = failed.len(),
-            statements = statements.as_str(),
-            permission_denied = grants.as_str(),
-            "schema incompatible: catalogue statements do not prepare on this database; \
-             processing nothing, the messages stay on the queue (run `hk check`)"
-        );
-        metrics::emit(environment.function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
-        Err(InvokeError::SchemaIncompatible(statements))
+        let accepted = environment.config.schema_accepted.as_deref();
+        let v = verdict(&environment.session, environment.function, accepted).await;
+        self.settle(v)
     }
+
+    /// What `v` lets through; a pass is kept.
+    fn settle(&self, v: Verdict) -> Result<Gate, InvokeError> {
+        match v {
+            Verdict::Passed(prepared) => {
+                drop(prepared);
+                self.compatible.store(true, Ordering::Release);
+                Ok(Gate::Open)
+            }
+            Verdict::Unchecked => Ok(Gate::Open),
+            Verdict::Busy(reason) => Ok(Gate::Busy(reason)),
+            Verdict::Refused(e) => Err(e),
+        }
+    }
+}
+
+/// One schema check of `function` on `session` (`accepted`: `SCHEMA_ACCEPTED`), its
+/// refusals logged and counted.
+async fn verdict(session: &Session, function: Function, accepted: Option<&str>) -> Verdict {
+    let failed = {
+        let (client, unsettled) = match session.client_unsettled().await {
+            Ok(c) => c,
+            Err(_) => return Verdict::Unchecked,
+        };
+        // A new session's settings, the release and the schema probes in one round
+        // trip (the settings first: the probes only read the catalogue), then the
+        // function's statements in one more, under the settings' lock_timeout
+        // (issue 52).
+        let settle = async {
+            match unsettled {
+                Some(s) => s.run(&client).await,
+                None => Ok(()),
+            }
+        };
+        let (settled, read, probed) = futures::join!(
+            settle,
+            release::read(&*client),
+            preflight::probe_all(&*client)
+        );
+        if settled.is_err() {
+            // The record's checkout applies them again and reports the failure.
+            return Verdict::Unchecked;
+        }
+        let refusal = match read {
+            Err(_) => return Verdict::Unchecked,
+            Ok(release::Read::Version(v)) => release::classify(&v, accepted).refusal(&v),
+            Ok(release::Read::Empty) => Some(
+                "schema_migrations holds no migration version: not a migrated GitLab database"
+                    .into(),
+            ),
+            Ok(release::Read::NoTable) => Some(
+                "no schema_migrations: not a GitLab database (check DATABASE_SECRET_ARN)".into(),
+            ),
+            Ok(release::Read::NotPermitted) => Some(
+                "the role may not read schema_migrations, so GitLab's release is unknown: \
+                 run the GRANT `hk grants` prints"
+                    .into(),
+            ),
+        };
+        if let Some(reason) = refusal {
+            tracing::error!(
+                function = function.name(),
+                error = reason.as_str(),
+                error_class = "release_refused",
+                "release refused: {reason}; processing nothing, the messages stay on the queue"
+            );
+            metrics::emit(function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
+            return Verdict::Refused(InvokeError::ReleaseRefused(reason));
+        }
+        let Ok((model, has)) = probed else {
+            return Verdict::Unchecked;
+        };
+        let statements = crate::catalogue::for_function(function, model, &has);
+        match preflight::prepare_all_kept(&client, &statements).await {
+            Ok((failed, prepared)) if failed.is_empty() => return Verdict::Passed(prepared),
+            Ok((failed, _)) => failed,
+            Err(_) => return Verdict::Unchecked,
+        }
+    };
+    let list = |f: &mut dyn Iterator<Item = &preflight::Incompatible>| {
+        f.map(|f| format!("{}::{} ({})", f.module, f.name, f.object))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(busy) = failed
+        .iter()
+        .find(|f| f.problem == preflight::Problem::Busy)
+    {
+        let statement = format!("{}::{}", busy.module, busy.name);
+        tracing::warn!(
+            function = function.name(),
+            statement = statement.as_str(),
+            error = busy.message.as_str(),
+            error_class = "db_busy",
+            "database busy: a catalogue statement waited too long for a lock held by \
+             another session; the records are retried, the schema check runs again"
+        );
+        return Verdict::Busy(format!("{statement}: {}", busy.message));
+    }
+    let statements = list(&mut failed.iter());
+    let grants = list(
+        &mut failed
+            .iter()
+            .filter(|f| f.problem == preflight::Problem::Permission),
+    );
+    tracing::error!(
+        function = function.name(),
+        failed = failed.len(),
+        statements = statements.as_str(),
+        permission_denied = grants.as_str(),
+        "schema incompatible: catalogue statements do not prepare on this database; \
+         processing nothing, the messages stay on the queue (run `hk check`)"
+    );
+    metrics::emit(function, &[(metrics::SCHEMA_INCOMPATIBLE, 1.0)]);
+    Verdict::Refused(InvokeError::SchemaIncompatible(statements))
 }
 
 /// What the schema check lets through.
@@ -401,7 +498,7 @@ async fn handle_records<H: Handler>(
         .with_deadline(remaining(ctx.deadline, environment.function));
         let body = rec.body.as_deref().unwrap_or("");
         let first = i == 0;
-        let outcome = deliver(handler, &inv, &environment.session, body, &meta, first).await;
+        let outcome = deliver(handler, &inv, &*environment.session, body, &meta, first).await;
         respond(&mut response, id, &outcome);
     }
     Ok(response)
@@ -426,8 +523,10 @@ pub fn run<H: Job>(job: H) -> Result<(), lambda_runtime::Error> {
 pub async fn serve<H: Job>(_job: H) -> Result<(), lambda_runtime::Error> {
     let function = H::FUNCTION;
     telemetry::init(telemetry::Sink::Stdout);
+    let gate = SchemaGate::new();
+    let early = init_is_on_demand().then_some(&gate);
     let built = match Config::from_env() {
-        Ok(config) => Environment::build::<H>(config).await,
+        Ok(config) => Environment::build::<H>(config, early).await,
         Err(e) => Err(e),
     };
     let (environment, handler) = match built {
@@ -437,7 +536,6 @@ pub async fn serve<H: Job>(_job: H) -> Result<(), lambda_runtime::Error> {
             return Err(e.into());
         }
     };
-    let gate = SchemaGate::new();
     let (environment, handler, gate) = (&environment, &handler, &gate);
     lambda_runtime::run(service_fn(move |event| {
         handle_event_checked(handler, environment, gate, event)

@@ -198,7 +198,19 @@ pub async fn prepare_all(
     client: &Client,
     statements: &[catalogue::Statement],
 ) -> Result<Vec<Incompatible>, Error> {
-    let mut failed = Vec::new();
+    Ok(prepare_all_kept(client, statements).await?.0)
+}
+
+/// [`prepare_all`], and the statements that prepared, still open: dropping one sends
+/// its Close, which goes out with the client's next request. The schema check started
+/// during init (`crate::lambda::SchemaGate::start`) hands them to the first
+/// invocation to drop, so their Closes share its first flight instead of taking one of
+/// their own (issue 52).
+pub async fn prepare_all_kept(
+    client: &Client,
+    statements: &[catalogue::Statement],
+) -> Result<(Vec<Incompatible>, Vec<tokio_postgres::Statement>), Error> {
+    let (mut failed, mut kept) = (Vec::new(), Vec::new());
     let mut rest = statements;
     while !rest.is_empty() {
         // In this order on the wire: `join3` and `join_all` poll their futures in
@@ -213,7 +225,13 @@ pub async fn prepare_all(
         end?;
         let mut next = &rest[rest.len()..];
         for (i, (s, outcome)) in rest.iter().zip(outcomes).enumerate() {
-            let Err(e) = outcome else { continue };
+            let e = match outcome {
+                Ok(prepared) => {
+                    kept.push(prepared);
+                    continue;
+                }
+                Err(e) => e,
+            };
             let Some(db) = e.as_db_error() else {
                 return Err(Error::from(e));
             };
@@ -226,12 +244,12 @@ pub async fn prepare_all(
             let busy = f.problem == Problem::Busy;
             failed.push(f);
             if busy {
-                return Ok(failed);
+                return Ok((failed, kept));
             }
         }
         rest = next;
     }
-    Ok(failed)
+    Ok((failed, kept))
 }
 
 /// The failure a server error of statement `s` is.

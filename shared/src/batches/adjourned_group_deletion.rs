@@ -288,12 +288,21 @@ impl Job for AdjournedGroupDeletion {
     where
         C: GenericClient + Send + Sync,
     {
-        let period = group_deletion::deletion_adjourned_period(&*client).await?;
-        if payload.cursor.is_none() {
-            group_deletion::warn_not_finite(&*client).await?;
-        }
+        // The period, the not-finite warning and the model are independent reads: one
+        // flight, one round trip (issue 52).
+        let first = payload.cursor.is_none();
+        let (period, warned, model) = futures::join!(
+            group_deletion::deletion_adjourned_period(&*client),
+            async {
+                match first {
+                    true => group_deletion::warn_not_finite(&*client).await,
+                    false => Ok(()),
+                }
+            },
+            deletion_model::probe(&*client),
+        );
+        let (period, (), model) = (period?, warned?, model?);
         let cutoff = group_deletion::cutoff(inv.today(), period);
-        let model = deletion_model::probe(&*client).await?;
         let r = run(inv, env, client, payload.cursor, Due { cutoff, model }).await?;
         let done = AdjournedGroupDeletionDone {
             groups_due: r.due,

@@ -9,6 +9,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Transaction};
 
 use crate::error::{Error, Result};
@@ -59,10 +60,16 @@ async fn read_page<C: GenericClient>(
     retry_before: DateTime<Utc>,
     after: i64,
 ) -> Result<Vec<Detail>> {
+    // Parsed, bound and run in one round trip (issue 52).
     let rows = c
-        .query(
+        .query_typed(
             sql::READ_PAGE,
-            &[&MAX_ATTEMPTS, &retry_before, &after, &BATCH_SIZE],
+            &[
+                (&MAX_ATTEMPTS, Type::INT4),
+                (&retry_before, Type::TIMESTAMPTZ),
+                (&after, Type::INT8),
+                (&BATCH_SIZE, Type::INT8),
+            ],
         )
         .await?;
     Ok(rows

@@ -35,7 +35,8 @@ struct Backlog {
 
 /// Step 2: read the row count and `min(created_at)`; `remaining > 0` is the `EXISTS`.
 async fn backlog<C: GenericClient>(c: &C, now: DateTime<Utc>) -> Result<Backlog> {
-    let row = c.query_one(sql::BACKLOG, &[]).await?;
+    // Parsed, bound and run in one round trip (issue 52).
+    let row = c.query_typed_one(sql::BACKLOG, &[]).await?;
     let oldest: Option<DateTime<Utc>> = row.get(1);
     let outside: i64 = row.get(2);
     if outside > 0 {

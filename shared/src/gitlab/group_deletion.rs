@@ -8,6 +8,7 @@
 //! nothing about permissions and never commits. Its statements are in `sql`.
 
 use chrono::{DateTime, NaiveDate, Utc};
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
@@ -73,7 +74,10 @@ fn effective(group_id: i64, d: Details, row: Option<(i64, NaiveDate)>) -> Option
 /// (or NULL), GitLab's default of the installed version, read from the column's default
 /// (7 on 18.2, 30 since 18.3); [`DEFAULT_PERIOD_DAYS`] if that cannot be read.
 pub async fn deletion_adjourned_period<C: GenericClient>(c: &C) -> Result<i32> {
-    let row = c.query_one(sql::DELETION_ADJOURNED_PERIOD, &[]).await?;
+    // Parsed, bound and run in one round trip (issue 52), as every read below.
+    let row = c
+        .query_typed_one(sql::DELETION_ADJOURNED_PERIOD, &[])
+        .await?;
     let stored: Option<i32> = row.get(0);
     let column_default: Option<i32> = row.get(1);
     let period = stored.or(column_default).unwrap_or(DEFAULT_PERIOD_DAYS);
@@ -110,7 +114,10 @@ pub fn cutoff(today: NaiveDate, period_days: i32) -> NaiveDate {
 /// Warn when schedules are marked at `±infinity`: they are never due (their message
 /// could not carry the date), so the operator sees them once per run.
 pub async fn warn_not_finite<C: GenericClient>(c: &C) -> Result<()> {
-    let n: i64 = c.query_one(sql::NOT_FINITE_SCHEDULES, &[]).await?.get(0);
+    let n: i64 = c
+        .query_typed_one(sql::NOT_FINITE_SCHEDULES, &[])
+        .await?
+        .get(0);
     if n > 0 {
         tracing::warn!(
             schedules = n,
@@ -136,8 +143,16 @@ pub async fn due_page<C: GenericClient>(
     } else {
         sql::DUE_PAGE
     };
+    let after = after.unwrap_or(i64::MIN);
     let rows = c
-        .query(statement, &[&cutoff, &after.unwrap_or(i64::MIN), &limit])
+        .query_typed(
+            statement,
+            &[
+                (&cutoff, Type::DATE),
+                (&after, Type::INT8),
+                (&limit, Type::INT8),
+            ],
+        )
         .await?;
     Ok(rows
         .iter()
@@ -157,13 +172,18 @@ pub async fn schedule_of<C: GenericClient>(
 ) -> Result<Option<Schedule>> {
     let d = if model.has_scheduled_at() {
         details(
-            c.query_opt(sql::scheduled_at::DETAILS_SCHEDULE_OF, &[&group_id])
-                .await?,
+            c.query_typed_opt(
+                sql::scheduled_at::DETAILS_SCHEDULE_OF,
+                &[(&group_id, Type::INT8)],
+            )
+            .await?,
         )
     } else {
         Details::NotSet
     };
-    let row = c.query_opt(sql::SCHEDULE_OF, &[&group_id]).await?;
+    let row = c
+        .query_typed_opt(sql::SCHEDULE_OF, &[(&group_id, Type::INT8)])
+        .await?;
     Ok(effective(group_id, d, row.map(|r| (r.get(1), r.get(2)))))
 }
 
@@ -179,11 +199,16 @@ pub async fn locked_schedule<C: GenericClient>(
     schedule_stmt: &str,
 ) -> Result<Option<Schedule>> {
     let d = if model.has_scheduled_at() {
-        details(c.query_opt(details_stmt, &[&group_id]).await?)
+        details(
+            c.query_typed_opt(details_stmt, &[(&group_id, Type::INT8)])
+                .await?,
+        )
     } else {
         Details::NotSet
     };
-    let row = c.query_opt(schedule_stmt, &[&group_id]).await?;
+    let row = c
+        .query_typed_opt(schedule_stmt, &[(&group_id, Type::INT8)])
+        .await?;
     // A non-finite mark on the schedule row is never due.
     let row = row.and_then(|r| {
         let date: Option<NaiveDate> = r.try_get(1).ok();
@@ -194,7 +219,9 @@ pub async fn locked_schedule<C: GenericClient>(
 
 /// Whether a namespace `id` exists with `type = 'Group'`.
 pub async fn group_exists<C: GenericClient>(c: &C, id: i64) -> Result<bool> {
-    Ok(c.query_opt(sql::GROUP_EXISTS, &[&id]).await?.is_some())
+    Ok(c.query_typed_opt(sql::GROUP_EXISTS, &[(&id, Type::INT8)])
+        .await?
+        .is_some())
 }
 
 /// `s` without a `SUFFIX_RE` match (`-deletion_scheduled-<digits>` or the legacy

@@ -20,6 +20,7 @@
 //! paths and the shape each item must have are in [`item`].
 
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::config::storage::{Bucket, Mode, StorageModes};
@@ -181,7 +182,10 @@ pub async fn lock_registry_item<C: GenericClient>(
     if !scheduled {
         return Ok(
             match c
-                .query_opt(sql::LOCK_CONTAINER_REPOSITORY, &[&id, &project])
+                .query_typed_opt(
+                    sql::LOCK_CONTAINER_REPOSITORY,
+                    &[(&id, Type::INT8), (&project, Type::INT8)],
+                )
                 .await?
             {
                 None => RegistryItem::Gone,
@@ -248,7 +252,7 @@ pub fn registry_path(project_full_path: &str, name: &str) -> String {
 
 /// The instance's identity, `application_settings.uuid` (`None` without a row or a uuid).
 pub async fn instance_uuid<C: GenericClient>(c: &C) -> Result<Option<String>> {
-    Ok(c.query_opt(sql::INSTANCE_UUID, &[])
+    Ok(c.query_typed_opt(sql::INSTANCE_UUID, &[])
         .await?
         .and_then(|r| r.get(0)))
 }

@@ -7,6 +7,7 @@
 //! success, so replays are harmless. It never touches the detail row.
 
 use serde::Serialize;
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::Result;
@@ -86,7 +87,11 @@ where
 {
     let tx = client.transaction().await?;
     // Steps 1 and 2.
-    let Some(row) = tx.query_opt(sql::USER_TYPE, &[&u]).await? else {
+    // Parsed, bound and run in one round trip (issue 52).
+    let Some(row) = tx
+        .query_typed_opt(sql::USER_TYPE, &[(&u, Type::INT8)])
+        .await?
+    else {
         tx.commit().await?;
         return Ok(Outcome::NotFound);
     };

@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 use serde::Serialize;
+use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
 use crate::error::{Error, Result};
@@ -248,8 +249,9 @@ async fn run<C>(
 where
     C: GenericClient + Send + Sync,
 {
+    // Parsed, bound and run in one round trip (issue 52), as ANY_SCHEDULE.
     let rows = client
-        .query(sql::SCHEDULES, &[&SCHEDULE_BATCH_SIZE])
+        .query_typed(sql::SCHEDULES, &[(&SCHEDULE_BATCH_SIZE, Type::INT8)])
         .await?;
     let mut t = Totals::default();
     for row in &rows {
@@ -414,7 +416,7 @@ impl Job for PruneDeletions {
                 )),
             });
         }
-        let more: bool = client.query_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
+        let more: bool = client.query_typed_one(sql::ANY_SCHEDULE, &[]).await?.get(0);
         let done = PruneDone::new(Status::Completed, &totals);
         Ok(job::Step::then(
             done,

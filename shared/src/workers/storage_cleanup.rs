@@ -215,15 +215,20 @@ async fn same_instance<C: GenericClient>(c: &C, s: &Storage) -> Result<()> {
 }
 
 /// The re-check of container repository `id` at `path` under its locks, in the open
-/// transaction `tx`: the group's schedule `FOR SHARE`, then the project, its routes and
-/// the row (`gitlab::storage::lock_registry_item`). A repository kept loses its mark.
+/// transaction `tx`: the instance ([`same_instance`]) and the deletion-state model in
+/// one flight (issue 52), then the group's schedule `FOR SHARE`, then the project, its
+/// routes and the row (`gitlab::storage::lock_registry_item`). A repository kept loses
+/// its mark.
 async fn lock_registry<C: GenericClient>(
     tx: &C,
+    s: &Storage,
     p: &StorageCleanupRun,
     id: i64,
     path: &str,
 ) -> Result<storage::RegistryItem> {
-    let model = deletion_model::probe(tx).await?;
+    let (same, model) = futures::join!(same_instance(tx, s), deletion_model::probe(tx));
+    same?;
+    let model = model?;
     let scheduled = group_deletion::locked_schedule(
         tx,
         model,
@@ -293,12 +298,15 @@ where
         Removal::Removed => Outcome::Removed,
         Removal::AlreadyGone => Outcome::AlreadyGone,
     };
-    same_instance(&*client_db, s).await?;
     use storage::RegistryItem;
+    if !matches!(p.item, StorageItem::ContainerRepository { .. }) {
+        // A container repository's is read in its first transaction's first flight.
+        same_instance(&*client_db, s).await?;
+    }
     match &p.item {
         StorageItem::ContainerRepository { id, path } => {
             let tx = client_db.transaction().await?;
-            let found = lock_registry(&tx, p, *id, path).await?;
+            let found = lock_registry(&tx, s, p, *id, path).await?;
             if found != RegistryItem::Go {
                 tx.commit().await?;
                 return Ok(match found {
@@ -322,7 +330,7 @@ where
                 .delete_repository(path, s.token_clock.now())
                 .await?;
             let tx = client_db.transaction().await?;
-            let found = lock_registry(&tx, p, *id, path).await?;
+            let found = lock_registry(&tx, s, p, *id, path).await?;
             let outcome = match &found {
                 RegistryItem::Go => {
                     storage::delete_container_repository(&tx, *id).await?;

@@ -168,10 +168,10 @@ async fn a_lock_held_elsewhere_is_busy_and_the_records_are_retried() {
         .unwrap();
     let q = Arc::new(LocalQueue::new(t(NOW)));
     let mut deps = deps(&db, q.clone());
-    deps.session = Session::new(
+    deps.session = Arc::new(Session::new(
         db.connector().with_lock_timeout_ms(200),
         deps.function.name(),
-    );
+    ));
     let gate = SchemaGate::new();
     let (log, _g) = capture();
     let ev = event();
@@ -257,5 +257,70 @@ fn the_object_is_read_from_the_servers_message() {
     assert_eq!(
         object_of("operator does not exist: text = bigint"),
         "operator does not exist: text = bigint"
+    );
+}
+
+/// The check an on-demand init starts early (issue 52) keeps the gate's semantics: on an
+/// incompatible schema the first invocation, which awaits it, fails as a whole and
+/// processes nothing, with one line; the next invocation checks again and, the schema
+/// fixed, processes the batch.
+#[tokio::test]
+async fn a_check_started_during_init_refuses_the_first_invocation_on_a_bad_schema() {
+    let db = TestDb::new().await;
+    let fx = Fx(&db);
+    fx.group(100, "acme", None).await;
+    fx.project(200, 100).await;
+    fx.users(&[U::human(10)]).await;
+    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
+        .await;
+    db.exec("ALTER TABLE members DROP COLUMN requested_at")
+        .await;
+    let q = Arc::new(LocalQueue::new(t(NOW)));
+    let deps = deps(&db, q.clone());
+    let gate = SchemaGate::new();
+    let (log, _g) = capture();
+    gate.start(deps.session.clone(), deps.function, None);
+    let r = handle_event_checked(
+        &Dispatch::new(),
+        &deps,
+        &gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await;
+    let err = r.expect_err("the invocation fails as a whole");
+    assert!(
+        matches!(&err, InvokeError::SchemaIncompatible(s) if s.contains("requested_at")),
+        "{err}"
+    );
+    assert_eq!(
+        log.with_message(
+            "schema incompatible: catalogue statements do not prepare on this database; \
+             processing nothing, the messages stay on the queue (run `hk check`)",
+        )
+        .len(),
+        1,
+        "{}",
+        log.dump()
+    );
+    assert!(
+        db.exists("members WHERE id = 10").await,
+        "nothing processed"
+    );
+    assert_eq!(q.pending_len(), 0, "nothing sent");
+
+    db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
+        .await;
+    let resp = handle_event_checked(
+        &Dispatch::new(),
+        &deps,
+        &gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await
+    .expect("a compatible schema is served");
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "processed once fixed"
     );
 }

@@ -112,7 +112,17 @@ async fn failures_after_the_first_are_still_found() {
 /// The whole cold start of `function` once its session is up, counted on the wire: the
 /// schema check (with the session settings in its first flight) and the first record
 /// (the bench's message: a cron's own, or a child's about rows that do not exist).
-async fn cold_start_round_trips(wire: &Wire, url: &str, function: Function, connect: u64) -> u64 {
+///
+/// With `early`, the check is started as an on-demand init starts it
+/// ([`SchemaGate::start`]) before the invocation, which then awaits it: the same round
+/// trips (no second check, no ping of the session it opened).
+async fn cold_start_round_trips(
+    wire: &Wire,
+    url: &str,
+    function: Function,
+    connect: u64,
+    early: bool,
+) -> u64 {
     let deps = deps(&wire.url(url, port_of(url)), function);
     let body = lab::bench::cold_start::first_message(function, t(NOW)).unwrap();
     let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [{
@@ -121,10 +131,14 @@ async fn cold_start_round_trips(wire: &Wire, url: &str, function: Function, conn
         "eventSource": "aws:sqs"}]}))
     .unwrap();
     let before = wire.counts().unwrap().round_trips;
+    let gate = SchemaGate::new();
+    if early {
+        gate.start(deps.session.clone(), function, None);
+    }
     let resp = handle_event_checked(
         &Dispatch::new(),
         &deps,
-        &SchemaGate::new(),
+        &gate,
         LambdaEvent::new(event, Context::default()),
     )
     .await
@@ -140,15 +154,23 @@ async fn cold_start_round_trips(wire: &Wire, url: &str, function: Function, conn
 /// A ping per checkout or a settings round trip of their own adds one and fails this.
 /// (storage-cleanup, pat-expiring and deliver-notification need the storage clients or
 /// the notifier the bench builds; the bench counts them.)
+///
+/// Since 2026-11-29 (issue 52) no record statement of these starts is sent by text (a
+/// statement sent by text is two round trips: parse, then run), and the independent
+/// reads at a record's start share a flight (adjourned-group-deletion's period, warning
+/// count and model; group-destroy's model and group row): pinned before → now
+/// remove-expired-members 8 → 6, delete-user 6 → 5, schedule-prune-deletions 6 → 5,
+/// prune-deletions 8 → 6, adjourned-group-deletion 11 → 6, group-destroy 7 → 5,
+/// placeholder-user-cleanup 6 → 5, delete-placeholder-user 6 → 5.
 const PINNED: &[(Function, u64)] = &[
-    (Function::RemoveExpiredMembers, 8),
-    (Function::DeleteUser, 6),
-    (Function::SchedulePruneDeletions, 6),
-    (Function::PruneDeletions, 8),
-    (Function::AdjournedGroupDeletion, 11),
-    (Function::GroupDestroy, 7),
-    (Function::PlaceholderUserCleanup, 6),
-    (Function::DeletePlaceholderUser, 6),
+    (Function::RemoveExpiredMembers, 6),
+    (Function::DeleteUser, 5),
+    (Function::SchedulePruneDeletions, 5),
+    (Function::PruneDeletions, 6),
+    (Function::AdjournedGroupDeletion, 6),
+    (Function::GroupDestroy, 5),
+    (Function::PlaceholderUserCleanup, 5),
+    (Function::DeletePlaceholderUser, 5),
 ];
 
 #[tokio::test]
@@ -158,15 +180,17 @@ async fn a_cold_start_takes_no_more_round_trips_than_pinned() {
     let connect = connect_round_trips(&wire, &db.url).await;
     let mut over = Vec::new();
     for (f, pinned) in PINNED {
-        let wire = Wire::start("127.0.0.1", port_of(&db.url)).await.unwrap();
-        let n = cold_start_round_trips(&wire, &db.url, *f, connect).await;
-        if n > *pinned {
-            over.push((f.name(), n, *pinned));
+        for early in [false, true] {
+            let wire = Wire::start("127.0.0.1", port_of(&db.url)).await.unwrap();
+            let n = cold_start_round_trips(&wire, &db.url, *f, connect, early).await;
+            if n > *pinned {
+                over.push((f.name(), early, n, *pinned));
+            }
         }
     }
     assert!(
         over.is_empty(),
-        "cold start round trips after the session is up (function, counted, pinned): {over:?}"
+        "cold start round trips after the session is up (function, check started early, counted, pinned): {over:?}"
     );
 }
 

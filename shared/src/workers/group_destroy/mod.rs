@@ -66,18 +66,20 @@ where
     Ok(r)
 }
 
-/// behaviour §B51.4.1 steps 2–8.
+/// behaviour §B51.4.1 steps 2–8 (`exists`: whether the group exists, read with the
+/// model).
 async fn verify<C>(
     inv: &Invocation<'_>,
     client: &mut C,
     model: DeletionModel,
+    exists: bool,
     p: &GroupDestroyRun,
 ) -> Result<Verified>
 where
     C: GenericClient + Send + Sync,
 {
     let (g, u) = (p.group_id, p.user_id);
-    if !group_deletion::group_exists(&*client, g).await? {
+    if !exists {
         tracing::info!(group_id = g, "Group destroy skipped: group not found");
         return Ok(Verified::Stop(Outcome::GroupNotFound));
     }
@@ -420,8 +422,13 @@ async fn work<C>(
 where
     C: GenericClient + Send + Sync,
 {
-    let model = deletion_model::probe(&*client).await?;
-    match verify(inv, client, model, p).await? {
+    // The model and the group's row in one flight, one round trip (issue 52).
+    let (model, exists) = futures::join!(
+        deletion_model::probe(&*client),
+        group_deletion::group_exists(&*client, p.group_id)
+    );
+    let (model, exists) = (model?, exists?);
+    match verify(inv, client, model, exists, p).await? {
         Verified::Stop(outcome) => Ok((outcome, Deleted::default())),
         Verified::Proceed => destroy(inv, env, client, p, model, budget).await,
     }
