@@ -591,14 +591,9 @@ async fn the_b28_bench_runs_at_a_tiny_scale_and_both_sides_agree() {
     assert!(r
         .compares
         .starts_with("ours ÷ floor, 400 tokens over 120 users"));
-    // The page-bounded floor claims the same rows and sends the same notices, a page
-    // per transaction.
+    // The page-bounded floor claims the same rows and sends the same notices.
     let p = &rows[1];
-    assert_eq!(p.bench, "b28-pages");
-    assert!(p.value.is_finite() && p.value > 0.0, "{p:?}");
-    assert!(
-        p.measured.contains("same rows and messages afterwards"),
-        "{p:?}"
-    );
-    assert!(p.measured.contains(" pages, "), "{p:?}");
+    let ok = p.bench == "b28-pages" && p.value.is_finite() && p.value > 0.0;
+    assert!(ok && p.measured.contains(" pages, "), "{p:?}");
+    assert!(p.measured.contains("same rows and messages"), "{p:?}");
 }
