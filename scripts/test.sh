@@ -167,7 +167,8 @@ step "the suite left the build fresh (nothing to compile again for the passes be
 # and every test binary were recompiled there and again at the PostgreSQL 17 pass (80 s).
 # The passes select their tests with filters over `--workspace`, never with `-p`,
 # for the same reason: `-p` unifies the dependencies' features for that package alone
-# (tokio, bitflags, ring: other builds of them and of everything above them).
+# (tokio, bitflags, ring: other builds of them and of everything above them). Only
+# the `cargo test` fallback (no nextest installed) still selects with `-p`.
 # A no-op build takes about a second; a unit compiled here fails the run, naming it.
 stale=$(cargo build --workspace --all-targets --message-format json --quiet |
   python3 -c 'import json, sys
