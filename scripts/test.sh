@@ -159,6 +159,30 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
+step "the suite left the build fresh (nothing to compile again for the passes below)"
+# The passes below reuse the build above only if no test changed what cargo sees. One
+# did (issue 52): cli/tests/local_aws.rs ran `cargo lambda watch` in the same target
+# directory with the variables cargo sets for a test process (CARGO_MANIFEST_DIR,
+# CARGO_PKG_*), which ring's build script records; ring, rustls, the workspace's crates
+# and every test binary were recompiled there and again at the PostgreSQL 17 pass (80 s).
+# The passes select their tests with filters over `--workspace`, never with `-p`,
+# for the same reason: `-p` unifies the dependencies' features for that package alone
+# (tokio, bitflags, ring: other builds of them and of everything above them). Only
+# the `cargo test` fallback (no nextest installed) still selects with `-p`.
+# A no-op build takes about a second; a unit compiled here fails the run, naming it.
+stale=$(cargo build --workspace --all-targets --message-format json --quiet |
+  python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and not m.get("fresh"):
+        print("  " + m["package_id"] + " " + m["target"]["name"])')
+if [ -n "$stale" ]; then
+  echo "the test suite left these units to compile again (a test ran cargo with another" >&2
+  echo "environment, or wrote under a path a build script reruns on):" >&2
+  echo "$stale" >&2
+  exit 1
+fi
+
 step "PostgreSQL 17: schema, catalogue and acceptance-level tests (hk db up with HK_PG_BIN_17)"
 PG17_PORT=$(free_port)
 url17=$(HK_PG_BIN="$HK_PG_BIN_17" HK_PG_BASE="$STATE/pg17" HK_PG_PORT="$PG17_PORT" target/debug/hk db up | sed -n 's/^DATABASE_URL=//p')
@@ -168,9 +192,12 @@ echo "DATABASE_URL=$url17 (PostgreSQL 17)"
 # protocol on the same statements: it runs in the main suite; here the crash-at-each-
 # point tests and the CLI's end-to-end runs of every batch carry the protocol.
 PG17_FILTER='test(/^(schema|architecture|reliability::(glue|chaos|cold_start))::/) and not test(/every_batch_reaches_the_clean_end_state/)'
+# One nextest run per pass, over `--workspace` (the build above, no recompilation; see
+# the step before): the integration tests and the `hk` test binaries share its threads,
+# so the pass's longest test does not run alone at the end of one of two runs.
 if cargo nextest --version >/dev/null 2>&1; then
-  DATABASE_URL="$url17" cargo nextest run -p integration-tests --no-fail-fast -E "$PG17_FILTER"
-  DATABASE_URL="$url17" cargo nextest run -p hk --test check --test cli --no-fail-fast
+  DATABASE_URL="$url17" cargo nextest run --workspace --no-fail-fast \
+    -E "(package(integration-tests) and ($PG17_FILTER)) or binary_id(hk::check) or binary_id(hk::cli)"
 else
   DATABASE_URL="$url17" cargo test -p integration-tests --test it --no-fail-fast -- schema:: architecture:: reliability::glue:: reliability::chaos:: reliability::cold_start:: --skip every_batch_reaches_the_clean_end_state
   DATABASE_URL="$url17" cargo test -p hk --test check --test cli --no-fail-fast
@@ -191,8 +218,8 @@ step "GitLab 18.2 model: schema, catalogue and the release-dependent scenarios (
 # storage tests run here.
 GL182_FILTER='(test(/^(schema|shares|group_deletion|delete_user|placeholder_user_cleanup|storage|system_hooks)::/) or test(/::(side_effects|audit|ee_rows)::/)) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
-  HK_TEST_GITLAB=18.2 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL182_FILTER"
-  HK_TEST_GITLAB=18.2 cargo nextest run -p hk --test check --test parity --no-fail-fast
+  HK_TEST_GITLAB=18.2 cargo nextest run --workspace --no-fail-fast \
+    -E "(binary_id(integration-tests::it) and ($GL182_FILTER)) or binary_id(hk::check) or binary_id(hk::parity)"
 else
   HK_TEST_GITLAB=18.2 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: placeholder_user_cleanup:: delete_user:: storage:: system_hooks:: side_effects:: audit:: ee_rows::
   HK_TEST_GITLAB=18.2 cargo test -p hk --test check --test parity --no-fail-fast
@@ -206,8 +233,8 @@ step "GitLab 18.11 model: schema and the acceptance scenarios (HK_TEST_GITLAB=18
 # scenarios, and `hk check` (budget: about 3 minutes).
 GL1811_FILTER='test(/^(schema|shares|group_deletion|delete_user|storage)::/) and not test(/at_scale|continuation/) and not test(/storage::end_to_end::(a_crash|random_crashes)/)'
 if cargo nextest --version >/dev/null 2>&1; then
-  HK_TEST_GITLAB=18.11 cargo nextest run -p integration-tests --test it --no-fail-fast -E "$GL1811_FILTER"
-  HK_TEST_GITLAB=18.11 cargo nextest run -p hk --test check --no-fail-fast
+  HK_TEST_GITLAB=18.11 cargo nextest run --workspace --no-fail-fast \
+    -E "(binary_id(integration-tests::it) and ($GL1811_FILTER)) or binary_id(hk::check)"
 else
   HK_TEST_GITLAB=18.11 cargo test -p integration-tests --test it --no-fail-fast -- schema:: shares:: group_deletion:: delete_user:: storage::
   HK_TEST_GITLAB=18.11 cargo test -p hk --test check --no-fail-fast

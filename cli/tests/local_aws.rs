@@ -62,9 +62,40 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The variables cargo sets for a test process (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`,
+/// `CARGO_BIN_EXE_*`, ...), which the test's own environment has and the build that
+/// compiled it did not. They are not passed on to `cargo lambda watch`'s cargo: build
+/// scripts that read them (ring's reads `CARGO_MANIFEST_DIR` and `CARGO_PKG_*`) record
+/// their values, so a build run with them reran those scripts and recompiled ring, rustls
+/// and every crate of the workspace under them in the shared target directory, and the
+/// next build of the suite's own environment compiled them all back (80 s of CI's
+/// PostgreSQL 17 pass; issue 52, docs/benchmarks.md "CI time").
+fn set_by_cargo_for_tests(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
+}
+
 fn start_watch(env_file: &std::path::Path, port: u16) -> Watch {
     let log = std::fs::File::create(env_file.with_extension("watch.log")).unwrap();
-    let child = Command::new(cargo_lambda())
+    let mut cmd = Command::new(cargo_lambda());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_tests) {
+            cmd.env_remove(name);
+        }
+    }
+    let child = cmd
         .args([
             "lambda",
             "watch",
