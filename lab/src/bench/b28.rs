@@ -11,7 +11,7 @@
 //! the same columns, one set-based read of the claimed bots' resources, hooks and
 //! recipients (the statement ours uses for a page of bots), and the same messages
 //! sent in `SendMessageBatch` calls of ten; and the page-bounded floor
-//! ([`page_floor`]), the floor's work a page per transaction. All three run on clones
+//! (`b28/page_floor.rs`), the floor's work a page per transaction. All three run on clones
 //! of one data set and must leave the same token rows and send the same message keys
 //! (checksums compared and reported).
 
