@@ -265,7 +265,7 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
             ],
         )
         .await?;
-    let claimed = rows.iter().map(claimed_row).collect();
+    let claimed = rows.iter().map(|r| claimed_at(r, 0)).collect();
     let out = notices(&tx, claimed, &instance, opts).await?;
     for part in out.chunks(SQS_BATCH) {
         sink.send(part).await?;
@@ -282,13 +282,8 @@ pub async fn floor(c: &mut Client, sink: &Sink, opts: &Options) -> Result<Side> 
     })
 }
 
-/// One row of a floor's claim: `(user, id, name, expires_at, created_at, last_used_at,
-/// user_type, can_receive)` from the first column on.
-fn claimed_row(r: &tokio_postgres::Row) -> (Claimed, bool, bool) {
-    claimed_at(r, 0)
-}
-
-/// [`claimed_row`] from column `at` on.
+/// One row of a floor's claim from column `at` on: `(user, id, name, expires_at,
+/// created_at, last_used_at, user_type, can_receive)`.
 fn claimed_at(r: &tokio_postgres::Row, at: usize) -> (Claimed, bool, bool) {
     let t = Claimed {
         user_id: r.get(at),
@@ -392,6 +387,33 @@ fn per_token(side: &Side, tokens: u64) -> String {
     format!("{us:.1} µs/token")
 }
 
+/// Which set-based side: the floor's one statement, or its work a page per transaction.
+#[derive(Clone, Copy)]
+enum Floor {
+    Whole,
+    Paged,
+}
+
+/// A set-based side on its own clone `tag` of the data set, dropped afterwards.
+async fn set_based(dbs: &mut BenchDbs, tag: &str, which: Floor, opts: &Options) -> Result<Side> {
+    dbs.clone_db("b28_src", tag).await?;
+    let side = {
+        let mut c = dbs.connector(tag)?.connect("hk-bench").await?;
+        prewarm(&c).await?;
+        let (sink, moto) = sink(opts).await?;
+        let side = match which {
+            Floor::Whole => floor(&mut c, &sink, opts).await,
+            Floor::Paged => page_floor(&mut c, &sink, opts).await,
+        };
+        if let Some(m) = moto {
+            m.cleanup().await;
+        }
+        side?
+    };
+    dbs.drop_db(tag).await?;
+    Ok(side)
+}
+
 /// `b28` on one data set of `scale.b28_tokens` tokens over `scale.b28_users` users.
 pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Vec<Row>> {
     let today = opts.today();
@@ -402,30 +424,8 @@ pub async fn run(scale: &Scale, opts: &Options, dbs: &mut BenchDbs) -> Result<Ve
     }
     // Each side runs alone on its own clone (the other one is dropped first), on fresh
     // moto queues.
-    dbs.clone_db("b28_src", "b28_floor").await?;
-    let floor_side = {
-        let mut c = dbs.connector("b28_floor")?.connect("hk-bench").await?;
-        prewarm(&c).await?;
-        let (sink, moto) = sink(opts).await?;
-        let side = floor(&mut c, &sink, opts).await;
-        if let Some(m) = moto {
-            m.cleanup().await;
-        }
-        side?
-    };
-    dbs.drop_db("b28_floor").await?;
-    dbs.clone_db("b28_src", "b28_pages").await?;
-    let pages_side = {
-        let mut c = dbs.connector("b28_pages")?.connect("hk-bench").await?;
-        prewarm(&c).await?;
-        let (sink, moto) = sink(opts).await?;
-        let side = page_floor(&mut c, &sink, opts).await;
-        if let Some(m) = moto {
-            m.cleanup().await;
-        }
-        side?
-    };
-    dbs.drop_db("b28_pages").await?;
+    let floor_side = set_based(dbs, "b28_floor", Floor::Whole, opts).await?;
+    let pages_side = set_based(dbs, "b28_pages", Floor::Paged, opts).await?;
     dbs.clone_db("b28_src", "b28_ours").await?;
     let ours_side = {
         let check = dbs.connector("b28_ours")?.connect("hk-bench").await?;

@@ -38,8 +38,9 @@ fn deps(db: &TestDb, queue: Arc<LocalQueue>) -> Environment {
         .build()
 }
 
-#[tokio::test]
-async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processed() {
+/// One expired membership, on a schema without `members.requested_at`: a column this
+/// function's statements use (its member lock and delete).
+async fn expired_member_without_requested_at() -> TestDb {
     let db = TestDb::new().await;
     let fx = Fx(&db);
     fx.group(100, "acme", None).await;
@@ -47,9 +48,34 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     fx.users(&[U::human(10)]).await;
     fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
         .await;
-    // A column this function's statements use (its member lock and delete).
     db.exec("ALTER TABLE members DROP COLUMN requested_at")
         .await;
+    db
+}
+
+/// The column back: the same environment's next invocation is served and processes
+/// the expired membership.
+async fn fixed_then_processed(db: &TestDb, deps: &Environment, gate: &SchemaGate) {
+    db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
+        .await;
+    let resp = handle_event_checked(
+        &Dispatch::new(),
+        deps,
+        gate,
+        LambdaEvent::new(event(), Context::default()),
+    )
+    .await
+    .expect("a compatible schema is served");
+    assert!(resp.batch_item_failures.is_empty());
+    assert!(
+        !db.exists("members WHERE id = 10").await,
+        "processed once fixed"
+    );
+}
+
+#[tokio::test]
+async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processed() {
+    let db = expired_member_without_requested_at().await;
     let q = Arc::new(LocalQueue::new(t(NOW)));
     let deps = deps(&db, q.clone());
     let gate = SchemaGate::new();
@@ -94,21 +120,7 @@ async fn an_incompatible_schema_is_refused_with_one_line_and_nothing_is_processe
     assert_eq!(q.pending_len(), 0, "nothing sent");
 
     // Fixed: the same environment processes the next invocation.
-    db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
-        .await;
-    let resp = handle_event_checked(
-        &Dispatch::new(),
-        &deps,
-        &gate,
-        LambdaEvent::new(event(), Context::default()),
-    )
-    .await
-    .expect("a compatible schema is served");
-    assert!(resp.batch_item_failures.is_empty());
-    assert!(
-        !db.exists("members WHERE id = 10").await,
-        "processed once fixed"
-    );
+    fixed_then_processed(&db, &deps, &gate).await;
 }
 
 /// A function checks the statements it can run, not the whole catalogue (issue 52): a
@@ -266,15 +278,7 @@ fn the_object_is_read_from_the_servers_message() {
 /// fixed, processes the batch.
 #[tokio::test]
 async fn a_check_started_during_init_refuses_the_first_invocation_on_a_bad_schema() {
-    let db = TestDb::new().await;
-    let fx = Fx(&db);
-    fx.group(100, "acme", None).await;
-    fx.project(200, 100).await;
-    fx.users(&[U::human(10)]).await;
-    fx.members(&[M::pm(10, 200, 10, 30).expires("2025-03-09")])
-        .await;
-    db.exec("ALTER TABLE members DROP COLUMN requested_at")
-        .await;
+    let db = expired_member_without_requested_at().await;
     let q = Arc::new(LocalQueue::new(t(NOW)));
     let deps = deps(&db, q.clone());
     let gate = SchemaGate::new();
@@ -308,19 +312,5 @@ async fn a_check_started_during_init_refuses_the_first_invocation_on_a_bad_schem
     );
     assert_eq!(q.pending_len(), 0, "nothing sent");
 
-    db.exec("ALTER TABLE members ADD COLUMN requested_at timestamp without time zone")
-        .await;
-    let resp = handle_event_checked(
-        &Dispatch::new(),
-        &deps,
-        &gate,
-        LambdaEvent::new(event(), Context::default()),
-    )
-    .await
-    .expect("a compatible schema is served");
-    assert!(resp.batch_item_failures.is_empty());
-    assert!(
-        !db.exists("members WHERE id = 10").await,
-        "processed once fixed"
-    );
+    fixed_then_processed(&db, &deps, &gate).await;
 }
