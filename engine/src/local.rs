@@ -295,7 +295,7 @@ impl Runner {
             receive_count,
             aws_request_id: None,
         };
-        let before = self.queue.sent().len();
+        let before = self.queue.sent_count();
         // Each record is an invocation here, its first.
         let outcome = match kept {
             None => {
@@ -321,7 +321,7 @@ impl Runner {
         before: usize,
         outcome: RecordOutcome,
     ) -> Result<(Run, RecordOutcome)> {
-        let sent: Vec<SentRecord> = self.queue.sent()[before..].to_vec();
+        let sent: Vec<SentRecord> = self.queue.sent_since(before);
         self.write_outbox(&sent)?;
         let env = serde_json::from_str::<Value>(body).ok();
         let run = run_of(function, now, env.as_ref(), &outcome, sent);

@@ -229,6 +229,23 @@ impl LocalQueue {
         self.state.lock().unwrap().sent.clone()
     }
 
+    /// How many messages were sent so far, without copying them: a delivery's
+    /// starting index for [`LocalQueue::sent_since`].
+    pub fn sent_count(&self) -> usize {
+        self.state.lock().unwrap().sent.len()
+    }
+
+    /// The messages sent from index `from` on, in send order: one delivery's, copied
+    /// alone (copying the whole history per delivery made long runs quadratic).
+    pub fn sent_since(&self, from: usize) -> Vec<SentRecord> {
+        let state = self.state.lock().unwrap();
+        state
+            .sent
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Remove and return the records of messages sent so far.
     pub fn take_sent(&self) -> Vec<SentRecord> {
         std::mem::take(&mut self.state.lock().unwrap().sent)
@@ -301,6 +318,22 @@ mod tests {
         let sent = q.sent();
         assert!(sent[3].schedule_name.as_deref().unwrap().starts_with("hk-"));
         assert!(sent[0].schedule_name.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_delivery_reads_its_own_sends_by_index() {
+        let q = LocalQueue::new("2025-03-10T00:00:00Z".parse().unwrap());
+        q.send(&[msg("a", 0), msg("b", 0)]).await.unwrap();
+        let before = q.sent_count();
+        assert_eq!(before, 2);
+        q.send(&[msg("c", 0)]).await.unwrap();
+        let keys: Vec<_> = q
+            .sent_since(before)
+            .into_iter()
+            .map(|s| s.message.envelope.message_key)
+            .collect();
+        assert_eq!(keys, ["c"]);
+        assert!(q.sent_since(3).is_empty() && q.sent_since(9).is_empty());
     }
 
     #[tokio::test]

@@ -52,7 +52,7 @@ impl Runner {
             receive_count,
             aws_request_id: None,
         };
-        let before = self.queue.sent().len();
+        let before = self.queue.sent_count();
         let outcome = {
             // The tapped session is this record's only, dropped with it (a crash drops
             // it mid-flight, as a dead Lambda environment's).

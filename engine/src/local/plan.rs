@@ -423,7 +423,7 @@ impl Runner {
             receive_count: p.receive_count,
             aws_request_id: None,
         };
-        let sent_before = recorder.sent().len();
+        let sent_before = recorder.sent_count();
         tx.batch_execute("SAVEPOINT hk_plan_delivery").await?;
         let outcome = process_record(dispatch, &inv, tx, &body, &meta).await;
         if tx
@@ -436,7 +436,7 @@ impl Runner {
             )
             .await?;
         }
-        let sent = recorder.sent()[sent_before..].to_vec();
+        let sent = recorder.sent_since(sent_before);
         let env = serde_json::from_str::<Value>(&body).ok();
         let run = run_of(f, now, env.as_ref(), &outcome, sent);
         self.record(&run);

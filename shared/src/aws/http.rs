@@ -109,13 +109,29 @@ impl NativeTlsClient {
     }
 }
 
+/// The TLS connectors built so far, by `(system_roots, roots_pem)`.
+type Built = Vec<((bool, Vec<u8>), tokio_native_tls::TlsConnector)>;
+static TLS_BUILT: std::sync::Mutex<Built> = std::sync::Mutex::new(Vec::new());
+
+/// The TLS connector trusting `trust`: built once per process and trust, then shared
+/// by every client built with the same trust. Building one reads the system store when
+/// `system_roots` is set (about 140 PEM certificates; tens of milliseconds of OpenSSL 3
+/// CPU each time), which a process building many AWS clients (`hk`, the tests) paid per
+/// client. A failure is not kept: the next client tries again.
 fn tls_connector(trust: &Trust) -> Result<tokio_native_tls::TlsConnector, native_tls::Error> {
+    let mut built = TLS_BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (trust.system_roots, trust.roots_pem.to_vec());
+    if let Some((_, tls)) = built.iter().find(|(k, _)| *k == key) {
+        return Ok(tls.clone());
+    }
     let mut b = native_tls::TlsConnector::builder();
     b.disable_built_in_roots(!trust.system_roots);
     for cert in native_tls::Certificate::stack_from_pem(&trust.roots_pem)? {
         b.add_root_certificate(cert);
     }
-    Ok(tokio_native_tls::TlsConnector::from(b.build()?))
+    let tls = tokio_native_tls::TlsConnector::from(b.build()?);
+    built.push((key, tls.clone()));
+    Ok(tls)
 }
 
 #[derive(Debug)]
@@ -277,5 +293,37 @@ impl Write for Stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn built(key: &(bool, Vec<u8>)) -> usize {
+        let built = TLS_BUILT.lock().unwrap_or_else(|e| e.into_inner());
+        built.iter().filter(|(k, _)| k == key).count()
+    }
+
+    #[test]
+    fn clients_with_the_same_trust_share_one_tls_connector() {
+        // A trust of its own (no test shares it): no roots besides the system store's.
+        let trust = |pem: &'static [u8]| Trust {
+            system_roots: true,
+            roots_pem: std::borrow::Cow::Borrowed(pem),
+        };
+        let a = trust(b"");
+        let key = (true, Vec::new());
+        tls_connector(&a).unwrap();
+        tls_connector(&a.clone()).unwrap();
+        assert_eq!(built(&key), 1, "the second client built its own connector");
+        // Another trust gets its own.
+        let b = Trust {
+            system_roots: false,
+            ..a
+        };
+        tls_connector(&b).unwrap();
+        assert_eq!(built(&(false, Vec::new())), 1);
+        assert_eq!(built(&key), 1);
     }
 }
