@@ -44,9 +44,9 @@ pub struct Trust {
     pub roots_pem: std::borrow::Cow<'static, [u8]>,
 }
 
-/// The SDK's HTTP client trusting `trust`. Its TLS connector is built on the first
-/// call of any client sharing it, once; connections are pooled per host, as the SDK's
-/// own client does.
+/// The SDK's HTTP client trusting `trust`. Its TLS connector is built on its first
+/// call, once per process and trust (`tls_connector`); connections are pooled per
+/// host, as the SDK's own client does.
 pub fn client(trust: Trust) -> SharedHttpClient {
     SharedHttpClient::new(NativeTlsClient {
         trust,
